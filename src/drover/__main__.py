@@ -1,0 +1,8 @@
+"""``python -m drover``: the operator CLI."""
+
+from __future__ import annotations
+
+from drover.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Connections: drover's own pool, and the caller's connection for ``insert_tx``.
+
+``resolve_connection`` accepts psycopg objects directly and recognises Django
+and SQLAlchemy wrappers by their attributes, so neither framework is ever
+imported by drover.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg import pq
+from psycopg_pool import ConnectionPool
+
+from drover._db.errors import redact, translate
+from drover.errors import NotInTransaction, UnsupportedConnection
+
+__all__ = [
+    "Connection",
+    "ConnectionPool",
+    "PoolOrConninfo",
+    "borrow",
+    "open_pool",
+    "resolve_connection",
+]
+
+Connection: TypeAlias = psycopg.Connection[Any]
+PoolOrConninfo: TypeAlias = "ConnectionPool[Any] | str"
+
+
+def _autocommit(conn: Connection) -> None:
+    # drover's own connections run single statements in autocommit (one round
+    # trip per insert) and open explicit transactions where several statements
+    # must be atomic.
+    conn.autocommit = True
+
+
+def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> ConnectionPool[Any]:
+    """Open a pool that drover owns (and will close)."""
+    return ConnectionPool(
+        conninfo,
+        min_size=1,
+        max_size=max(1, max_size),
+        configure=_autocommit,
+        open=True,
+        name=name,
+        timeout=30.0,
+    )
+
+
+@contextlib.contextmanager
+def borrow(source: PoolOrConninfo | Connection, action: str) -> Iterator[Connection]:
+    """Yield a connection from a pool, a conninfo string, or an open connection.
+
+    A connection opened from a conninfo string is closed afterwards; a pool's
+    connection goes back to the pool (committed on success, rolled back on an
+    error, by the pool's own context manager).
+    """
+    if isinstance(source, psycopg.Connection):
+        yield source
+    elif isinstance(source, ConnectionPool):
+        with translate(action), source.connection() as conn:
+            yield conn
+    elif isinstance(source, str):
+        with translate(action):
+            conn = psycopg.connect(source, autocommit=True)
+        with conn:
+            yield conn
+    else:
+        raise TypeError(
+            "expected a psycopg_pool.ConnectionPool or a conninfo string, "
+            f"not {type(source).__name__}"
+        )
+
+
+def _from_framework(obj: Any) -> Any:
+    """Unwrap a Django or SQLAlchemy object to its DB-API connection, or return None."""
+    # Django CursorWrapper: .db is the DatabaseWrapper, .cursor the raw psycopg cursor.
+    if hasattr(obj, "db") and hasattr(obj, "cursor") and not callable(obj.cursor):
+        return getattr(obj.cursor, "connection", None)
+    # Django DatabaseWrapper: connected lazily; .connection is None until then.
+    if hasattr(obj, "ensure_connection") and hasattr(obj, "vendor"):
+        if obj.vendor != "postgresql":
+            raise UnsupportedConnection(
+                f"insert_tx needs a PostgreSQL database; this Django connection is {obj.vendor!r}"
+            )
+        obj.ensure_connection()
+        return obj.connection
+    # SQLAlchemy Session / scoped_session: .connection() autobegins the transaction.
+    if hasattr(obj, "get_bind") and callable(getattr(obj, "connection", None)):
+        return _from_framework(obj.connection())
+    # SQLAlchemy Connection: .connection is the pool proxy holding the driver connection.
+    proxy = getattr(obj, "connection", None)
+    if proxy is not None and hasattr(proxy, "driver_connection"):
+        return proxy.driver_connection
+    return None
+
+
+def resolve_connection(obj: object) -> Connection:
+    """The psycopg connection behind ``obj``, checked to be inside a transaction.
+
+    Accepts a psycopg ``Connection`` or ``Cursor``, a Django connection or
+    cursor wrapper, and a SQLAlchemy ``Connection`` or ``Session``.
+    """
+    if isinstance(obj, psycopg.Connection):
+        conn: object = obj
+    elif isinstance(obj, psycopg.Cursor):
+        conn = obj.connection
+    elif isinstance(obj, psycopg.AsyncConnection | psycopg.AsyncCursor):
+        raise UnsupportedConnection(
+            "insert_tx is synchronous and cannot use an async psycopg connection"
+        )
+    else:
+        conn = _from_framework(obj)
+        if conn is None:
+            raise UnsupportedConnection(
+                "insert_tx needs a psycopg Connection or Cursor, a Django connection or cursor, "
+                f"or a SQLAlchemy Connection or Session; got {type(obj).__module__}."
+                f"{type(obj).__qualname__}"
+            )
+    if not isinstance(conn, psycopg.Connection):
+        raise UnsupportedConnection(
+            "insert_tx needs psycopg 3 underneath; got a "
+            f"{type(conn).__module__}.{type(conn).__qualname__} connection "
+            "(with SQLAlchemy use a postgresql+psycopg:// URL)"
+        )
+    if conn.closed:
+        raise UnsupportedConnection("insert_tx was given a closed connection")
+    if conn.autocommit:
+        raise NotInTransaction(
+            "insert_tx needs an open transaction, but the connection is in autocommit mode: "
+            "wrap the call in `with conn.transaction():`, Django's transaction.atomic() or "
+            "SQLAlchemy's session.begin(), or use client.insert()"
+        )
+    if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+        raise NotInTransaction(
+            "insert_tx was given a connection whose transaction has already failed; "
+            "roll it back first"
+        )
+    return conn
+

@@ -1,0 +1,140 @@
+"""Applies drover's numbered migrations, one transaction each, under an advisory lock."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import pq
+from psycopg.rows import tuple_row
+
+from drover._db.connections import Connection, PoolOrConninfo, borrow
+from drover._db.errors import redact, translate
+from drover._db.queries import Migration, load_migrations, query
+from drover.errors import MigrationError
+
+__all__ = ["AppliedMigration", "MigrationStatus", "migrate", "migration_status"]
+
+logger = logging.getLogger("drover.migrate")
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedMigration:
+    """A migration recorded in ``drover_schema_version``."""
+
+    __module__ = "drover"
+
+    version: int
+    name: str
+    applied_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationStatus:
+    """Which migrations a database has, and which it still needs."""
+
+    __module__ = "drover"
+
+    applied: tuple[AppliedMigration, ...]
+    pending: tuple[Migration, ...]
+
+    @property
+    def current_version(self) -> int:
+        """The highest applied version (0 on a database drover never touched)."""
+        return max((m.version for m in self.applied), default=0)
+
+    @property
+    def up_to_date(self) -> bool:
+        """True when nothing is pending."""
+        return not self.pending
+
+
+def _applied(conn: Connection) -> tuple[AppliedMigration, ...]:
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("schema_version_exists"))
+        row = cur.fetchone()
+        if row is None or not row[0]:
+            return ()
+        cur.execute(query("schema_versions"))
+        return tuple(AppliedMigration(v, n, at) for v, n, at in cur.fetchall())
+
+
+def migration_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
+    """Report which of drover's migrations the database has applied and which are pending.
+
+    ``source`` is a ``psycopg_pool.ConnectionPool``, a conninfo string or URL (a
+    connection is opened and closed), or an open psycopg connection. Read-only:
+    it never creates the bookkeeping table. Safe to call while another process
+    migrates; it sees the versions committed so far.
+
+    Raises:
+        drover.DatabaseError: the database could not be reached or queried.
+    """
+    migrations = load_migrations()
+    with borrow(source, "read migration status") as conn, translate("read migration status"):
+        was_idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
+        applied = _applied(conn)
+        if was_idle and not conn.autocommit:
+            conn.rollback()  # we only read; leave the connection as idle as we found it
+    done = {m.version for m in applied}
+    return MigrationStatus(applied, tuple(m for m in migrations if m.version not in done))
+
+
+def _apply_next(conn: Connection, migrations: tuple[Migration, ...]) -> Migration | None:
+    """In one transaction: lock, find the first pending migration, apply and record it."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        with translate("lock the schema for migration"):
+            cur.execute(query("schema_lock"))
+            cur.execute(query("schema_version_table"))
+        # Re-read under the lock: another process may have migrated while we waited.
+        done = {m.version for m in _applied(conn)}
+        pending = [m for m in migrations if m.version not in done]
+        if not pending:
+            return None
+        migration = pending[0]
+        try:
+            cur.execute(migration.sql.encode())
+        except Exception as exc:
+            raise MigrationError(
+                f"apply migration {migration.label}: {redact(str(exc).strip())}"
+            ) from exc
+        with translate(f"record migration {migration.label}"):
+            cur.execute(
+                query("schema_version_record"),
+                {"version": migration.version, "name": migration.name},
+            )
+        return migration
+
+
+def migrate(source: PoolOrConninfo | Connection) -> list[Migration]:
+    """Bring the database's drover schema up to date; return the migrations applied.
+
+    ``source`` is a ``psycopg_pool.ConnectionPool``, a conninfo string or URL, or
+    an open psycopg connection that is not inside a transaction. Each migration
+    runs in its own transaction together with its ``drover_schema_version`` row,
+    so a failure leaves the database at the last good version. A
+    transaction-level advisory lock serialises concurrent migrators (several
+    processes deploying at once): the others wait, then find nothing left to
+    do. Idempotent: a second call applies nothing and returns ``[]``.
+
+    Raises:
+        drover.MigrationError: a migration failed (it was rolled back), or
+            ``source`` is a connection already inside a transaction.
+        drover.DatabaseError: the database could not be reached.
+    """
+    migrations = load_migrations()
+    applied: list[Migration] = []
+    with borrow(source, "migrate") as conn:
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            raise MigrationError(
+                "migrate needs a connection outside any transaction: each migration commits"
+            )
+        while (migration := _apply_next(conn, migrations)) is not None:
+            logger.info(
+                "drover: applied migration %s",
+                migration.label,
+                extra={"migration": migration.label},
+            )
+            applied.append(migration)
+    return applied

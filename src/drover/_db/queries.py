@@ -1,0 +1,132 @@
+"""Loads the SQL shipped with drover: named runtime queries and numbered migrations.
+
+The canonical files live in the repository's top-level ``sql/`` directory. A
+wheel carries them as ``drover/sql``; an editable install or a bare checkout
+reads them straight from ``sql/``. This module is the one place text from those
+files becomes a query, so it is the one place the ``LiteralString`` cast lives.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import LiteralString, cast
+
+from drover.errors import MigrationError
+
+__all__ = ["Migration", "load_migrations", "query", "sql_root"]
+
+_NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
+_MIGRATION_FILE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.sql$")
+
+
+def sql_root() -> Traversable:
+    """The directory holding ``migrations/`` and ``queries/``."""
+    packaged = files("drover") / "sql"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parents[3] / "sql"
+    if checkout.is_dir():
+        return checkout
+    raise RuntimeError(
+        "drover's SQL files are missing from this installation "
+        "(expected drover/sql in the wheel, or sql/ in a checkout)"
+    )
+
+
+def _strip_comments(block: str) -> str:
+    # Full-line comments stay in the files for readers but are not sent: they
+    # would cost bytes per call and psycopg would parse any % inside them.
+    lines = [ln for ln in block.splitlines() if not ln.lstrip().startswith("--")]
+    return "\n".join(lines).strip().rstrip(";").strip()
+
+
+def parse_queries(text: str, source: str) -> dict[str, str]:
+    """Split a queries file into ``{name: sql}`` on ``-- name: x`` lines."""
+    named: dict[str, str] = {}
+    current: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        match = _NAME_LINE.match(line.strip())
+        if match:
+            if current is not None:
+                named[current] = _strip_comments("\n".join(body))
+            current = match.group(1)
+            if current in named:
+                raise RuntimeError(f"{source}: query {current!r} is defined twice")
+            body = []
+        elif current is not None:
+            body.append(line)
+    if current is not None:
+        named[current] = _strip_comments("\n".join(body))
+    return named
+
+
+@functools.cache
+def _all_queries() -> Mapping[str, str]:
+    merged: dict[str, str] = {}
+    for entry in sorted((sql_root() / "queries").iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, sql in parse_queries(entry.read_text(encoding="utf-8"), entry.name).items():
+            if name in merged:
+                raise RuntimeError(f"query {name!r} is defined in more than one file")
+            merged[name] = sql
+    return merged
+
+
+def query(name: str) -> LiteralString:
+    """The SQL text of the named runtime query."""
+    try:
+        return cast(LiteralString, _all_queries()[name])
+    except KeyError:
+        raise RuntimeError(f"drover has no query named {name!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One numbered schema migration file shipped with drover."""
+
+    __module__ = "drover"
+
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def label(self) -> str:
+        """``0001_create_jobs``: how logs and errors name the migration."""
+        return f"{self.version:04d}_{self.name}"
+
+
+def parse_migration_name(filename: str) -> tuple[int, str]:
+    """``0001_create_jobs.sql`` → ``(1, "create_jobs")``; anything else is an error."""
+    match = _MIGRATION_FILE.match(filename)
+    if not match:
+        raise MigrationError(
+            f"migration file name {filename!r} must look like 0001_description.sql"
+        )
+    return int(match.group(1)), match.group(2)
+
+
+def load_migrations(directory: Traversable | None = None) -> tuple[Migration, ...]:
+    """Every migration, sorted by version; duplicate versions are an error."""
+    folder = directory if directory is not None else sql_root() / "migrations"
+    found: dict[int, Migration] = {}
+    for entry in folder.iterdir():
+        if not entry.name.endswith(".sql"):
+            continue
+        version, name = parse_migration_name(entry.name)
+        if version < 1:
+            raise MigrationError(f"migration {entry.name!r}: versions start at 1")
+        if version in found:
+            raise MigrationError(
+                f"migrations {found[version].label!r} and {entry.name!r} share version {version}"
+            )
+        found[version] = Migration(version, name, entry.read_text(encoding="utf-8"))
+    return tuple(found[v] for v in sorted(found))

@@ -1,0 +1,126 @@
+"""The per-execution context a handler sees: cancellation, deadline and values.
+
+A :class:`JobContext` is created for every execution. Shutdown escalation
+cancels it; a timeout derives a child whose cancellation also fires at a
+deadline. Python cannot interrupt a running thread, so cancellation is
+cooperative: a handler polls :attr:`JobContext.cancelled` or blocks in
+:meth:`JobContext.wait` instead of ``time.sleep``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from drover._durations import Duration, to_seconds
+
+__all__ = ["JobContext"]
+
+
+class JobContext:
+    """Cancellation signal, optional deadline and a values dict for one execution.
+
+    Thread safety: :meth:`cancel` may be called from any thread (drover calls it
+    from the thread running ``Client.stop``); :attr:`cancelled` and :meth:`wait`
+    may be used from the handler's thread at the same time. ``values`` is a
+    plain dict meant to be filled by middleware before the worker runs; it is not
+    synchronised.
+
+    A child made with :meth:`with_timeout` is cancelled when its parent is, or
+    when its own deadline passes, whichever comes first; cancelling a child
+    never cancels its parent.
+    """
+
+    __module__ = "drover"
+
+    def __init__(
+        self,
+        *,
+        deadline: float | None = None,
+        values: dict[str, Any] | None = None,
+        _parent: JobContext | None = None,
+    ) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._children: list[JobContext] = []
+        self._reason: str | None = None
+        self._deadline = deadline
+        self._parent = _parent
+        self.values: dict[str, Any] = {} if values is None else values
+        """Values middleware hands to the worker (shared with child contexts)."""
+
+    @property
+    def deadline(self) -> float | None:
+        """The ``time.monotonic()`` instant at which this context cancels, if any."""
+        return self._deadline
+
+    @property
+    def cancelled(self) -> bool:
+        """True once cancelled explicitly, through a parent, or by the deadline."""
+        if self._event.is_set():
+            return True
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self._cancel("deadline exceeded")
+            return True
+        return False
+
+    @property
+    def reason(self) -> str | None:
+        """Why the context was cancelled (``None`` while it is not)."""
+        return self._reason if self.cancelled else None
+
+    def remaining(self) -> float | None:
+        """Seconds until the deadline (never negative), or ``None`` without one."""
+        if self._deadline is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+    def wait(self, timeout: Duration | None = None) -> bool:
+        """Block until cancelled or ``timeout`` elapses; return :attr:`cancelled`.
+
+        Use it in place of ``time.sleep`` so shutdown and deadlines interrupt the
+        wait. ``None`` waits until cancellation (or the deadline, if any).
+        """
+        limit = None if timeout is None else max(0.0, to_seconds(timeout, "timeout"))
+        remaining = self.remaining()
+        if remaining is not None:
+            limit = remaining if limit is None else min(limit, remaining)
+        self._event.wait(limit)
+        return self.cancelled
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Cancel this context and every child derived from it. Idempotent."""
+        self._cancel(reason)
+
+    def with_timeout(self, timeout: Duration) -> JobContext:
+        """Derive a child whose cancellation also fires ``timeout`` from now.
+
+        A ``timeout`` of zero or less means no deadline of its own: the child
+        only follows its parent. The child shares :attr:`values`.
+        """
+        seconds = to_seconds(timeout, "timeout")
+        deadline = time.monotonic() + seconds if seconds > 0 else None
+        if self._deadline is not None and (deadline is None or self._deadline < deadline):
+            deadline = self._deadline
+        child = JobContext(deadline=deadline, values=self.values, _parent=self)
+        with self._lock:
+            self._children.append(child)
+            already = self._event.is_set()
+        if already:
+            child._cancel(self._reason or "cancelled")
+        return child
+
+    def _cancel(self, reason: str) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._reason = reason
+            self._event.set()
+            children = list(self._children)
+        for child in children:
+            child._cancel(reason)
+
+    def __repr__(self) -> str:
+        state = f"cancelled ({self._reason})" if self._event.is_set() else "active"
+        return f"<JobContext {state}>"

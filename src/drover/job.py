@@ -1,0 +1,227 @@
+"""Job data: typed arguments, stored rows, insert options and the job handed to a worker."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from drover.context import JobContext
+from drover.errors import InvalidInsertOpts
+
+__all__ = ["InsertOpts", "Job", "JobArgs", "JobRow", "JobState"]
+
+MAX_QUEUE_LENGTH = 128
+MAX_KIND_LENGTH = 255
+MAX_UNIQUE_KEY_LENGTH = 1024
+
+
+class JobState(enum.StrEnum):
+    """Where a job is in its life. The order matches the ``drover_job_state`` enum.
+
+    ``available``, ``scheduled`` and ``retryable`` wait to be claimed (once
+    ``scheduled_at`` is due); ``running`` holds a lease; ``completed``,
+    ``cancelled`` and ``dead`` are terminal (``dead`` is the dead-letter state
+    an operator can retry).
+    """
+
+    __module__ = "drover"
+
+    AVAILABLE = "available"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    RETRYABLE = "retryable"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    DEAD = "dead"
+
+
+def _check_name(value: object, what: str, limit: int) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{what} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{what} is {len(value)} characters long; the maximum is {limit}")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters")
+    return value
+
+
+def _check_max_attempts(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if not 1 <= value <= 2**31 - 1:
+        raise ValueError(f"{what} must be between 1 and 2147483647, not {value}")
+    return value
+
+
+class JobArgs(BaseModel):
+    """Base class for a job's arguments: a frozen pydantic model with a ``kind``.
+
+    Declare the kind, and optionally insert defaults, as class keywords::
+
+        class SendEmail(drover.JobArgs, kind="send_email", queue="email", max_attempts=5):
+            to: str
+            subject: str
+
+    ``kind`` names the job type in the database and selects the worker; it is
+    checked when the class is defined (missing or empty raises ``TypeError``).
+    A base class meant only to be subclassed passes ``abstract=True`` instead.
+    ``queue`` and ``max_attempts`` are defaults that :class:`InsertOpts` can
+    override per insert.
+
+    Instances are validated when constructed and encoded with
+    ``model_dump_json`` on insert; workers decode them with
+    ``model_validate_json``. Add fields only with defaults so rows written by an
+    older producer still validate (unknown fields are ignored).
+    """
+
+    __module__ = "drover"
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ClassVar[str]
+    default_queue: ClassVar[str | None] = None
+    default_max_attempts: ClassVar[int | None] = None
+
+    def __init_subclass__(
+        cls,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        max_attempts: int | None = None,
+        abstract: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        try:
+            if kind is not None:
+                cls.kind = _check_name(kind, f"{cls.__qualname__} kind", MAX_KIND_LENGTH)
+            if queue is not None:
+                cls.default_queue = _check_name(queue, f"{cls.__qualname__} queue", MAX_QUEUE_LENGTH)
+            if max_attempts is not None:
+                cls.default_max_attempts = _check_max_attempts(
+                    max_attempts, f"{cls.__qualname__} max_attempts"
+                )
+        except ValueError as exc:
+            raise TypeError(str(exc)) from None
+        if abstract:
+            return
+        current = getattr(cls, "kind", None)
+        if not isinstance(current, str) or not current.strip():
+            raise TypeError(
+                f"{cls.__qualname__} needs a job kind: "
+                f'class {cls.__name__}(drover.JobArgs, kind="...")'
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One row of ``drover_jobs`` as stored, with ``args`` still raw JSON (decoded to Python).
+
+    Timestamps are timezone-aware. ``errors`` holds one entry per failed attempt:
+    ``{"attempt", "at", "error", "trace"}``.
+    """
+
+    __module__ = "drover"
+
+    id: int
+    kind: str
+    queue: str
+    args: Any
+    state: JobState
+    attempt: int
+    max_attempts: int
+    errors: list[dict[str, Any]]
+    scheduled_at: datetime
+    leased_until: datetime | None
+    created_at: datetime
+    finalized_at: datetime | None
+    unique_key: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InsertOpts:
+    """Per-insert options. Every field is optional.
+
+    - ``queue``: the queue to insert into. ``None`` means the args class's
+      ``queue=`` default, else ``"default"``. A queue no client works is not an
+      error; the job waits.
+    - ``scheduled_at``: a timezone-aware time before which the job is not run.
+      The database clock decides: a time in the future stores the job
+      ``scheduled``; ``None`` or a time in the past means now (``available``).
+    - ``unique_key``: at most one non-terminal job (waiting or running) may hold a
+      given ``(queue, kind, unique_key)``; a second insert raises
+      :class:`drover.DuplicateJob`. Empty means not unique.
+    - ``max_attempts``: executions allowed before the job is dead. ``None``
+      means the args class's default, else 25.
+
+    Invalid values raise :class:`drover.InvalidInsertOpts` at construction.
+    """
+
+    __module__ = "drover"
+
+    queue: str | None = None
+    scheduled_at: datetime | None = None
+    unique_key: str | None = None
+    max_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            if self.queue is not None:
+                _check_name(self.queue, "InsertOpts.queue", MAX_QUEUE_LENGTH)
+            if self.scheduled_at is not None:
+                if not isinstance(self.scheduled_at, datetime):
+                    raise TypeError(
+                        "InsertOpts.scheduled_at must be a datetime, "
+                        f"not {type(self.scheduled_at).__name__}"
+                    )
+                if self.scheduled_at.utcoffset() is None:
+                    raise ValueError(
+                        "InsertOpts.scheduled_at must be timezone-aware "
+                        "(e.g. datetime.now(timezone.utc)); a naive time is ambiguous"
+                    )
+            if self.unique_key is not None:
+                if not isinstance(self.unique_key, str):
+                    raise TypeError(
+                        f"InsertOpts.unique_key must be a str, not {type(self.unique_key).__name__}"
+                    )
+                if len(self.unique_key) > MAX_UNIQUE_KEY_LENGTH:
+                    raise ValueError(
+                        f"InsertOpts.unique_key is {len(self.unique_key)} characters long; "
+                        f"the maximum is {MAX_UNIQUE_KEY_LENGTH}"
+                    )
+                if "\x00" in self.unique_key:
+                    raise ValueError("InsertOpts.unique_key must not contain NUL characters")
+            if self.max_attempts is not None:
+                _check_max_attempts(self.max_attempts, "InsertOpts.max_attempts")
+        except (TypeError, ValueError) as exc:
+            raise InvalidInsertOpts(str(exc)) from None
+
+
+ArgsT = TypeVar("ArgsT", bound=JobArgs, covariant=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job(Generic[ArgsT]):
+    """What a worker receives: the claimed row's identity and its decoded, typed args.
+
+    ``attempt`` counts executions including this one (1 on the first run).
+    ``context`` carries cancellation (shutdown escalation, timeouts), the
+    deadline if any, and values set by middleware.
+    """
+
+    __module__ = "drover"
+
+    id: int
+    kind: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    args: ArgsT
+    context: JobContext = field(default_factory=JobContext, compare=False)
