@@ -22,7 +22,7 @@ InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
 """An element of ``insert_many``: args alone, or ``(args, opts)``."""
 
 
-def _encode_batch(items: Iterable[InsertItem]) -> list[store.JobInsertParams]:
+def _encode_batch(items: object) -> list[store.JobInsertParams]:
     if isinstance(items, JobArgs | str | bytes) or not isinstance(items, Iterable):
         raise InvalidJobArgs(
             f"insert_many needs a list of JobArgs or (JobArgs, InsertOpts) pairs, "
@@ -139,7 +139,7 @@ class Client:
         if not batch:
             return []
         with borrow(self._pool, "insert jobs") as conn:
-            return store.job_insert_many(conn, batch)
+            return store.job_insert_many(conn, batch, caller_tx=False)
 
     def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch inside the caller's open transaction (see :meth:`insert_tx`).
@@ -152,7 +152,7 @@ class Client:
         resolved = resolve_connection(conn)
         if not batch:
             return []
-        return store.job_insert_many(resolved, batch)
+        return store.job_insert_many(resolved, batch, caller_tx=True)
 
     def get_job(self, job_id: int) -> JobRow | None:
         """The job's current row, or ``None`` when no job has that id."""
@@ -177,5 +177,3 @@ class Client:
     def __repr__(self) -> str:
         owner = "own pool" if self._owns_pool else "borrowed pool"
         return f"<drover.Client {owner}{' closed' if self._closed else ''}>"
-
-

@@ -102,7 +102,9 @@ class JobArgs(BaseModel):
             if kind is not None:
                 cls.kind = _check_name(kind, f"{cls.__qualname__} kind", MAX_KIND_LENGTH)
             if queue is not None:
-                cls.default_queue = _check_name(queue, f"{cls.__qualname__} queue", MAX_QUEUE_LENGTH)
+                cls.default_queue = _check_name(
+                    queue, f"{cls.__qualname__} queue", MAX_QUEUE_LENGTH
+                )
             if max_attempts is not None:
                 cls.default_max_attempts = _check_max_attempts(
                     max_attempts, f"{cls.__qualname__} max_attempts"

@@ -16,6 +16,7 @@ from drover.job import Job, JobArgs
 __all__ = ["Worker", "Workers"]
 
 A = TypeVar("A", bound=JobArgs)
+W = TypeVar("W", bound="Worker[Any]")
 
 
 class Worker(abc.ABC, Generic[A]):
@@ -102,7 +103,13 @@ def _args_type_from_annotation(fn: Callable[..., object]) -> type[JobArgs]:
         (arg,) = get_args(annotation)
         if isinstance(arg, type) and issubclass(arg, JobArgs):
             return arg
-    raise ConfigError(f"{name}'s parameter must be annotated drover.Job[YourArgs], not {annotation!r}")
+    raise ConfigError(
+        f"{name}'s parameter must be annotated drover.Job[YourArgs], not {annotation!r}"
+    )
+
+
+def _is_args_class(obj: object) -> bool:
+    return isinstance(obj, type) and issubclass(obj, JobArgs)
 
 
 class Workers:
@@ -120,7 +127,7 @@ class Workers:
         self._lock = threading.Lock()
         self._by_kind: dict[str, _Registration] = {}
 
-    def add(self, worker: Worker[A]) -> Worker[A]:
+    def add(self, worker: W) -> W:
         """Register ``worker`` for its args type's kind and return it."""
         if not isinstance(worker, Worker):
             raise ConfigError(
@@ -153,15 +160,13 @@ class Workers:
         function is returned unchanged, so it stays callable in tests.
         """
 
+        if args is not None and not _is_args_class(args):
+            raise ConfigError(f"args= must be a drover.JobArgs subclass, not {args!r}")
+
         def decorate(func: Callable[[Job[A]], None]) -> Callable[[Job[A]], None]:
             if not callable(func):
                 raise ConfigError(f"Workers.register needs a function, not {type(func).__name__}")
-            if args is not None:
-                if not (isinstance(args, type) and issubclass(args, JobArgs)):
-                    raise ConfigError(f"args= must be a drover.JobArgs subclass, not {args!r}")
-                args_type: type[JobArgs] = args
-            else:
-                args_type = _args_type_from_annotation(func)
+            args_type = args if args is not None else _args_type_from_annotation(func)
             self._register(args_type, _FunctionWorker(func, args_type))
             return func
 
@@ -170,7 +175,11 @@ class Workers:
         return decorate(fn)
 
     def _register(self, args_type: type[JobArgs], worker: Worker[Any]) -> None:
-        kind = args_type.kind
+        kind = getattr(args_type, "kind", None)
+        if not isinstance(kind, str) or not kind:
+            raise ConfigError(
+                f"{args_type.__qualname__} has no job kind; workers need a concrete JobArgs class"
+            )
         with self._lock:
             existing = self._by_kind.get(kind)
             if existing is not None:

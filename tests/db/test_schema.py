@@ -47,7 +47,9 @@ def _indexes(conn: psycopg.Connection[tuple[object, ...]]) -> dict[str, str]:
     return {str(name): str(definition) for name, definition in rows}
 
 
-def test_columns_types_nullability_and_defaults(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+def test_columns_types_nullability_and_defaults(
+    conn: psycopg.Connection[tuple[object, ...]],
+) -> None:
     columns = _columns(conn)
     assert set(columns) == set(EXPECTED_COLUMNS)
     for name, (type_, nullable, default) in EXPECTED_COLUMNS.items():
@@ -56,9 +58,7 @@ def test_columns_types_nullability_and_defaults(conn: psycopg.Connection[tuple[o
 
 
 def test_state_enum_labels_in_order(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    labels = conn.execute(
-        "SELECT unnest(enum_range(NULL::drover_job_state))::text"
-    ).fetchall()
+    labels = conn.execute("SELECT unnest(enum_range(NULL::drover_job_state))::text").fetchall()
     assert [r[0] for r in labels] == [s.value for s in drover.JobState]
     assert [s.value for s in drover.JobState] == [
         "available", "scheduled", "running", "retryable", "completed", "cancelled", "dead",

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
-from drover._db.errors import redact, translate
+from drover._db.errors import translate
 from drover.errors import NotInTransaction, UnsupportedConnection
 
 __all__ = [
@@ -141,4 +141,3 @@ def resolve_connection(obj: object) -> Connection:
             "roll it back first"
         )
     return conn
-

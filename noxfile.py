@@ -1,0 +1,65 @@
+"""Developer and CI sessions: ``nox -s lint typecheck tests build``."""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "typecheck", "tests", "build"]
+nox.options.error_on_missing_interpreters = False
+
+# Python 3.11 is the floor; newer interpreters run where the machine has them.
+PYTHONS = [v for v in ("3.11", "3.12", "3.13") if shutil.which(f"python{v}")] or ["3.11"]
+
+
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
+    """The test suite against an installed (non-editable) drover."""
+    session.install(".[dev]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python="3.11")
+def lint(session: nox.Session) -> None:
+    """ruff lint and format check."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python="3.11")
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the package and the typed API contract."""
+    session.install("-e", ".[dev]")
+    session.run("mypy", "--strict", "src", "tests/typing")
+
+
+@nox.session(python="3.11")
+def build(session: nox.Session) -> None:
+    """Build sdist and wheel (the wheel from the sdist) and check the SQL made it in."""
+    session.install("build")
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist))
+    wheels = list(dist.glob("drover-*.whl"))
+    if len(wheels) != 1:
+        session.error(f"expected one wheel in {dist}, found {wheels}")
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    needed = ["drover/py.typed", "drover/sql/migrations/0001_create_jobs.sql"]
+    needed += [f"drover/sql/queries/{p.name}" for p in Path("sql/queries").glob("*.sql")]
+    missing = [n for n in needed if n not in names]
+    if missing:
+        session.error(f"the wheel is missing {missing}")
+    # The installed wheel must read its SQL from the package, not from a checkout.
+    session.install(str(wheels[0]))
+    check = (
+        "import drover._db.queries as q; root = str(q.sql_root()); "
+        "assert 'site-packages' in root, root; "
+        "assert q.load_migrations() and q.query('job_insert'); print(root)"
+    )
+    session.run("python", "-c", check, external=False)
+    session.log(f"{wheels[0].name}: {len(names)} files, SQL included and loadable")

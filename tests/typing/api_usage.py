@@ -1,0 +1,74 @@
+"""Type-checked contract for drover's public API (mypy --strict; never executed by pytest).
+
+Lines marked ``type: ignore[code]`` must stay errors: with warn_unused_ignores
+mypy fails if one of them ever stops being an error.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+import drover
+
+
+class SendEmail(drover.JobArgs, kind="send_email", queue="email", max_attempts=5):
+    to: str
+    subject: str = "hello"
+
+
+class Resize(drover.JobArgs, kind="resize"):
+    image_id: int
+
+
+class SendEmailWorker(drover.Worker[SendEmail]):
+    timeout = timedelta(seconds=30)
+
+    def work(self, job: drover.Job[SendEmail]) -> None:
+        to: str = job.args.to
+        attempt: int = job.attempt
+        if job.context.cancelled or job.context.wait(0.1):
+            return
+        print(to, attempt)
+        _ = job.args.nope  # type: ignore[attr-defined]
+
+
+workers = drover.Workers()
+worker: SendEmailWorker = workers.add(SendEmailWorker())
+
+
+@workers.register
+def resize(job: drover.Job[Resize]) -> None:
+    image_id: int = job.args.image_id
+    print(image_id)
+
+
+@workers.register(args=SendEmail)
+def send_again(job: drover.Job[SendEmail]) -> None:
+    print(job.args.subject)
+
+
+def inserts(client: drover.Client, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    row: drover.JobRow = client.insert(SendEmail(to="a"))
+    state: drover.JobState = row.state
+    print(state)
+    client.insert(
+        Resize(image_id=1),
+        drover.InsertOpts(queue="bulk", scheduled_at=datetime.now(UTC), unique_key="k"),
+    )
+    client.insert_tx(conn, SendEmail(to="b"))
+    rows: list[drover.JobRow] = client.insert_many(
+        [SendEmail(to="c"), (Resize(image_id=2), drover.InsertOpts(queue="bulk"))]
+    )
+    print(rows)
+    client.insert_many_tx(conn, [Resize(image_id=3)])
+    SendEmail(to=1)  # type: ignore[arg-type]
+    SendEmail(tx="x")  # type: ignore[call-arg]
+    client.insert({"to": "x"})  # type: ignore[arg-type]
+
+
+def migrations(url: str) -> None:
+    applied: list[drover.Migration] = drover.migrate(url)
+    status: drover.MigrationStatus = drover.migration_status(url)
+    print(applied, status.current_version, status.pending)

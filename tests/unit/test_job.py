@@ -1,0 +1,134 @@
+"""JobArgs class rules and InsertOpts validation (pure Python, no database)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pydantic
+import pytest
+
+import drover
+
+
+def test_kind_and_defaults_come_from_class_keywords() -> None:
+    class SendEmail(drover.JobArgs, kind="send_email", queue="email", max_attempts=5):
+        to: str
+
+    assert SendEmail.kind == "send_email"
+    assert SendEmail.default_queue == "email"
+    assert SendEmail.default_max_attempts == 5
+    # kind is a ClassVar: not a field, not in the JSON.
+    assert "kind" not in SendEmail.model_fields
+    assert SendEmail(to="a").model_dump_json() == '{"to":"a"}'
+
+
+def test_args_are_frozen() -> None:
+    class Frozen(drover.JobArgs, kind="frozen"):
+        x: int
+
+    args = Frozen(x=1)
+    with pytest.raises(pydantic.ValidationError):
+        args.x = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"kind": ""}, {"kind": "   "}])
+def test_missing_or_empty_kind_fails_at_class_definition(kwargs: dict[str, str]) -> None:
+    with pytest.raises(TypeError, match="kind"):
+
+        class NoKind(drover.JobArgs, **kwargs):  # type: ignore[call-arg]
+            pass
+
+
+def test_non_string_kind_fails_at_class_definition() -> None:
+    with pytest.raises(TypeError, match="must be a str"):
+
+        class BadKind(drover.JobArgs, kind=3):  # type: ignore[arg-type]
+            pass
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"queue": ""}, "queue must not be empty"), ({"max_attempts": 0}, "between 1 and")],
+)
+def test_bad_class_defaults_fail_at_class_definition(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(TypeError, match=match):
+
+        class Bad(drover.JobArgs, kind="bad", **kwargs):  # type: ignore[arg-type]
+            pass
+
+
+def test_abstract_base_then_concrete_subclass() -> None:
+    class Base(drover.JobArgs, abstract=True):
+        tenant: str
+
+    class Concrete(Base, kind="concrete"):
+        pass
+
+    assert Concrete(tenant="t").kind == "concrete"
+    with pytest.raises(TypeError, match="kind"):
+
+        class StillMissing(Base):
+            pass
+
+
+def test_subclass_inherits_kind_and_defaults() -> None:
+    class Parent(drover.JobArgs, kind="parent", queue="q"):
+        pass
+
+    class Child(Parent):
+        extra: int = 0
+
+    assert (Child.kind, Child.default_queue) == ("parent", "q")
+
+
+def test_insert_opts_defaults() -> None:
+    opts = drover.InsertOpts()
+    assert (opts.queue, opts.scheduled_at, opts.unique_key, opts.max_attempts) == (
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match", "base"),
+    [
+        ({"queue": ""}, "queue must not be empty", ValueError),
+        ({"queue": "  "}, "queue must not be empty", ValueError),
+        ({"queue": 5}, "queue must be a str", ValueError),
+        ({"queue": "q" * 129}, "maximum is 128", ValueError),
+        ({"queue": "a\x00b"}, "NUL", ValueError),
+        ({"scheduled_at": datetime(2030, 1, 1)}, "timezone-aware", ValueError),
+        ({"scheduled_at": "2030-01-01"}, "must be a datetime", ValueError),
+        ({"unique_key": 7}, "unique_key must be a str", ValueError),
+        ({"unique_key": "k" * 1025}, "maximum is 1024", ValueError),
+        ({"unique_key": "\x00"}, "NUL", ValueError),
+        ({"max_attempts": 0}, "between 1 and", ValueError),
+        ({"max_attempts": True}, "must be an int", ValueError),
+        ({"max_attempts": 2**31}, "between 1 and", ValueError),
+    ],
+)
+def test_insert_opts_validation(kwargs: dict[str, object], match: str, base: type) -> None:
+    with pytest.raises(drover.InvalidInsertOpts, match=match) as info:
+        drover.InsertOpts(**kwargs)  # type: ignore[arg-type]
+    assert isinstance(info.value, drover.DroverError)
+    assert isinstance(info.value, base)
+
+
+def test_insert_opts_accepts_aware_times() -> None:
+    at = datetime.now(UTC) + timedelta(minutes=5)
+    assert drover.InsertOpts(scheduled_at=at).scheduled_at == at
+
+
+def test_job_state_order_matches_the_lifecycle() -> None:
+    assert list(drover.JobState) == [
+        drover.JobState.AVAILABLE,
+        drover.JobState.SCHEDULED,
+        drover.JobState.RUNNING,
+        drover.JobState.RETRYABLE,
+        drover.JobState.COMPLETED,
+        drover.JobState.CANCELLED,
+        drover.JobState.DEAD,
+    ]
+    assert drover.JobState("dead") == "dead"
