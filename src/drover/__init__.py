@@ -7,27 +7,40 @@ commits. Delivery is at-least-once: handlers must be idempotent.
 
 from __future__ import annotations
 
+import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from drover._db.migrator import AppliedMigration, MigrationStatus, migrate, migration_status
 from drover._db.queries import Migration
 from drover._durations import Duration
+from drover._runtime.runner import ArgsDecodeError, UnknownJobKind
 from drover.client import Client, InsertItem
+from drover.config import Config
 from drover.context import JobContext
 from drover.errors import (
+    AlreadyStarted,
+    Cancel,
     ConfigError,
     DatabaseError,
+    DrainIncomplete,
     DroverError,
     DuplicateJob,
     InvalidInsertOpts,
     InvalidJobArgs,
+    JobSignal,
     MigrationError,
     NotInTransaction,
+    NotStarted,
     SchemaMissing,
+    Snooze,
     UnsupportedConnection,
 )
 from drover.job import InsertOpts, Job, JobArgs, JobRow, JobState
+from drover.middleware import Handler, Middleware
+from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Worker, Workers
+
+logging.getLogger("drover").addHandler(logging.NullHandler())
 
 try:
     __version__ = version("drover")
@@ -35,13 +48,20 @@ except PackageNotFoundError:  # a bare checkout on sys.path, not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "AlreadyStarted",
     "AppliedMigration",
+    "ArgsDecodeError",
+    "Cancel",
     "Client",
+    "Config",
     "ConfigError",
     "DatabaseError",
+    "DrainIncomplete",
     "DroverError",
     "DuplicateJob",
     "Duration",
+    "ExponentialRetryPolicy",
+    "Handler",
     "InsertItem",
     "InsertOpts",
     "InvalidInsertOpts",
@@ -50,12 +70,18 @@ __all__ = [
     "JobArgs",
     "JobContext",
     "JobRow",
+    "JobSignal",
     "JobState",
+    "Middleware",
     "Migration",
     "MigrationError",
     "MigrationStatus",
     "NotInTransaction",
+    "NotStarted",
+    "RetryPolicy",
     "SchemaMissing",
+    "Snooze",
+    "UnknownJobKind",
     "UnsupportedConnection",
     "Worker",
     "Workers",

@@ -6,14 +6,22 @@ layer; it runs no SQL of its own.
 
 from __future__ import annotations
 
+import enum
+import secrets
+import signal
 import threading
 from collections.abc import Iterable
-from typing import Any
+from types import FrameType, TracebackType
+from typing import Any, Self
 
 from drover._db import store
 from drover._db.connections import ConnectionPool, borrow, open_pool, resolve_connection
+from drover._db.errors import translate
+from drover._durations import Duration, to_seconds
 from drover._encode import encode_insert
-from drover.errors import InvalidJobArgs
+from drover._runtime.engine import Engine
+from drover.config import Config
+from drover.errors import AlreadyStarted, DroverError, InvalidJobArgs, NotStarted
 from drover.job import InsertOpts, JobArgs, JobRow
 
 __all__ = ["Client", "InsertItem"]
@@ -42,24 +50,44 @@ def _encode_batch(items: object) -> list[store.JobInsertParams]:
     return encoded
 
 
+class _Phase(enum.Enum):
+    NEW = "new"
+    STARTED = "started"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
 class Client:
-    """drover's entry point: inserts jobs (and, once started, runs them).
+    """drover's entry point: inserts jobs and, once started, runs them.
 
     ``pool_or_conninfo`` is either a ``psycopg_pool.ConnectionPool`` that the
     application owns (drover borrows connections and never closes it) or a
     conninfo string / URL, from which the client opens its own pool and closes
-    it in :meth:`close`.
+    it on :meth:`stop` or :meth:`close`. ``config`` says how jobs run; a client
+    that only inserts needs none.
 
     All methods are thread-safe. Each non-transactional insert borrows one pool
     connection for one round trip (``insert_many``: a constant three), so a
     client can be shared by every thread of a web application. When no pool
     connection frees up within the pool's timeout, the insert raises
     :class:`drover.DatabaseError`.
+
+    Running jobs: :meth:`start` launches the fetcher, the job pool
+    (``config.concurrency`` threads), the completer, the heartbeat and the
+    rescuer; :meth:`stop` drains them. A running job holds no database
+    connection, so the pool needs only a handful of connections whatever the
+    concurrency. The lifecycle runs once per client.
     """
 
     __module__ = "drover"
 
-    def __init__(self, pool_or_conninfo: ConnectionPool[Any] | str) -> None:
+    def __init__(
+        self, pool_or_conninfo: ConnectionPool[Any] | str, config: Config | None = None
+    ) -> None:
+        if config is None:
+            config = Config()
+        elif not isinstance(config, Config):
+            raise TypeError(f"config must be a drover.Config, not {type(config).__qualname__}")
         if isinstance(pool_or_conninfo, str):
             if not pool_or_conninfo.strip():
                 raise ValueError("Client needs a conninfo string or URL; got an empty string")
@@ -73,8 +101,20 @@ class Client:
                 "Client needs a psycopg_pool.ConnectionPool or a conninfo string, "
                 f"not {type(pool_or_conninfo).__qualname__}"
             )
+        self._config = config
+        self._id = secrets.token_hex(3)
         self._close_lock = threading.Lock()
         self._closed = False
+        self._lifecycle = threading.Lock()
+        self._phase = _Phase.NEW
+        self._engine: Engine | None = None
+        self._stopped = threading.Event()
+        self._verdict: DroverError | None = None
+
+    @property
+    def config(self) -> Config:
+        """The validated configuration this client runs with."""
+        return self._config
 
     @property
     def pool(self) -> ConnectionPool[Any]:
@@ -96,7 +136,9 @@ class Client:
         """
         params = encode_insert(args, opts)
         with borrow(self._pool, "insert job") as conn:
-            return store.job_insert(conn, params)
+            row = store.job_insert(conn, params)
+        self._nudge()
+        return row
 
     def insert_tx(self, conn: object, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:
         """Insert one job inside the caller's open transaction.
@@ -139,7 +181,9 @@ class Client:
         if not batch:
             return []
         with borrow(self._pool, "insert jobs") as conn:
-            return store.job_insert_many(conn, batch, caller_tx=False)
+            rows = store.job_insert_many(conn, batch, caller_tx=False)
+        self._nudge()
+        return rows
 
     def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch inside the caller's open transaction (see :meth:`insert_tx`).
@@ -161,11 +205,136 @@ class Client:
         with borrow(self._pool, "get job") as conn:
             return store.job_get(conn, job_id)
 
+    def _nudge(self) -> None:
+        # A job this client inserted itself can be claimed without waiting out
+        # the poll interval. Transactional inserts cannot nudge: the job is not
+        # visible until the caller commits.
+        engine = self._engine
+        if engine is not None and self._phase is _Phase.STARTED:
+            engine.wake()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start running jobs; returns as soon as the pool is running.
+
+        For a pool the client owns, waits (up to the pool's timeout) for a
+        first connection so a wrong URL fails here, not in a background thread.
+
+        Raises:
+            drover.AlreadyStarted: the client was started before (even if stopped since).
+            drover.DatabaseError: the client's own pool could not connect; the
+                client stays startable.
+        """
+        with self._lifecycle:
+            if self._phase is not _Phase.NEW:
+                raise AlreadyStarted(
+                    f"this client was already {self._phase.value}; "
+                    "a client runs once, build a new one to start again"
+                )
+            if self._owns_pool:
+                with translate("start"):
+                    self._pool.wait(timeout=self._pool.timeout)
+            # Built and launched under the lock, so a stop() racing this start
+            # either sees NEW (and refuses) or a fully running engine.
+            engine = Engine(pool=self._pool, config=self._config, client_id=self._id)
+            engine.start()
+            self._engine = engine
+            self._phase = _Phase.STARTED
+
+    def stop(self, timeout: Duration | None = None) -> None:
+        """Stop claiming, drain in-flight jobs, and return once each recorded its outcome.
+
+        ``timeout`` (``timedelta`` or seconds; ``None`` waits as long as it takes)
+        bounds the wait for running handlers. When it runs out, their contexts
+        are cancelled and their jobs returned to the queue, claimable at once;
+        the attempt they used stays counted, so the next claim is the next
+        attempt. Handlers that ignore cancellation may still be running after
+        this returns; their late outcomes are refused by the lease fence and
+        logged. A pool the client owns is closed last.
+
+        A second call (or one racing the first) returns or raises the first
+        call's verdict without draining again.
+
+        Raises:
+            drover.NotStarted: the client was never started.
+            drover.DrainIncomplete: the budget ran out; ``.job_ids`` were handed back.
+        """
+        budget = None if timeout is None else max(0.0, to_seconds(timeout, "timeout"))
+        with self._lifecycle:
+            if self._phase is _Phase.NEW:
+                raise NotStarted("stop() called on a client that was never started")
+            first = self._phase is _Phase.STARTED
+            if first:
+                self._phase = _Phase.STOPPING
+        if not first:
+            self._stopped.wait()
+            if self._verdict is not None:
+                raise self._verdict
+            return
+        engine = self._engine
+        assert engine is not None
+        verdict: DroverError | None = None
+        try:
+            verdict = engine.stop(budget)
+        finally:
+            self._verdict = verdict
+            with self._lifecycle:
+                self._phase = _Phase.STOPPED
+            self.close()
+            self._stopped.set()
+        if verdict is not None:
+            raise verdict
+
+    def run(self) -> None:
+        """Start, block until SIGINT or SIGTERM, then stop with ``config.shutdown_timeout``.
+
+        Must be called from the main thread (signal handlers live there). The
+        previous handlers are restored before returning.
+
+        Raises:
+            drover.DrainIncomplete: as :meth:`stop`.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("Client.run() installs signal handlers and needs the main thread")
+        received = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            received.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.start()
+            while not received.wait(0.5):
+                pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self.stop(self._config.shutdown_timeout)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop(self._config.shutdown_timeout)
+
+    @property
+    def running(self) -> bool:
+        """True between a successful :meth:`start` and the beginning of :meth:`stop`."""
+        return self._phase is _Phase.STARTED
+
     def close(self) -> None:
         """Close the pool if the client opened it; idempotent.
 
         A pool passed in by the application is left open. Inserts after
-        ``close`` fail with :class:`drover.DatabaseError`.
+        ``close`` fail with :class:`drover.DatabaseError`. Closing a running
+        client without :meth:`stop` strands its jobs until their leases expire.
         """
         with self._close_lock:
             if self._closed:
@@ -176,4 +345,4 @@ class Client:
 
     def __repr__(self) -> str:
         owner = "own pool" if self._owns_pool else "borrowed pool"
-        return f"<drover.Client {owner}{' closed' if self._closed else ''}>"
+        return f"<drover.Client {self._id} {self._phase.value}, {owner}>"

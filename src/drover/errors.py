@@ -13,8 +13,14 @@ that too, so ``except ValueError`` keeps working::
     ├── NotInTransaction             insert_tx on an autocommit connection
     ├── DuplicateJob                 a non-terminal job already holds the unique key
     ├── MigrationError               a migration file is malformed or failed to apply
-    └── DatabaseError                the database refused or could not be reached
-        └── SchemaMissing            drover's tables do not exist: run drover.migrate()
+    ├── DatabaseError                the database refused or could not be reached
+    │   └── SchemaMissing            drover's tables do not exist: run drover.migrate()
+    ├── AlreadyStarted               start() on a client that was started before
+    ├── NotStarted                   stop() on a client that was never started
+    ├── DrainIncomplete              stop() ran out of time; unfinished jobs were handed back
+    └── JobSignal                    raised by a handler to steer its job, never an error
+        ├── Snooze                   run the job again later, without spending an attempt
+        └── Cancel                   stop retrying: the job ends cancelled
 
 Validation errors are raised before anything touches the database, so a
 rejected call has written nothing.
@@ -22,16 +28,26 @@ rejected call has written nothing.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from datetime import timedelta
+
 __all__ = [
+    "AlreadyStarted",
+    "Cancel",
     "ConfigError",
     "DatabaseError",
+    "DrainIncomplete",
     "DroverError",
     "DuplicateJob",
     "InvalidInsertOpts",
     "InvalidJobArgs",
+    "JobSignal",
     "MigrationError",
     "NotInTransaction",
+    "NotStarted",
     "SchemaMissing",
+    "Snooze",
     "UnsupportedConnection",
 ]
 
@@ -118,3 +134,96 @@ class SchemaMissing(DatabaseError):
     """drover's tables are missing from this database; run :func:`drover.migrate` first."""
 
     __module__ = "drover"
+
+
+class AlreadyStarted(DroverError):
+    """``start()`` was called on a client that is running or has been stopped.
+
+    A client's lifecycle runs once; build a new client to start again.
+    """
+
+    __module__ = "drover"
+
+
+class NotStarted(DroverError):
+    """``stop()`` was called on a client that was never started."""
+
+    __module__ = "drover"
+
+
+class DrainIncomplete(DroverError):
+    """``stop()`` ran out of time with jobs still running.
+
+    Their contexts were cancelled and the jobs were returned to the queue,
+    claimable at once with the attempt they used still counted. Handlers that
+    ignore cancellation may still be running when this is raised; whatever they
+    write later is refused by the lease fence.
+
+    Attributes:
+        count: how many jobs were still running.
+        job_ids: their ids, ascending.
+    """
+
+    __module__ = "drover"
+
+    def __init__(self, job_ids: Sequence[int]) -> None:
+        self.job_ids: tuple[int, ...] = tuple(sorted(job_ids))
+        self.count = len(self.job_ids)
+        super().__init__(
+            f"shutdown deadline reached: {self.count} job(s) still running, "
+            f"returned to the queue: {list(self.job_ids)}"
+        )
+
+
+class JobSignal(DroverError):
+    """Base of the exceptions a handler raises to steer its own job. Not an error.
+
+    drover recognises a signal raised directly or chained as the cause of
+    another exception (``raise SomeError(...) from drover.Cancel(...)``).
+    """
+
+    __module__ = "drover"
+
+
+class Snooze(JobSignal):
+    """Raise from a handler to run the job again after ``delay``.
+
+    The job goes back to ``scheduled`` with the claim's attempt given back, so
+    snoozing never brings a job closer to ``dead``, and nothing is appended to
+    its errors. ``delay`` is a ``timedelta`` or seconds; negative means zero
+    (claimable at once).
+    """
+
+    __module__ = "drover"
+
+    def __init__(self, delay: timedelta | float = 0) -> None:
+        if isinstance(delay, timedelta):
+            seconds = delay.total_seconds()
+        elif isinstance(delay, int | float) and not isinstance(delay, bool):
+            seconds = float(delay)
+        else:
+            raise TypeError(
+                f"Snooze delay must be a timedelta or seconds, not {type(delay).__name__}"
+            )
+        if not math.isfinite(seconds):
+            raise ValueError(f"Snooze delay must be finite, not {delay!r}")
+        self.delay = timedelta(seconds=max(0.0, seconds))
+        super().__init__(f"job snoozed for {self.delay}")
+
+
+class Cancel(JobSignal):
+    """Raise from a handler to end the job ``cancelled``: no further attempts.
+
+    The reason is recorded in the job's errors. Cancel wins over Snooze when an
+    exception chain carries both.
+    """
+
+    __module__ = "drover"
+
+    def __init__(self, reason: object = None) -> None:
+        self.reason = "" if reason is None else str(reason)
+        super().__init__(
+            f"job cancelled by handler: {self.reason}"
+            if self.reason
+            else "job cancelled by handler"
+        )

@@ -21,7 +21,7 @@ from drover._db.queries import query
 from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
 
-__all__ = ["JobInsertParams", "job_get", "job_insert", "job_insert_many"]
+__all__ = ["JobInsertParams", "job_get", "job_insert", "job_insert_many", "row_from_db"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,8 @@ class JobInsertParams:
         }
 
 
-def _row(values: Sequence[Any]) -> JobRow:
+def row_from_db(values: Sequence[Any]) -> JobRow:
+    """Build a JobRow from the 13 columns every job query returns, jsonb as text."""
     (
         id_,
         kind,
@@ -101,7 +102,7 @@ def job_insert(conn: Connection, params: JobInsertParams) -> JobRow:
         row = cur.fetchone()
     if row is None:
         raise _duplicate(params)
-    return _row(row)
+    return row_from_db(row)
 
 
 def job_insert_many(
@@ -146,7 +147,7 @@ def job_insert_many(
             if len(rows) != len(batch):
                 # Raising rolls the nested transaction back: nothing of the batch stays.
                 raise _first_duplicate(conn, batch, {r[0] for r in rows})
-    return [_row(r) for r in rows]
+    return [row_from_db(r) for r in rows]
 
 
 def _first_duplicate(
@@ -166,4 +167,4 @@ def job_get(conn: Connection, job_id: int) -> JobRow | None:
     with translate(f"get job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("job_get"), {"id": job_id})
         row = cur.fetchone()
-    return None if row is None else _row(row)
+    return None if row is None else row_from_db(row)

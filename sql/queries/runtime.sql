@@ -1,0 +1,97 @@
+-- Queries the running client issues: claims, outcomes, lease renewal, rescue.
+-- Every write made on behalf of a claim is fenced on (id, attempt, state =
+-- 'running'): a worker whose claim was superseded (rescued and re-claimed, or
+-- handed back at shutdown) cannot change the row. Lease deadlines and dueness
+-- use the database clock; the client sends durations, never instants.
+
+-- name: job_claim
+-- Up to %(limit)s due jobs of one queue, oldest due time first. SKIP LOCKED
+-- lets many clients claim concurrently without waiting on each other; each
+-- claim spends an attempt and leases the row.
+WITH picked AS (
+    SELECT id
+    FROM drover_jobs
+    WHERE state IN ('available', 'retryable', 'scheduled')
+      AND queue = %(queue)s
+      AND scheduled_at <= now()
+    ORDER BY scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE drover_jobs j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    leased_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.kind, j.queue, j.args::text, j.state::text, j.attempt, j.max_attempts,
+          j.errors::text, j.scheduled_at, j.leased_until, j.created_at, j.finalized_at,
+          j.unique_key;
+
+-- name: job_record_outcomes
+-- Many outcomes in one round trip. Each input row carries the claim it
+-- belongs to and the state to move to. A NULL scheduled_at on a waiting state
+-- means "now" on the database clock; give_back returns the claim's attempt
+-- (snooze). The result has one row per input: applied, or the row's current
+-- state and attempt (NULL when the job no longer exists) to explain why not.
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        %(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
+        %(scheduled_at)s::timestamptz[], %(errors)s::jsonb[], %(give_back)s::bool[]
+    ) AS t(id, attempt, state, scheduled_at, error, give_back)
+),
+updated AS (
+    UPDATE drover_jobs j
+    SET state = i.state::drover_job_state,
+        attempt = CASE WHEN i.give_back THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
+        scheduled_at = CASE
+            WHEN i.state IN ('retryable', 'scheduled') THEN COALESCE(i.scheduled_at, now())
+            ELSE j.scheduled_at
+        END,
+        errors = CASE
+            WHEN i.error IS NULL THEN j.errors
+            ELSE j.errors || jsonb_build_array(i.error)
+        END,
+        leased_until = NULL,
+        finalized_at = CASE
+            WHEN i.state IN ('completed', 'cancelled', 'dead') THEN now()
+            ELSE NULL
+        END
+    FROM input i
+    WHERE j.id = i.id AND j.attempt = i.attempt AND j.state = 'running'
+    RETURNING j.id
+)
+SELECT i.id, i.attempt, u.id IS NOT NULL, cur.state::text, cur.attempt
+FROM input i
+LEFT JOIN updated u ON u.id = i.id
+LEFT JOIN drover_jobs cur ON cur.id = i.id;
+
+-- name: job_extend_leases
+-- Renew every held lease in one statement. Rows that moved on (finished,
+-- rescued, re-claimed) are skipped silently: a heartbeat never resurrects.
+UPDATE drover_jobs j
+SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS held(id, attempt)
+WHERE j.id = held.id AND j.attempt = held.attempt AND j.state = 'running'
+RETURNING j.id;
+
+-- name: job_claim_expired
+-- The rescuer's claim: running rows whose lease passed. Re-leasing them (same
+-- attempt) makes this sweep their owner until it records their outcome;
+-- concurrent sweeps skip each other's rows.
+WITH expired AS (
+    SELECT id
+    FROM drover_jobs
+    WHERE state = 'running' AND leased_until <= now()
+    ORDER BY leased_until, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE drover_jobs j
+SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
+FROM expired
+WHERE j.id = expired.id
+RETURNING j.id, j.kind, j.queue, j.args::text, j.state::text, j.attempt, j.max_attempts,
+          j.errors::text, j.scheduled_at, j.leased_until, j.created_at, j.finalized_at,
+          j.unique_key;

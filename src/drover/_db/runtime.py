@@ -1,0 +1,140 @@
+"""The running client's queries: claim, record outcomes, renew leases, claim expired leases.
+
+Each function is one round trip whatever the number of jobs, runs on a
+connection the caller borrowed from drover's pool, and commits through that
+connection's autocommit or the pool's context manager.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import tuple_row
+
+from drover._db.connections import Connection
+from drover._db.errors import translate
+from drover._db.queries import query
+from drover._db.store import row_from_db
+from drover.job import JobRow, JobState
+
+__all__ = [
+    "Outcome",
+    "WriteResult",
+    "job_claim",
+    "job_claim_expired",
+    "job_extend_leases",
+    "job_record_outcomes",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A state change for one claimed job, fenced on the claim's ``(id, attempt)``."""
+
+    id: int
+    attempt: int
+    state: JobState
+    scheduled_at: datetime | None = None
+    """Wake time for ``retryable``/``scheduled``; ``None`` means now (database clock)."""
+    error: dict[str, Any] | None = None
+    """Entry appended to ``errors``, or nothing."""
+    give_back: bool = False
+    """Return the claim's attempt (snooze)."""
+
+
+class WriteResult(enum.Enum):
+    """What happened to one fenced write."""
+
+    APPLIED = "applied"
+    NOT_FOUND = "not found"
+    NOT_RUNNING = "not running"
+    LEASE_LOST = "lease lost"
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """The result of one outcome write, with the row's state when it was refused."""
+
+    outcome: Outcome
+    result: WriteResult
+    current_state: str | None
+    current_attempt: int | None
+
+
+def job_claim(conn: Connection, queue: str, limit: int, lease_seconds: float) -> list[JobRow]:
+    """Claim up to ``limit`` due jobs from ``queue``; sorted by id."""
+    if not 0 < limit <= 2**31 - 1:
+        raise ValueError(f"claim limit must be in 1..2147483647, not {limit}")
+    with translate(f"claim jobs from queue {queue!r}"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(
+            query("job_claim"),
+            {"queue": queue, "limit": limit, "lease_seconds": lease_seconds},
+        )
+        rows = [row_from_db(r) for r in cur.fetchall()]
+    rows.sort(key=lambda r: r.id)
+    return rows
+
+
+def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[Recorded]:
+    """Write many outcomes in one statement; report per job whether its fence held."""
+    if not outcomes:
+        return []
+    params = {
+        "ids": [o.id for o in outcomes],
+        "attempts": [o.attempt for o in outcomes],
+        "states": [o.state.value for o in outcomes],
+        "scheduled_at": [o.scheduled_at for o in outcomes],
+        "errors": [None if o.error is None else json.dumps(o.error) for o in outcomes],
+        "give_back": [o.give_back for o in outcomes],
+    }
+    with (
+        translate(f"record {len(outcomes)} job outcomes"),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        cur.execute(query("job_record_outcomes"), params)
+        rows = cur.fetchall()
+    by_claim = {(o.id, o.attempt): o for o in outcomes}
+    recorded = []
+    for id_, attempt, applied, state, current_attempt in rows:
+        if applied:
+            result = WriteResult.APPLIED
+        elif state is None:
+            result = WriteResult.NOT_FOUND
+        elif state != JobState.RUNNING.value:
+            # State is checked before attempt: a handed-back or finished job is
+            # "not running" even if it was also re-claimed since.
+            result = WriteResult.NOT_RUNNING
+        else:
+            result = WriteResult.LEASE_LOST
+        recorded.append(Recorded(by_claim[(id_, attempt)], result, state, current_attempt))
+    return recorded
+
+
+def job_extend_leases(
+    conn: Connection, held: Sequence[tuple[int, int]], lease_seconds: float
+) -> set[int]:
+    """Renew the leases of the ``(id, attempt)`` claims still current; return their ids."""
+    if not held:
+        return set()
+    with translate(f"extend {len(held)} job leases"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(
+            query("job_extend_leases"),
+            {
+                "ids": [h[0] for h in held],
+                "attempts": [h[1] for h in held],
+                "lease_seconds": lease_seconds,
+            },
+        )
+        return {r[0] for r in cur.fetchall()}
+
+
+def job_claim_expired(conn: Connection, limit: int, lease_seconds: float) -> list[JobRow]:
+    """Re-lease up to ``limit`` running jobs whose lease expired (attempt unchanged)."""
+    with translate("claim expired jobs"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_claim_expired"), {"limit": limit, "lease_seconds": lease_seconds})
+        return [row_from_db(r) for r in cur.fetchall()]

@@ -1,0 +1,146 @@
+"""Records outcomes in batches: many jobs per round trip, each still fenced."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+from drover._db.connections import ConnectionPool, borrow
+from drover._db.runtime import Outcome, Recorded, WriteResult, job_record_outcomes
+from drover._runtime.inflight import InFlight
+from drover._runtime.service import ThreadService
+from drover.errors import DroverError
+
+__all__ = ["Completer"]
+
+MAX_BATCH = 1000
+_RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
+
+
+class Completer(ThreadService):
+    """Collects outcomes from pool threads and writes whatever has accumulated in one statement.
+
+    There is no artificial delay: while one batch is being written the next
+    one builds up, so batches grow exactly when the database is the
+    bottleneck. A refused write (the claim was superseded) is logged per job at
+    WARNING and its outcome discarded. A failed write is retried with backoff;
+    once stopping, after the retries run out the batch is dropped with an
+    ERROR and the rows stay ``running`` for the rescuer.
+    """
+
+    kind = "completer"
+
+    def __init__(
+        self,
+        *,
+        pool: ConnectionPool[Any],
+        inflight: InFlight,
+        client_id: str,
+        logger: logging.Logger,
+    ) -> None:
+        super().__init__(client_id=client_id, logger=logger)
+        self._pool = pool
+        self._inflight = inflight
+        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._accepting = True
+        self._accept_lock = threading.Lock()
+
+    def submit(self, outcome: Outcome) -> None:
+        """Queue an outcome for writing; after stop it is discarded with a WARNING."""
+        with self._accept_lock:
+            if self._accepting:
+                self._queue.put(outcome)
+                return
+        self._log.warning(
+            "drover: job is no longer this worker's to finish, discarding this outcome",
+            extra={"job_id": outcome.id, "attempt": outcome.attempt, "reason": "client stopped"},
+        )
+        self._inflight.remove(outcome.id, outcome.attempt)
+
+    def _wake(self) -> None:
+        self._queue.put(None)
+
+    def stop(self, timeout: float | None = 10.0) -> bool:
+        """Stop accepting outcomes, write everything queued, then end the thread."""
+        with self._accept_lock:
+            self._accepting = False
+        return super().stop(timeout)
+
+    def _take_batch(self, block: bool) -> list[Outcome]:
+        batch: list[Outcome] = []
+        try:
+            item = self._queue.get(block=block, timeout=0.5 if block else None)
+        except queue.Empty:
+            return batch
+        if item is not None:
+            batch.append(item)
+        while len(batch) < MAX_BATCH:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                batch.append(item)
+        return batch
+
+    def _loop(self) -> None:
+        while True:
+            stopping = self._stopping.is_set()
+            batch = self._take_batch(block=not stopping)
+            if batch:
+                self._write(batch)
+            elif stopping:
+                return
+
+    def run_once(self) -> int:
+        """Write whatever is queued now; return how many outcomes were handled."""
+        batch = self._take_batch(block=False)
+        if batch:
+            self._write(batch)
+        return len(batch)
+
+    def _write(self, batch: list[Outcome]) -> None:
+        attempt = 0
+        while True:
+            try:
+                with borrow(self._pool, "record job outcomes") as conn:
+                    results = job_record_outcomes(conn, batch)
+                break
+            except DroverError:
+                if attempt >= len(_RETRY_DELAYS) or (self._stopping.is_set() and attempt >= 2):
+                    self._log.error(
+                        "drover: finalize job failed; leaving the jobs running for the rescuer",
+                        extra={"jobs": [o.id for o in batch]},
+                        exc_info=True,
+                    )
+                    for outcome in batch:
+                        self._inflight.remove(outcome.id, outcome.attempt)
+                    return
+                self._log.error(
+                    "drover: finalize job failed; retrying",
+                    extra={"jobs": len(batch), "retry": attempt + 1},
+                    exc_info=True,
+                )
+                self._stopping.wait(_RETRY_DELAYS[attempt])
+                attempt += 1
+        for recorded in results:
+            self._report(recorded)
+            self._inflight.remove(recorded.outcome.id, recorded.outcome.attempt)
+
+    def _report(self, recorded: Recorded) -> None:
+        if recorded.result is WriteResult.APPLIED:
+            return
+        outcome = recorded.outcome
+        self._log.warning(
+            "drover: job is no longer this worker's to finish, discarding this outcome",
+            extra={
+                "job_id": outcome.id,
+                "attempt": outcome.attempt,
+                "outcome": outcome.state.value,
+                "reason": recorded.result.value,
+                "current_state": recorded.current_state,
+                "current_attempt": recorded.current_attempt,
+            },
+        )

@@ -1,0 +1,167 @@
+"""Builds the services of a started client and runs the shutdown sequence."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any
+
+from drover._db.connections import ConnectionPool, borrow
+from drover._db.runtime import WriteResult, job_record_outcomes
+from drover._runtime import disposition
+from drover._runtime.completer import Completer
+from drover._runtime.fetcher import Fetcher
+from drover._runtime.heartbeat import Heartbeat
+from drover._runtime.inflight import InFlight, Running, Slots
+from drover._runtime.rescuer import Rescuer
+from drover._runtime.runner import Runner
+from drover.config import Config
+from drover.errors import DrainIncomplete, DroverError
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    """The machinery behind a started client.
+
+    Threads, in start order: the completer, the heartbeat, the rescuer, the
+    job pool (``concurrency`` threads, created on demand) and last the
+    fetcher, so nothing is claimed before everything that handles a claim
+    runs. :meth:`stop` tears them down in the order that loses nothing (see
+    its docstring).
+    """
+
+    def __init__(self, *, pool: ConnectionPool[Any], config: Config, client_id: str) -> None:
+        self._pool = pool
+        self._config = config
+        self._log = config.logger
+        lease = config.lease_duration.total_seconds()
+        self.inflight = InFlight()
+        self.slots = Slots(config.concurrency)
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=config.concurrency, thread_name_prefix=f"drover-job-{client_id}"
+        )
+        self.completer = Completer(
+            pool=pool, inflight=self.inflight, client_id=client_id, logger=self._log
+        )
+        self.runner = Runner(
+            workers=config.workers,
+            middleware=config.middleware,
+            retry_policy=config.retry_policy,
+            slots=self.slots,
+            inflight=self.inflight,
+            submit=self.completer.submit,
+            logger=self._log,
+        )
+        self.fetcher = Fetcher(
+            pool=pool,
+            queues=config.queues,
+            slots=self.slots,
+            inflight=self.inflight,
+            dispatch=self._dispatch,
+            poll_interval=config.poll_interval.total_seconds(),
+            lease_seconds=lease,
+            client_id=client_id,
+            logger=self._log,
+        )
+        self.heartbeat = Heartbeat(
+            pool=pool,
+            inflight=self.inflight,
+            interval=config.heartbeat_interval.total_seconds(),
+            lease_seconds=lease,
+            client_id=client_id,
+            logger=self._log,
+        )
+        self.rescuer = Rescuer(
+            pool=pool,
+            interval=config.rescue_interval.total_seconds(),
+            lease_seconds=lease,
+            retry_policy=config.retry_policy,
+            client_id=client_id,
+            logger=self._log,
+        )
+
+    def _dispatch(self, running: Running) -> None:
+        # The fetcher only claims for idle slots, so a pool thread is free for
+        # this job: nothing waits in the executor's queue while the database
+        # already calls it running.
+        self.executor.submit(self.runner.run, running)
+
+    def start(self) -> None:
+        self.completer.start()
+        self.heartbeat.start()
+        self.rescuer.start()
+        self.fetcher.start()
+        c = self._config
+        self._log.info(
+            "drover: worker pool started",
+            extra={
+                "queues": ",".join(f"{q}={w}" for q, w in c.queues.items()),
+                "concurrency": c.concurrency,
+                "poll_interval": c.poll_interval.total_seconds(),
+                "lease_duration": c.lease_duration.total_seconds(),
+                "heartbeat_interval": c.heartbeat_interval.total_seconds(),
+                "rescue_interval": c.rescue_interval.total_seconds(),
+            },
+        )
+
+    def wake(self) -> None:
+        self.fetcher.wake()
+
+    def stop(self, timeout: float | None) -> DrainIncomplete | None:
+        """Stop claiming, drain, hand back what did not finish, then stop the services.
+
+        1. The fetcher stops: no claim starts after this.
+        2. Wait up to ``timeout`` for every in-flight job to record its outcome
+           (the completer and heartbeat keep running meanwhile).
+        3. Out of time: cancel the unfinished jobs' contexts and return them to
+           the queue in one fenced statement, claimable at once.
+        4. The completer writes what is queued; the heartbeat and rescuer stop;
+           the pool threads are released (abandoned handlers are not waited for).
+        """
+        self._log.info("drover: worker pool stopping")
+        started = time.monotonic()
+        self.fetcher.stop(timeout=None)
+        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        verdict: DrainIncomplete | None = None
+        if not self.inflight.wait_empty(remaining):
+            verdict = self._hand_back()
+        self.completer.stop(timeout=None)
+        self.heartbeat.stop()
+        self.rescuer.stop()
+        self.executor.shutdown(wait=verdict is None, cancel_futures=True)
+        self._log.info("drover: worker pool stopped")
+        return verdict
+
+    def _hand_back(self) -> DrainIncomplete | None:
+        unfinished = [r for r in self.inflight.snapshot() if not r.finished]
+        if not unfinished:
+            return None  # the last job finished just as the budget ran out
+        for running in unfinished:
+            running.context.cancel("shutdown")
+        self._log.warning(
+            "drover: shutdown deadline reached with jobs still running",
+            extra={"jobs": [r.row.id for r in unfinished]},
+        )
+        outcomes = [disposition.handed_back(r.row) for r in unfinished]
+        try:
+            with borrow(self._pool, "return jobs to the queue") as conn:
+                results = job_record_outcomes(conn, outcomes)
+        except DroverError:
+            self._log.error(
+                "drover: return jobs to the queue failed; the rescuer will recover them",
+                extra={"jobs": [o.id for o in outcomes]},
+                exc_info=True,
+            )
+            results = []
+        for recorded in results:
+            fields = {"job_id": recorded.outcome.id, "attempt": recorded.outcome.attempt}
+            if recorded.result is WriteResult.APPLIED:
+                self._log.warning("drover: returned an unfinished job to the queue", extra=fields)
+            else:
+                self._log.debug(
+                    "drover: job finished before it could be returned to the queue", extra=fields
+                )
+        for running in unfinished:
+            self.inflight.remove(running.row.id, running.row.attempt)
+        return DrainIncomplete([r.row.id for r in unfinished])

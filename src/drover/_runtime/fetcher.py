@@ -1,0 +1,134 @@
+"""Claims jobs for idle pool slots and hands them to the pool."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from drover._db.connections import ConnectionPool, borrow
+from drover._db.runtime import job_claim
+from drover._runtime.inflight import InFlight, Running, Slots
+from drover._runtime.service import ThreadService
+from drover.context import JobContext
+from drover.errors import DroverError
+
+__all__ = ["Fetcher", "weighted_order"]
+
+
+def weighted_order(queues: Mapping[str, int], rng: random.Random) -> list[str]:
+    """A full permutation of the queues by weighted sampling without replacement.
+
+    A queue's weight sets how often it is tried first, never whether it is
+    tried: every queue appears in every round, so none starves.
+    """
+    names = list(queues)
+    if len(names) == 1:
+        return names
+    weights = [queues[n] for n in names]
+    order: list[str] = []
+    total = sum(weights)
+    while names:
+        pick = rng.random() * total
+        index = len(names) - 1
+        acc = 0
+        for i, w in enumerate(weights):
+            acc += w
+            if pick < acc:
+                index = i
+                break
+        order.append(names[index])
+        total -= weights[index]
+        names[index], names[-1] = names[-1], names[index]
+        weights[index], weights[-1] = weights[-1], weights[index]
+        names.pop()
+        weights.pop()
+    return order
+
+
+class Fetcher(ThreadService):
+    """The claim loop: wait for idle slots, claim at most that many, dispatch, repeat.
+
+    One round takes every idle slot at once and claims from the queues in
+    weighted order, one round trip per queue until the slots are filled. Each
+    claimed job is tracked in flight *before* it is dispatched, so the
+    heartbeat covers it and shutdown sees it. A round that claims nothing
+    sleeps ``poll_interval``, cut short by :meth:`wake` or stop. Claim errors
+    are logged and the loop carries on after one poll interval.
+    """
+
+    kind = "fetcher"
+
+    def __init__(
+        self,
+        *,
+        pool: ConnectionPool[Any],
+        queues: Mapping[str, int],
+        slots: Slots,
+        inflight: InFlight,
+        dispatch: Callable[[Running], None],
+        poll_interval: float,
+        lease_seconds: float,
+        client_id: str,
+        logger: logging.Logger,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(client_id=client_id, logger=logger)
+        self._pool = pool
+        self._queues = dict(queues)
+        self._slots = slots
+        self._inflight = inflight
+        self._dispatch = dispatch
+        self._poll = poll_interval
+        self._lease = lease_seconds
+        self._rng = rng or random.Random()  # noqa: S311 - queue ordering, not security
+        self._wakeup = threading.Event()
+        self.claims = 0
+        """Claim round trips made (for tests and stats)."""
+
+    def wake(self) -> None:
+        """Cut the current poll sleep short (new work was inserted)."""
+        self._wakeup.set()
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+        self._slots.wake()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            taken = self._slots.take_all(self._stopping)
+            if taken == 0:
+                continue
+            claimed, failed = self._claim_round(taken)
+            self._slots.give_back(taken - claimed)
+            if claimed == 0 or failed:
+                self._wakeup.wait(self._poll)
+                self._wakeup.clear()
+
+    def run_once(self) -> int:
+        """One claim round for the slots idle right now; returns the number claimed."""
+        taken = self._slots.take_all(self._stopping, timeout=0)
+        claimed, _ = self._claim_round(taken) if taken else (0, False)
+        self._slots.give_back(taken - claimed)
+        return claimed
+
+    def _claim_round(self, wanted: int) -> tuple[int, bool]:
+        claimed = 0
+        for queue in weighted_order(self._queues, self._rng):
+            if claimed >= wanted or self._stopping.is_set():
+                break
+            try:
+                with borrow(self._pool, "fetch jobs") as conn:
+                    rows = job_claim(conn, queue, wanted - claimed, self._lease)
+                self.claims += 1
+            except DroverError:
+                self._log.error("drover: fetch jobs failed", extra={"queue": queue}, exc_info=True)
+                return claimed, True
+            for row in rows:
+                running = Running(row, JobContext())
+                self._inflight.add(running)
+                self._dispatch(running)
+            claimed += len(rows)
+        return claimed, False

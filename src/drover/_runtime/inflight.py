@@ -1,0 +1,123 @@
+"""What this client is running: the claims it holds and the pool slots they occupy."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from drover.context import JobContext
+from drover.job import JobRow
+
+__all__ = ["InFlight", "Running", "Slots"]
+
+
+@dataclass(slots=True)
+class Running:
+    """A claim held by this client, from claim until its outcome is recorded."""
+
+    row: JobRow
+    context: JobContext
+    finished: bool = False
+    """Set once the handler returned, so shutdown does not hand back a finished job."""
+
+
+class InFlight:
+    """Claims held by this client, keyed by job id and fenced by attempt.
+
+    A claim is tracked from the moment it is made (so the heartbeat covers it
+    and shutdown sees it) until its outcome is written or discarded. Removal
+    checks the attempt, so a stale run that finishes late cannot untrack a
+    newer claim of the same job. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._entries: dict[int, Running] = {}
+
+    def add(self, running: Running) -> None:
+        with self._cond:
+            self._entries[running.row.id] = running
+
+    def remove(self, job_id: int, attempt: int) -> bool:
+        with self._cond:
+            entry = self._entries.get(job_id)
+            if entry is None or entry.row.attempt != attempt:
+                return False
+            del self._entries[job_id]
+            if not self._entries:
+                self._cond.notify_all()
+            return True
+
+    def held(self) -> list[tuple[int, int]]:
+        """``(id, attempt)`` of every claim, sorted by id."""
+        with self._cond:
+            return sorted((i, e.row.attempt) for i, e in self._entries.items())
+
+    def snapshot(self) -> list[Running]:
+        with self._cond:
+            return [self._entries[i] for i in sorted(self._entries)]
+
+    def wait_empty(self, timeout: float | None) -> bool:
+        """Block until nothing is held, or ``timeout`` passes; True when empty."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._entries:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._entries)
+
+
+class Slots:
+    """Idle capacity of the job pool: claims never exceed it.
+
+    The fetcher takes every idle slot at once (so one claim round trip can fill
+    them all) and gives back what it did not use; a pool thread gives its slot
+    back when its handler returns.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._idle = size
+        self._cond = threading.Condition()
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def take_all(self, stopping: threading.Event, timeout: float | None = None) -> int:
+        """Wait for at least one idle slot (or stop/timeout), then take every idle one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._idle == 0 and not stopping.is_set():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return 0
+                # Bounded so a stop that cannot notify us is still noticed.
+                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+            if stopping.is_set():
+                return 0
+            taken, self._idle = self._idle, 0
+            return taken
+
+    def give_back(self, count: int = 1) -> None:
+        if count <= 0:
+            return
+        with self._cond:
+            self._idle = min(self._size, self._idle + count)
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def idle(self) -> int:
+        with self._cond:
+            return self._idle

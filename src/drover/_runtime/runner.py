@@ -1,0 +1,110 @@
+"""Runs one claimed job on a pool thread and turns what happened into an outcome."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import pydantic
+
+from drover._db.runtime import Outcome
+from drover._runtime import disposition
+from drover._runtime.inflight import InFlight, Running, Slots
+from drover.context import JobContext
+from drover.errors import DroverError
+from drover.job import Job, JobRow
+from drover.middleware import Handler, Middleware, compose
+from drover.retry import RetryPolicy
+from drover.worker import Workers
+
+__all__ = ["ArgsDecodeError", "Runner", "UnknownJobKind"]
+
+
+class UnknownJobKind(DroverError):
+    """No worker is registered for a claimed job's kind (a retryable failure)."""
+
+    __module__ = "drover"
+
+
+class ArgsDecodeError(DroverError):
+    """A claimed job's stored args do not validate against its args class (retryable)."""
+
+    __module__ = "drover"
+
+
+class Runner:
+    """Executes jobs: the middleware chain around the registry dispatch, then disposition.
+
+    ``run`` is what the executor calls. It never raises: whatever the handler
+    or middleware raises, ``BaseException`` included, becomes a failed attempt,
+    so a pool thread always survives to take the next job.
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: Workers,
+        middleware: tuple[Middleware, ...],
+        retry_policy: RetryPolicy,
+        slots: Slots,
+        inflight: InFlight,
+        submit: Callable[[Outcome], None],
+        logger: logging.Logger,
+    ) -> None:
+        self._workers = workers
+        self._policy = retry_policy
+        self._slots = slots
+        self._inflight = inflight
+        self._submit = submit
+        self._log = logger
+        self._chain: Handler = compose(middleware, self._dispatch)
+
+    def _dispatch(self, ctx: JobContext, row: JobRow) -> None:
+        entry = self._workers.get(row.kind)
+        if entry is None:
+            raise UnknownJobKind(f'no worker registered for kind "{row.kind}"')
+        args_type, worker = entry
+        try:
+            args = args_type.model_validate(row.args)
+        except pydantic.ValidationError as exc:
+            raise ArgsDecodeError(
+                f'decode args for job {row.id} (kind "{row.kind}"): {exc}'
+            ) from None
+        if worker.timeout is not None:
+            ctx = ctx.with_timeout(worker.timeout)
+        worker.work(
+            Job(
+                id=row.id,
+                kind=row.kind,
+                queue=row.queue,
+                attempt=row.attempt,
+                max_attempts=row.max_attempts,
+                created_at=row.created_at,
+                args=args,
+                context=ctx,
+            )
+        )
+
+    def run(self, running: Running) -> None:
+        row = running.row
+        outcome: Outcome | None = None
+        try:
+            try:
+                self._chain(running.context, row)
+            except BaseException as exc:
+                outcome = disposition.failed(row, exc, policy=self._policy, log=self._log)
+            else:
+                outcome = disposition.completed(row)
+        except BaseException:
+            self._log.critical(
+                "drover: could not decide a job's outcome; the rescuer will retry it",
+                extra=disposition.job_fields(row),
+                exc_info=True,
+            )
+        finally:
+            running.finished = True
+            self._slots.give_back()
+        if outcome is not None:
+            self._submit(outcome)
+        else:
+            self._inflight.remove(row.id, row.attempt)
