@@ -161,3 +161,44 @@ def _no_drover_threads_survive() -> Iterator[None]:
             thread.join(max(0.0, deadline - time.monotonic()))
     alive = [t.name for t in threading.enumerate() if t.name.startswith("drover-")]
     assert not alive, f"drover threads still running after the test: {alive}"
+
+
+def poll(predicate, timeout: float = 10.0, interval: float = 0.01, message: str = ""):  # type: ignore[no-untyped-def]
+    """Call ``predicate`` until it returns something truthy; fail after ``timeout`` seconds.
+
+    Tests synchronise on this (or on events), never on a bare sleep: it returns
+    as soon as the condition holds and fails loudly with ``message`` if it never does.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"condition not met within {timeout}s: {message or predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture(name="poll")
+def poll_fixture():  # type: ignore[no-untyped-def]
+    """The :func:`poll` helper as a fixture."""
+    return poll
+
+
+@pytest.fixture
+def make_client(db_url: str) -> Iterator[object]:
+    """Build clients on the test database; any left running are stopped at teardown."""
+    made: list[drover.Client] = []
+
+    def make(config: drover.Config | None = None, **fields: object) -> drover.Client:
+        cfg = config if config is not None else drover.Config(**fields)  # type: ignore[arg-type]
+        client = drover.Client(db_url, cfg)
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        if client.running:
+            with contextlib.suppress(drover.DrainIncomplete):
+                client.stop(timeout=5)
+        client.close()
