@@ -20,6 +20,7 @@ from drover._db.errors import translate
 from drover._durations import Duration, to_seconds
 from drover._encode import encode_insert
 from drover._runtime.engine import Engine
+from drover._runtime.runner import build_chain
 from drover.config import Config
 from drover.errors import AlreadyStarted, DroverError, InvalidJobArgs, NotStarted
 from drover.job import InsertOpts, JobArgs, JobRow
@@ -88,6 +89,9 @@ class Client:
             config = Config()
         elif not isinstance(config, Config):
             raise TypeError(f"config must be a drover.Config, not {type(config).__qualname__}")
+        # Composed once, before any connection is opened: a broken middleware
+        # fails construction and later changes to its list change nothing.
+        self._chain = build_chain(config.workers, config.middleware)
         if isinstance(pool_or_conninfo, str):
             if not pool_or_conninfo.strip():
                 raise ValueError("Client needs a conninfo string or URL; got an empty string")
@@ -237,7 +241,9 @@ class Client:
                     self._pool.wait(timeout=self._pool.timeout)
             # Built and launched under the lock, so a stop() racing this start
             # either sees NEW (and refuses) or a fully running engine.
-            engine = Engine(pool=self._pool, config=self._config, client_id=self._id)
+            engine = Engine(
+                pool=self._pool, config=self._config, chain=self._chain, client_id=self._id
+            )
             engine.start()
             self._engine = engine
             self._phase = _Phase.STARTED

@@ -17,6 +17,7 @@ from drover._runtime.rescuer import Rescuer
 from drover._runtime.runner import Runner
 from drover.config import Config
 from drover.errors import DrainIncomplete, DroverError
+from drover.middleware import Handler
 
 __all__ = ["Engine"]
 
@@ -31,7 +32,9 @@ class Engine:
     its docstring).
     """
 
-    def __init__(self, *, pool: ConnectionPool[Any], config: Config, client_id: str) -> None:
+    def __init__(
+        self, *, pool: ConnectionPool[Any], config: Config, chain: Handler, client_id: str
+    ) -> None:
         self._pool = pool
         self._config = config
         self._log = config.logger
@@ -45,8 +48,7 @@ class Engine:
             pool=pool, inflight=self.inflight, client_id=client_id, logger=self._log
         )
         self.runner = Runner(
-            workers=config.workers,
-            middleware=config.middleware,
+            chain=chain,
             retry_policy=config.retry_policy,
             slots=self.slots,
             inflight=self.inflight,

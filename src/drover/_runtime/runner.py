@@ -17,7 +17,7 @@ from drover.middleware import Handler, Middleware, compose
 from drover.retry import RetryPolicy
 from drover.worker import Workers
 
-__all__ = ["ArgsDecodeError", "Runner", "UnknownJobKind"]
+__all__ = ["ArgsDecodeError", "Runner", "UnknownJobKind", "build_chain"]
 
 
 class UnknownJobKind(DroverError):
@@ -32,35 +32,11 @@ class ArgsDecodeError(DroverError):
     __module__ = "drover"
 
 
-class Runner:
-    """Executes jobs: the middleware chain around the registry dispatch, then disposition.
+def _dispatcher(workers: Workers) -> Handler:
+    """The innermost handler: registry lookup, typed decode, the worker's own timeout."""
 
-    ``run`` is what the executor calls. It never raises: whatever the handler
-    or middleware raises, ``BaseException`` included, becomes a failed attempt,
-    so a pool thread always survives to take the next job.
-    """
-
-    def __init__(
-        self,
-        *,
-        workers: Workers,
-        middleware: tuple[Middleware, ...],
-        retry_policy: RetryPolicy,
-        slots: Slots,
-        inflight: InFlight,
-        submit: Callable[[Outcome], None],
-        logger: logging.Logger,
-    ) -> None:
-        self._workers = workers
-        self._policy = retry_policy
-        self._slots = slots
-        self._inflight = inflight
-        self._submit = submit
-        self._log = logger
-        self._chain: Handler = compose(middleware, self._dispatch)
-
-    def _dispatch(self, ctx: JobContext, row: JobRow) -> None:
-        entry = self._workers.get(row.kind)
+    def dispatch(ctx: JobContext, row: JobRow) -> None:
+        entry = workers.get(row.kind)
         if entry is None:
             raise UnknownJobKind(f'no worker registered for kind "{row.kind}"')
         args_type, worker = entry
@@ -84,6 +60,39 @@ class Runner:
                 context=ctx,
             )
         )
+
+    return dispatch
+
+
+def build_chain(workers: Workers, middleware: tuple[Middleware, ...]) -> Handler:
+    """Compose the middleware around the dispatcher, once, outermost first."""
+    return compose(middleware, _dispatcher(workers))
+
+
+class Runner:
+    """Executes jobs: the middleware chain around the registry dispatch, then disposition.
+
+    ``run`` is what the executor calls. It never raises: whatever the handler
+    or middleware raises, ``BaseException`` included, becomes a failed attempt,
+    so a pool thread always survives to take the next job.
+    """
+
+    def __init__(
+        self,
+        *,
+        chain: Handler,
+        retry_policy: RetryPolicy,
+        slots: Slots,
+        inflight: InFlight,
+        submit: Callable[[Outcome], None],
+        logger: logging.Logger,
+    ) -> None:
+        self._policy = retry_policy
+        self._slots = slots
+        self._inflight = inflight
+        self._submit = submit
+        self._log = logger
+        self._chain = chain
 
     def run(self, running: Running) -> None:
         row = running.row
