@@ -60,11 +60,13 @@ updated AS (
         END
     FROM input i
     WHERE j.id = i.id AND j.attempt = i.attempt AND j.state = 'running'
-    RETURNING j.id
+    -- The claim that was applied, not just the job: a batch may carry a stale
+    -- and a current outcome for one job, and only the current one can apply.
+    RETURNING i.id, i.attempt
 )
 SELECT i.id, i.attempt, u.id IS NOT NULL, cur.state::text, cur.attempt
 FROM input i
-LEFT JOIN updated u ON u.id = i.id
+LEFT JOIN updated u ON u.id = i.id AND u.attempt = i.attempt
 LEFT JOIN drover_jobs cur ON cur.id = i.id;
 
 -- name: job_extend_leases

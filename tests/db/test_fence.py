@@ -79,6 +79,13 @@ def _claim_one(conn: Conn, queue: str = "default") -> JobRow:
     return rows[0]
 
 
+def _due_ago(conn: Conn, job_id: int, seconds: float) -> None:
+    conn.execute(
+        "UPDATE drover_jobs SET scheduled_at = now() - make_interval(secs => %s) WHERE id = %s",
+        (seconds, job_id),
+    )
+
+
 def _expire(conn: Conn, job_id: int) -> None:
     conn.execute(
         "UPDATE drover_jobs SET leased_until = now() - interval '1 second' WHERE id = %s",
@@ -137,8 +144,10 @@ def test_claim_takes_the_oldest_due_row_of_its_queue_only(
     client: drover.Client, conn: Conn
 ) -> None:
     now = _db_now(conn)
-    newer = _insert(client, scheduled_at=now - timedelta(minutes=1))
-    older = _insert(client, scheduled_at=now - timedelta(hours=1))
+    newer = _insert(client)
+    older = _insert(client)
+    _due_ago(conn, newer.id, 60)
+    _due_ago(conn, older.id, 3600)
     _insert(client, queue="other")
     future = _insert(client, scheduled_at=now + timedelta(hours=1))
     assert future.state is JobState.SCHEDULED
@@ -175,10 +184,11 @@ def test_claim_rejects_a_limit_out_of_range(conn: Conn, limit: int) -> None:
 
 
 def test_claim_batch_comes_back_sorted_by_id(client: drover.Client, conn: Conn) -> None:
-    now = _db_now(conn)
-    # Inserted latest-due first, so due-time order is the reverse of id order.
-    ids = [_insert(client, scheduled_at=now - timedelta(minutes=m)).id for m in (1, 2, 3)]
-    _insert(client, scheduled_at=now + timedelta(hours=1))
+    ids = [_insert(client).id for _ in range(3)]
+    # Due-time order is the reverse of id order.
+    for minutes, job_id in enumerate(ids, start=1):
+        _due_ago(conn, job_id, 60 * minutes)
+    _insert(client, scheduled_at=_db_now(conn) + timedelta(hours=1))
     rows = job_claim(conn, "default", 3, LEASE)
     assert [r.id for r in rows] == sorted(ids)
     assert all(r.state is JobState.RUNNING and r.attempt == 1 for r in rows)
@@ -330,7 +340,9 @@ def test_one_call_reports_each_outcome_of_a_mixed_batch(client: drover.Client, c
     results = job_record_outcomes(conn, outcomes)
     assert len(results) == len(outcomes)
     by_id = {r.outcome.id: r for r in results}
-    assert {r.outcome for r in results} == set(outcomes)
+    sent = {o.id: o for o in outcomes}
+    assert by_id.keys() == sent.keys()
+    assert all(r.outcome is sent[i] for i, r in by_id.items())
     assert by_id[fresh[0]].result is WriteResult.APPLIED
     assert by_id[stale.id].result is WriteResult.LEASE_LOST
     assert (by_id[stale.id].current_state, by_id[stale.id].current_attempt) == ("running", 2)
@@ -346,26 +358,19 @@ def test_one_call_reports_each_outcome_of_a_mixed_batch(client: drover.Client, c
     assert (retried.state, retried.scheduled_at) == (JobState.RETRYABLE, RETRY_AT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "drover bug: job_record_outcomes joins the updated rows back to the input on id only "
-        "(sql/queries/runtime.sql, job_record_outcomes: LEFT JOIN updated u ON u.id = i.id), "
-        "so a stale outcome batched with the current holder's outcome for the same job is "
-        "reported APPLIED although the fence refused it"
-    ),
-)
 def test_a_stale_and_a_current_outcome_for_one_job_in_one_batch(
     client: drover.Client, conn: Conn
 ) -> None:
     current = _superseded(conn, client)
     stale = Outcome(current.id, 1, JobState.RETRYABLE, RETRY_AT, error=_entry(1, "late"))
     fresh = Outcome(current.id, 2, JobState.COMPLETED)
-    results = {r.outcome: r for r in job_record_outcomes(conn, [stale, fresh])}
+    results = {r.outcome.attempt: r for r in job_record_outcomes(conn, [stale, fresh])}
     row = _get(conn, current.id)
     assert (row.state, row.attempt) == (JobState.COMPLETED, 2), "the fence itself holds"
-    assert results[fresh].result is WriteResult.APPLIED
-    assert results[stale].result is WriteResult.LEASE_LOST
+    assert results[2].outcome is fresh
+    assert results[2].result is WriteResult.APPLIED
+    assert results[1].outcome is stale
+    assert results[1].result is WriteResult.LEASE_LOST
 
 
 def test_record_outcomes_with_nothing_to_write(conn: Conn) -> None:
@@ -388,9 +393,7 @@ def test_terminal_outcomes_finalize_and_clear_the_lease(
 ) -> None:
     row = _claimed(client, conn)
     error = None if state is JobState.COMPLETED else _entry(1, f"{state} reason")
-    assert _record_one(conn, Outcome(row.id, 1, state, error=error)).result is (
-        WriteResult.APPLIED
-    )
+    assert _record_one(conn, Outcome(row.id, 1, state, error=error)).result is (WriteResult.APPLIED)
     now = _db_now(conn)
     stored = _get(conn, row.id)
     assert (stored.state, stored.attempt, stored.leased_until) == (state, 1, None)
@@ -487,9 +490,7 @@ def test_extend_leases_renews_only_current_running_claims(
     assert (finished.state, finished.leased_until) == (JobState.COMPLETED, None)
 
 
-def test_extend_leases_skips_a_claim_on_another_attempt(
-    client: drover.Client, conn: Conn
-) -> None:
+def test_extend_leases_skips_a_claim_on_another_attempt(client: drover.Client, conn: Conn) -> None:
     current = _superseded(conn, client)
     conn.execute("UPDATE drover_jobs SET leased_until = now() + interval '5 seconds'")
     before = _get(conn, current.id).leased_until

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from drover._db.runtime import Outcome
-from drover.errors import Cancel, Snooze
+from drover.errors import Cancel, DroverError, Snooze
 from drover.job import JobRow, JobState
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 
@@ -74,8 +74,14 @@ def find_signal(exc: BaseException) -> Cancel | Snooze | None:
 
 
 def describe(exc: BaseException) -> str:
-    """``"ValueError: boom"``: the message recorded for a failed attempt."""
+    """``"ValueError: boom"``: the message recorded for a failed attempt.
+
+    drover's own errors (unknown kind, undecodable args) already read as a
+    sentence and are recorded bare.
+    """
     text = str(exc)
+    if isinstance(exc, DroverError) and text:
+        return text
     name = type(exc).__qualname__
     return f"{name}: {text}" if text else name
 
@@ -127,6 +133,9 @@ def failed(
     trace = None
     if exc is not None and with_trace:
         trace = "".join(traceback.format_exception(exc)).rstrip()
+    if isinstance(signal, Cancel) and signal is not exc and message is None:
+        # The reason lives on the chained Cancel; keep it next to the outer message.
+        text = f"{text} ({describe(signal)})"
     entry = error_entry(row, text, trace)
     if isinstance(signal, Cancel):
         log.warning("drover: job cancelled", extra={**fields, "error": text})
