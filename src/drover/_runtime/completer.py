@@ -90,7 +90,19 @@ class Completer(ThreadService):
             stopping = self._stopping.is_set()
             batch = self._take_batch(block=not stopping)
             if batch:
-                self._write(batch)
+                try:
+                    self._write(batch)
+                except Exception:
+                    # Never let the completer die: untrack the batch so a drain
+                    # cannot wait on it forever; the rescuer recovers the rows.
+                    self._log.error(
+                        "drover: finalize job failed unexpectedly; leaving the jobs "
+                        "running for the rescuer",
+                        extra={"jobs": [o.id for o in batch]},
+                        exc_info=True,
+                    )
+                    for outcome in batch:
+                        self._inflight.remove(outcome.id, outcome.attempt)
             elif stopping:
                 return
 

@@ -156,14 +156,20 @@ class Engine:
                 exc_info=True,
             )
             results = []
+        # A job whose write was refused finished (or was taken over) in the
+        # meantime: it is not incomplete. One whose write failed is, and stays
+        # running for the rescuer.
+        moved_on: set[int] = set()
         for recorded in results:
             fields = {"job_id": recorded.outcome.id, "attempt": recorded.outcome.attempt}
             if recorded.result is WriteResult.APPLIED:
                 self._log.warning("drover: returned an unfinished job to the queue", extra=fields)
             else:
+                moved_on.add(recorded.outcome.id)
                 self._log.debug(
                     "drover: job finished before it could be returned to the queue", extra=fields
                 )
         for running in unfinished:
             self.inflight.remove(running.row.id, running.row.attempt)
-        return DrainIncomplete([r.row.id for r in unfinished])
+        incomplete = [r.row.id for r in unfinished if r.row.id not in moved_on]
+        return DrainIncomplete(incomplete) if incomplete else None

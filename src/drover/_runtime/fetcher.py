@@ -13,7 +13,6 @@ from drover._db.runtime import job_claim
 from drover._runtime.inflight import InFlight, Running, Slots
 from drover._runtime.service import ThreadService
 from drover.context import JobContext
-from drover.errors import DroverError
 
 __all__ = ["Fetcher", "weighted_order"]
 
@@ -101,8 +100,15 @@ class Fetcher(ThreadService):
             taken = self._slots.take_all(self._stopping)
             if taken == 0:
                 continue
-            claimed, failed = self._claim_round(taken)
-            self._slots.give_back(taken - claimed)
+            claimed, failed = 0, True
+            try:
+                claimed, failed = self._claim_round(taken)
+            except Exception:
+                # Backstop (claims and dispatch handle their own errors): never let
+                # the claim loop die; log, back off one poll interval, go on.
+                self._log.error("drover: fetch round failed", exc_info=True)
+            finally:
+                self._slots.give_back(taken - claimed)
             if claimed == 0 or failed:
                 self._wakeup.wait(self._poll)
                 self._wakeup.clear()
@@ -123,12 +129,23 @@ class Fetcher(ThreadService):
                 with borrow(self._pool, "fetch jobs") as conn:
                     rows = job_claim(conn, queue, wanted - claimed, self._lease)
                 self.claims += 1
-            except DroverError:
+            except Exception:  # DroverError from the database, or anything unforeseen
                 self._log.error("drover: fetch jobs failed", extra={"queue": queue}, exc_info=True)
                 return claimed, True
             for row in rows:
                 running = Running(row, JobContext())
                 self._inflight.add(running)
-                self._dispatch(running)
+                try:
+                    self._dispatch(running)
+                except Exception:
+                    # Untracked, the heartbeat stops renewing it and the rescuer
+                    # recovers the row once its lease expires.
+                    self._inflight.remove(row.id, row.attempt)
+                    self._slots.give_back()
+                    self._log.error(
+                        "drover: could not dispatch a claimed job; it will be rescued",
+                        extra={"job_id": row.id, "attempt": row.attempt},
+                        exc_info=True,
+                    )
             claimed += len(rows)
         return claimed, False
