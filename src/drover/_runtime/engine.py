@@ -126,12 +126,16 @@ class Engine:
         self.fetcher.stop(timeout=None)
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
         verdict: DrainIncomplete | None = None
-        if not self.inflight.wait_empty(remaining):
+        escalated = not self.inflight.wait_empty(remaining)
+        if escalated:
             verdict = self._hand_back()
         self.completer.stop(timeout=None)
         self.heartbeat.stop()
         self.rescuer.stop()
-        self.executor.shutdown(wait=verdict is None, cancel_futures=True)
+        # After the budget ran out, never wait for pool threads: a handler that
+        # ignores cancellation (even one whose job finished or was taken over)
+        # would hold stop() hostage.
+        self.executor.shutdown(wait=not escalated, cancel_futures=True)
         self._log.info("drover: worker pool stopped")
         return verdict
 
