@@ -8,7 +8,8 @@
 -- One job. The database clock decides dueness: a missing or past time means
 -- now. A unique-key collision with a non-terminal job inserts nothing (and
 -- returns no row) instead of raising, so a caller's transaction is never
--- aborted by a duplicate.
+-- aborted by a duplicate. With notify set, the same statement queues a
+-- wake-up for the job's queue, delivered when the transaction commits.
 WITH due AS (
     SELECT GREATEST(COALESCE(%(scheduled_at)s::timestamptz, now()), now()) AS at
 )
@@ -22,7 +23,8 @@ ON CONFLICT (queue, kind, unique_key)
       AND state IN ('available', 'scheduled', 'retryable', 'running')
     DO NOTHING
 RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
-          scheduled_at, leased_until, created_at, finalized_at, unique_key;
+          scheduled_at, leased_until, created_at, finalized_at, unique_key,
+          CASE WHEN %(notify)s::boolean THEN pg_notify('drover', queue)::text END;
 
 -- name: job_insert_batch_stage
 -- A per-transaction staging table for COPY. Ids are drawn from the jobs

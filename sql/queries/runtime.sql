@@ -5,15 +5,19 @@
 -- use the database clock; the client sends durations, never instants.
 
 -- name: job_claim
--- Up to %(limit)s due jobs of one queue, oldest due time first. SKIP LOCKED
+-- Up to a limit of due jobs of one queue, oldest due time first. SKIP LOCKED
 -- lets many clients claim concurrently without waiting on each other; each
--- claim spends an attempt and leases the row.
+-- claim spends an attempt and leases the row. A paused queue yields nothing
+-- (one primary-key probe of drover_queues per claim).
 WITH picked AS (
     SELECT id
     FROM drover_jobs
     WHERE state IN ('available', 'retryable', 'scheduled')
       AND queue = %(queue)s
       AND scheduled_at <= now()
+      AND NOT EXISTS (
+          SELECT 1 FROM drover_queues q WHERE q.name = %(queue)s AND q.paused_at IS NOT NULL
+      )
     ORDER BY scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from drover._db.migrator import AppliedMigration, MigrationStatus, migrate, migration_status
 from drover._db.queries import Migration
+from drover._db.queues import QueueState
 from drover._durations import Duration
 from drover._runtime.runner import ArgsDecodeError, UnknownJobKind
 from drover.client import Client, InsertItem
@@ -36,7 +37,8 @@ from drover.errors import (
     UnsupportedConnection,
 )
 from drover.job import InsertOpts, Job, JobArgs, JobRow, JobState
-from drover.middleware import Handler, Middleware
+from drover.log import JobLogFilter, Logging
+from drover.middleware import Handler, Middleware, Timeout
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Worker, Workers
 
@@ -69,18 +71,22 @@ __all__ = [
     "Job",
     "JobArgs",
     "JobContext",
+    "JobLogFilter",
     "JobRow",
     "JobSignal",
     "JobState",
+    "Logging",
     "Middleware",
     "Migration",
     "MigrationError",
     "MigrationStatus",
     "NotInTransaction",
     "NotStarted",
+    "QueueState",
     "RetryPolicy",
     "SchemaMissing",
     "Snooze",
+    "Timeout",
     "UnknownJobKind",
     "UnsupportedConnection",
     "Worker",

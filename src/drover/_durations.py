@@ -6,6 +6,8 @@ import math
 from datetime import timedelta
 from typing import TypeAlias
 
+from drover.errors import ConfigError
+
 __all__ = ["Duration", "to_seconds"]
 
 Duration: TypeAlias = timedelta | int | float
@@ -13,7 +15,7 @@ Duration: TypeAlias = timedelta | int | float
 
 
 def to_seconds(value: Duration, name: str) -> float:
-    """Return ``value`` in seconds, or raise ``TypeError``/``ValueError`` naming ``name``.
+    """Return ``value`` in seconds, or raise :class:`drover.ConfigError` naming ``name``.
 
     ``bool`` is refused even though it is an ``int``: ``timeout=True`` is a bug,
     not one second. NaN and infinities are refused; negatives are returned as
@@ -22,10 +24,10 @@ def to_seconds(value: Duration, name: str) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
+        raise ConfigError(
             f"{name} must be a timedelta or a number of seconds, not {type(value).__name__}"
         )
     seconds = float(value)
     if not math.isfinite(seconds):
-        raise ValueError(f"{name} must be a finite number of seconds, not {value!r}")
+        raise ConfigError(f"{name} must be a finite number of seconds, not {value!r}")
     return seconds

@@ -14,15 +14,22 @@ from collections.abc import Iterable
 from types import FrameType, TracebackType
 from typing import Any, Self
 
-from drover._db import store
+from drover._db import queues, store
 from drover._db.connections import ConnectionPool, borrow, open_pool, resolve_connection
 from drover._db.errors import translate
+from drover._db.queues import QueueState
 from drover._durations import Duration, to_seconds
 from drover._encode import encode_insert
 from drover._runtime.engine import Engine
 from drover._runtime.runner import build_chain
 from drover.config import Config
-from drover.errors import AlreadyStarted, DroverError, InvalidJobArgs, NotStarted
+from drover.errors import (
+    AlreadyStarted,
+    DroverError,
+    InvalidInsertOpts,
+    InvalidJobArgs,
+    NotStarted,
+)
 from drover.job import InsertOpts, JobArgs, JobRow
 
 __all__ = ["Client", "InsertItem"]
@@ -49,6 +56,13 @@ def _encode_batch(items: object) -> list[store.JobInsertParams]:
             args, opts = item, None
         encoded.append(encode_insert(args, opts, where=f"item {index}: "))
     return encoded
+
+
+def _queue_name(name: object) -> str:
+    try:
+        return InsertOpts(queue=name).queue or ""  # type: ignore[arg-type]
+    except InvalidInsertOpts as exc:
+        raise InvalidInsertOpts(str(exc).replace("InsertOpts.queue", "queue name")) from None
 
 
 class _Phase(enum.Enum):
@@ -91,7 +105,7 @@ class Client:
             raise TypeError(f"config must be a drover.Config, not {type(config).__qualname__}")
         # Composed once, before any connection is opened: a broken middleware
         # fails construction and later changes to its list change nothing.
-        self._chain = build_chain(config.workers, config.middleware)
+        self._chain = build_chain(config.workers, config.middleware, config.logger)
         if isinstance(pool_or_conninfo, str):
             if not pool_or_conninfo.strip():
                 raise ValueError("Client needs a conninfo string or URL; got an empty string")
@@ -120,6 +134,33 @@ class Client:
         """The validated configuration this client runs with."""
         return self._config
 
+    # --- queues -----------------------------------------------------------------------------
+
+    def pause_queue(self, name: str) -> None:
+        """Stop every client from claiming jobs from ``name``, until :meth:`resume_queue`.
+
+        Persisted in the database (``drover_queues``), so it applies to all
+        clients on this database, including ones started later, from their next
+        claim (within one poll interval). Jobs already running finish normally;
+        inserts into a paused queue are accepted and wait. Idempotent.
+        """
+        queue = _queue_name(name)
+        with borrow(self._pool, "pause queue") as conn:
+            queues.queue_pause(conn, queue)
+
+    def resume_queue(self, name: str) -> None:
+        """Let clients claim from ``name`` again; resuming a queue that is not paused is a no-op."""
+        queue = _queue_name(name)
+        with borrow(self._pool, "resume queue") as conn:
+            resumed = queues.queue_resume(conn, queue)
+        if resumed:
+            self._nudge()
+
+    def queue_states(self) -> list[QueueState]:
+        """Every queue ever paused, by name; ``QueueState.paused`` tells whether it still is."""
+        with borrow(self._pool, "list queues") as conn:
+            return queues.queue_list(conn)
+
     @property
     def pool(self) -> ConnectionPool[Any]:
         """The connection pool the client uses (its own, or the one it was given)."""
@@ -140,7 +181,7 @@ class Client:
         """
         params = encode_insert(args, opts)
         with borrow(self._pool, "insert job") as conn:
-            row = store.job_insert(conn, params)
+            row = store.job_insert(conn, params, notify=self._config.notify)
         self._nudge()
         return row
 
@@ -166,7 +207,7 @@ class Client:
                 is then aborted, as with any failed statement.
         """
         params = encode_insert(args, opts)
-        return store.job_insert(resolve_connection(conn), params)
+        return store.job_insert(resolve_connection(conn), params, notify=self._config.notify)
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -185,7 +226,7 @@ class Client:
         if not batch:
             return []
         with borrow(self._pool, "insert jobs") as conn:
-            rows = store.job_insert_many(conn, batch, caller_tx=False)
+            rows = store.job_insert_many(conn, batch, caller_tx=False, notify=self._config.notify)
         self._nudge()
         return rows
 
@@ -200,7 +241,7 @@ class Client:
         resolved = resolve_connection(conn)
         if not batch:
             return []
-        return store.job_insert_many(resolved, batch, caller_tx=True)
+        return store.job_insert_many(resolved, batch, caller_tx=True, notify=self._config.notify)
 
     def get_job(self, job_id: int) -> JobRow | None:
         """The job's current row, or ``None`` when no job has that id."""

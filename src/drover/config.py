@@ -53,6 +53,13 @@ class Config:
     - ``logger``: where drover logs (default: the ``drover`` logger).
     - ``shutdown_timeout`` (30 s): the drain budget :meth:`Client.run` gives
       :meth:`Client.stop` after SIGINT/SIGTERM.
+    - ``notify`` (True): inserts send a LISTEN/NOTIFY wake-up for their queue
+      (delivered at commit) and a started client keeps one dedicated
+      connection listening, so an idle queue starts new work in milliseconds
+      instead of up to ``poll_interval``. Polling stays the source of truth.
+      Turn it off behind PgBouncer in transaction mode (LISTEN cannot work
+      there) or when hundreds of processes insert at once (NOTIFY serialises
+      the commits of notifying transactions).
     """
 
     __module__ = "drover"
@@ -63,6 +70,7 @@ class Config:
         "lease_duration",
         "logger",
         "middleware",
+        "notify",
         "poll_interval",
         "queues",
         "rescue_interval",
@@ -80,6 +88,7 @@ class Config:
     rescue_interval: timedelta
     retry_policy: RetryPolicy
     middleware: tuple[Middleware, ...]
+    notify: bool
     logger: logging.Logger
     shutdown_timeout: timedelta
 
@@ -97,6 +106,7 @@ class Config:
         middleware: Sequence[Middleware] = (),
         logger: logging.Logger | None = None,
         shutdown_timeout: Duration = DEFAULT_SHUTDOWN_TIMEOUT,
+        notify: bool = True,
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -144,6 +154,9 @@ class Config:
         set_(self, "middleware", _middleware(middleware))
         budget = _duration(shutdown_timeout, "shutdown_timeout")
         set_(self, "shutdown_timeout", timedelta(seconds=max(0.0, budget)))
+        if not isinstance(notify, bool):
+            raise ConfigError(f"Config.notify must be True or False, not {notify!r}")
+        set_(self, "notify", notify)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Config is immutable; build a new one instead of setting {name}")

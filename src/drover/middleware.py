@@ -20,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
+from drover._durations import Duration, to_seconds
 from drover.context import JobContext
 from drover.errors import ConfigError
 from drover.job import JobRow
 
-__all__ = ["Handler", "Middleware", "compose"]
+__all__ = ["Handler", "Middleware", "Timeout", "compose"]
 
 Handler: TypeAlias = Callable[[JobContext, JobRow], None]
 """Runs one execution: return to succeed, raise to fail."""
@@ -43,3 +44,28 @@ def compose(middleware: Sequence[Middleware], innermost: Handler) -> Handler:
                 f"Config.middleware[{index}] returned {handler!r} instead of a handler function"
             )
     return handler
+
+
+def Timeout(timeout: Duration) -> Middleware:
+    """Middleware giving the rest of the chain a context that cancels after ``timeout``.
+
+    ``timeout`` is a ``timedelta`` or seconds; zero or less means no deadline
+    (the middleware passes through). Python cannot interrupt a thread, so the
+    handler must notice: ``job.context.cancelled`` turns true and
+    ``job.context.wait()`` returns at the deadline. The handler's own result is
+    kept either way: a handler that overran and returned succeeded, one that
+    overran and raised failed with its own error. The outcome is recorded
+    regardless of the deadline.
+    """
+    seconds = to_seconds(timeout, "Timeout")
+
+    def middleware(next_handler: Handler) -> Handler:
+        if seconds <= 0:
+            return next_handler
+
+        def handle(ctx: JobContext, row: JobRow) -> None:
+            next_handler(ctx.with_timeout(seconds), row)
+
+        return handle
+
+    return middleware

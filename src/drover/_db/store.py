@@ -17,6 +17,7 @@ from psycopg.rows import tuple_row
 
 from drover._db.connections import Connection
 from drover._db.errors import translate
+from drover._db.notify import notify_queues
 from drover._db.queries import query
 from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
@@ -47,7 +48,7 @@ class JobInsertParams:
 
 
 def row_from_db(values: Sequence[Any]) -> JobRow:
-    """Build a JobRow from the 13 columns every job query returns, jsonb as text."""
+    """Build a JobRow from the 13 columns every job query starts with, jsonb as text."""
     (
         id_,
         kind,
@@ -62,7 +63,7 @@ def row_from_db(values: Sequence[Any]) -> JobRow:
         created_at,
         finalized_at,
         unique_key,
-    ) = values
+    ) = values[:13]
     return JobRow(
         id=id_,
         kind=kind,
@@ -91,14 +92,14 @@ def _duplicate(params: JobInsertParams, where: str = "") -> DuplicateJob:
     )
 
 
-def job_insert(conn: Connection, params: JobInsertParams) -> JobRow:
-    """Insert one job; one statement, one round trip.
+def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> JobRow:
+    """Insert one job; one statement, one round trip, the wake-up included when ``notify``.
 
     Raises :class:`DuplicateJob` without aborting the transaction when the
     unique key is taken (the query skips the row instead of raising).
     """
     with translate(f"insert job kind {params.kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_insert"), params.as_query_params())
+        cur.execute(query("job_insert"), {**params.as_query_params(), "notify": notify})
         row = cur.fetchone()
     if row is None:
         raise _duplicate(params)
@@ -106,7 +107,7 @@ def job_insert(conn: Connection, params: JobInsertParams) -> JobRow:
 
 
 def job_insert_many(
-    conn: Connection, batch: Sequence[JobInsertParams], *, caller_tx: bool
+    conn: Connection, batch: Sequence[JobInsertParams], *, caller_tx: bool, notify: bool
 ) -> list[JobRow]:
     """Insert a batch through COPY into a staging table; rows come back in input order.
 
@@ -147,6 +148,8 @@ def job_insert_many(
             if len(rows) != len(batch):
                 # Raising rolls the nested transaction back: nothing of the batch stays.
                 raise _first_duplicate(conn, batch, {r[0] for r in rows})
+            if notify:
+                notify_queues(conn, sorted({p.queue for p in batch}))
     return [row_from_db(r) for r in rows]
 
 

@@ -13,6 +13,7 @@ from drover._runtime.completer import Completer
 from drover._runtime.fetcher import Fetcher
 from drover._runtime.heartbeat import Heartbeat
 from drover._runtime.inflight import InFlight, Running, Slots
+from drover._runtime.listener import Listener
 from drover._runtime.rescuer import Rescuer
 from drover._runtime.runner import Runner
 from drover.config import Config
@@ -74,6 +75,16 @@ class Engine:
             client_id=client_id,
             logger=self._log,
         )
+        self.listener: Listener | None = None
+        if config.notify:
+            self.listener = Listener(
+                pool=pool,
+                queues=config.queues,
+                wake=self.fetcher.wake,
+                backoff=config.poll_interval.total_seconds(),
+                client_id=client_id,
+                logger=self._log,
+            )
         self.rescuer = Rescuer(
             pool=pool,
             interval=config.rescue_interval.total_seconds(),
@@ -93,6 +104,8 @@ class Engine:
         self.completer.start()
         self.heartbeat.start()
         self.rescuer.start()
+        if self.listener is not None:
+            self.listener.start()
         self.fetcher.start()
         c = self._config
         self._log.info(
@@ -124,6 +137,8 @@ class Engine:
         self._log.info("drover: worker pool stopping")
         started = time.monotonic()
         self.fetcher.stop(timeout=None)
+        if self.listener is not None:
+            self.listener.stop()
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
         verdict: DrainIncomplete | None = None
         escalated = not self.inflight.wait_empty(remaining)

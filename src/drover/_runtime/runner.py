@@ -13,6 +13,7 @@ from drover._runtime.inflight import InFlight, Running, Slots
 from drover.context import JobContext
 from drover.errors import DroverError
 from drover.job import Job, JobRow
+from drover.log import Logging, job_scope
 from drover.middleware import Handler, Middleware, compose
 from drover.retry import RetryPolicy
 from drover.worker import Workers
@@ -64,9 +65,15 @@ def _dispatcher(workers: Workers) -> Handler:
     return dispatch
 
 
-def build_chain(workers: Workers, middleware: tuple[Middleware, ...]) -> Handler:
-    """Compose the middleware around the dispatcher, once, outermost first."""
-    return compose(middleware, _dispatcher(workers))
+def build_chain(
+    workers: Workers, middleware: tuple[Middleware, ...], logger: logging.Logger
+) -> Handler:
+    """Compose the chain once: drover's Logging outermost, then ``middleware``, then dispatch.
+
+    The built-in middleware is not part of ``Config.middleware``, so
+    configuration cannot remove it.
+    """
+    return Logging(logger)(compose(middleware, _dispatcher(workers)))
 
 
 class Runner:
@@ -99,7 +106,8 @@ class Runner:
         outcome: Outcome | None = None
         try:
             try:
-                self._chain(running.context, row)
+                with job_scope(row):
+                    self._chain(running.context, row)
             except BaseException as exc:
                 outcome = disposition.failed(row, exc, policy=self._policy, log=self._log)
             else:

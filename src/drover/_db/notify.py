@@ -1,0 +1,51 @@
+"""LISTEN/NOTIFY wake-ups: the listening connection and the notify statement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from drover._db.connections import Connection
+from drover._db.errors import translate
+from drover._db.queries import query
+
+__all__ = ["CHANNEL", "listen_connect", "notify_queues", "wait_notifications"]
+
+CHANNEL = "drover"
+
+
+def listen_connect(pool: ConnectionPool[Any]) -> Connection:
+    """A dedicated connection (not from the pool: LISTEN is session state) listening on drover.
+
+    Needs session pooling: behind PgBouncer in transaction mode the LISTEN is
+    lost and wake-ups silently stop (polling still works).
+    """
+    # psycopg_pool accepts callables for both (credentials that rotate).
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    extra = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    kwargs = {**(extra or {}), "autocommit": True}
+    with translate("listen for job notifications"):
+        conn = psycopg.connect(conninfo, **kwargs)
+        try:
+            conn.execute(query("notify_listen"))
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+def wait_notifications(conn: Connection, timeout: float) -> list[str]:
+    """Block up to ``timeout`` seconds for notifications; return their payloads (queue names)."""
+    with translate("wait for job notifications"):
+        return [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
+
+
+def notify_queues(conn: Connection, queues: Sequence[str]) -> None:
+    """Queue one wake-up per queue, delivered when the connection's transaction commits."""
+    if not queues:
+        return
+    with translate("notify listeners"), conn.cursor() as cur:
+        cur.execute(query("notify_queues"), {"queues": list(queues)})

@@ -1,0 +1,54 @@
+"""Queue pause state: the Python side of ``sql/queries/queues.sql``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg.rows import tuple_row
+
+from drover._db.connections import Connection
+from drover._db.errors import translate
+from drover._db.queries import query
+
+__all__ = ["QueueState", "queue_list", "queue_pause", "queue_resume"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A queue an operator has paused at some point (queues need no row to exist)."""
+
+    __module__ = "drover"
+
+    name: str
+    paused_at: datetime | None
+    updated_at: datetime
+
+    @property
+    def paused(self) -> bool:
+        """True while no client claims from this queue."""
+        return self.paused_at is not None
+
+
+def queue_pause(conn: Connection, name: str) -> datetime:
+    """Pause ``name`` (idempotent: an already paused queue keeps its first pause time)."""
+    with translate(f"pause queue {name!r}"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("queue_pause"), {"name": name})
+        row = cur.fetchone()
+    assert row is not None
+    paused_at: datetime = row[0]
+    return paused_at
+
+
+def queue_resume(conn: Connection, name: str) -> bool:
+    """Resume ``name``; False when it was not paused."""
+    with translate(f"resume queue {name!r}"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("queue_resume"), {"name": name})
+        return cur.fetchone() is not None
+
+
+def queue_list(conn: Connection) -> list[QueueState]:
+    """Every queue with a pause record, by name."""
+    with translate("list queues"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("queue_list"))
+        return [QueueState(n, p, u) for n, p, u in cur.fetchall()]
