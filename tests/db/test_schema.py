@@ -220,3 +220,22 @@ def test_duplicate_migration_versions_are_refused(tmp_path: Path) -> None:
 def test_shipped_migrations_are_numbered_from_one_without_gaps() -> None:
     versions = [m.version for m in load_migrations()]
     assert versions == list(range(1, len(versions) + 1))
+
+
+def test_queues_table(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    rows = conn.execute(
+        """SELECT column_name, data_type, is_nullable, column_default
+           FROM information_schema.columns WHERE table_name = 'drover_queues'
+           ORDER BY ordinal_position"""
+    ).fetchall()
+    assert rows == [
+        ("name", "text", "NO", None),
+        ("paused_at", "timestamp with time zone", "YES", None),
+        ("updated_at", "timestamp with time zone", "NO", "now()"),
+    ]
+    pk = conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE tablename = 'drover_queues'"
+    ).fetchall()
+    assert pk == [
+        ("CREATE UNIQUE INDEX drover_queues_pkey ON public.drover_queues USING btree (name)",)
+    ]

@@ -72,3 +72,40 @@ def migrations(url: str) -> None:
     applied: list[drover.Migration] = drover.migrate(url)
     status: drover.MigrationStatus = drover.migration_status(url)
     print(applied, status.current_version, status.pending)
+
+
+def audit(next_handler: drover.Handler) -> drover.Handler:
+    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+        ctx.values["audited"] = row.id
+        next_handler(ctx, row)
+
+    return handle
+
+
+def running(url: str) -> None:
+    config = drover.Config(
+        workers=workers,
+        concurrency=4,
+        queues={"default": 4, "bulk": 1},
+        poll_interval=timedelta(milliseconds=500),
+        lease_duration=30,
+        middleware=[audit, drover.Timeout(timedelta(seconds=30))],
+        retry_policy=drover.ExponentialRetryPolicy(),
+    )
+    with drover.Client(url, config) as client:
+        client.pause_queue("bulk")
+        client.resume_queue("bulk")
+        states: list[drover.QueueState] = client.queue_states()
+        print(states)
+    try:
+        client.stop(timedelta(seconds=5))
+    except drover.DrainIncomplete as exc:
+        ids: tuple[int, ...] = exc.job_ids
+        print(ids, exc.count)
+    drover.Config(concurrency="4")  # type: ignore[arg-type]
+
+
+def signals(job: drover.Job[SendEmail]) -> None:
+    if job.attempt > 3:
+        raise drover.Cancel("gave up")
+    raise drover.Snooze(timedelta(minutes=5))
