@@ -5,3 +5,35 @@ SELECT queue, state::text, count(*)
 FROM drover_jobs
 GROUP BY queue, state
 ORDER BY queue, state;
+
+-- name: stats_depth
+-- Rows per queue in the five published states. One branch per partial index
+-- (waiting, running, dead) so the cost follows the backlog, never the
+-- history of completed and cancelled rows.
+SELECT queue, state::text, count(*)
+FROM drover_jobs
+WHERE state IN ('available', 'retryable', 'scheduled')
+GROUP BY queue, state
+UNION ALL
+SELECT queue, 'running', count(*)
+FROM drover_jobs
+WHERE state = 'running'
+GROUP BY queue
+UNION ALL
+SELECT queue, 'dead', count(*)
+FROM drover_jobs
+WHERE state = 'dead'
+GROUP BY queue;
+
+-- name: stats_oldest_age
+-- Age of the oldest job each queue could claim right now: the fetch
+-- predicate (a paused queue claims nothing, so it reports nothing), the
+-- database clock.
+SELECT j.queue, EXTRACT(EPOCH FROM now() - min(j.scheduled_at))::float8
+FROM drover_jobs j
+WHERE j.state IN ('available', 'retryable', 'scheduled')
+  AND j.scheduled_at <= now()
+  AND NOT EXISTS (
+      SELECT 1 FROM drover_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL
+  )
+GROUP BY j.queue;

@@ -14,10 +14,13 @@ from collections.abc import Iterable
 from types import FrameType, TracebackType
 from typing import Any, Self
 
+from prometheus_client import CollectorRegistry
+
 from drover._db import queues, store
 from drover._db.connections import ConnectionPool, borrow, open_pool, resolve_connection
 from drover._db.errors import translate
 from drover._db.queues import QueueState
+from drover._db.stats import QueueStats
 from drover._durations import Duration, to_seconds
 from drover._encode import encode_insert
 from drover._runtime.engine import Engine
@@ -31,6 +34,8 @@ from drover.errors import (
     NotStarted,
 )
 from drover.job import InsertOpts, JobArgs, JobRow
+from drover.ops.metrics import Metrics
+from drover.ops.server import OpsServer
 
 __all__ = ["Client", "InsertItem"]
 
@@ -105,7 +110,14 @@ class Client:
             raise TypeError(f"config must be a drover.Config, not {type(config).__qualname__}")
         # Composed once, before any connection is opened: a broken middleware
         # fails construction and later changes to its list change nothing.
-        self._chain = build_chain(config.workers, config.middleware, config.logger)
+        self._metrics = Metrics(
+            config.metrics_registry or CollectorRegistry(),
+            concurrency=config.concurrency,
+            queues=list(config.queues),
+        )
+        self._chain = build_chain(
+            config.workers, config.middleware, config.logger, self._metrics.middleware
+        )
         if isinstance(pool_or_conninfo, str):
             if not pool_or_conninfo.strip():
                 raise ValueError("Client needs a conninfo string or URL; got an empty string")
@@ -126,6 +138,7 @@ class Client:
         self._lifecycle = threading.Lock()
         self._phase = _Phase.NEW
         self._engine: Engine | None = None
+        self._ops: OpsServer | None = None
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
 
@@ -277,17 +290,40 @@ class Client:
                     f"this client was already {self._phase.value}; "
                     "a client runs once, build a new one to start again"
                 )
-            if self._owns_pool:
-                with translate("start"):
-                    self._pool.wait(timeout=self._pool.timeout)
-            # Built and launched under the lock, so a stop() racing this start
-            # either sees NEW (and refuses) or a fully running engine.
-            engine = Engine(
-                pool=self._pool, config=self._config, chain=self._chain, client_id=self._id
-            )
+            # Bound first (after the AlreadyStarted check): a busy port fails
+            # start() with nothing running and the client still startable.
+            ops = None
+            if self._config.ops_addr:
+                ops = OpsServer(
+                    self._config.ops_addr,
+                    registry=self._metrics.registry,
+                    ready=self.ready,
+                    client_id=self._id,
+                    logger=self._config.logger,
+                )
+            try:
+                if self._owns_pool:
+                    with translate("start"):
+                        self._pool.wait(timeout=self._pool.timeout)
+                # Built and launched under the lock, so a stop() racing this start
+                # either sees NEW (and refuses) or a fully running engine.
+                engine = Engine(
+                    pool=self._pool,
+                    config=self._config,
+                    chain=self._chain,
+                    publish_stats=self._publish_stats,
+                    client_id=self._id,
+                )
+            except BaseException:
+                if ops is not None:
+                    ops.stop()
+                raise
             engine.start()
             self._engine = engine
             self._phase = _Phase.STARTED
+            if ops is not None:
+                ops.start()
+                self._ops = ops
 
     def stop(self, timeout: Duration | None = None) -> None:
         """Stop claiming, drain in-flight jobs, and return once each recorded its outcome.
@@ -328,6 +364,9 @@ class Client:
             self._verdict = verdict
             with self._lifecycle:
                 self._phase = _Phase.STOPPED
+            # Last, so probes saw 503 "draining" during the drain, not a refused connection.
+            if self._ops is not None:
+                self._ops.stop()
             self.close()
             self._stopped.set()
         if verdict is not None:
@@ -370,6 +409,39 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.stop(self._config.shutdown_timeout)
+
+    # --- observability ----------------------------------------------------------------------
+
+    def _publish_stats(self, stats: QueueStats) -> None:
+        self._metrics.publish_queue_stats(stats.depth, stats.oldest_age)
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """The Prometheus registry this client records on (serve it yourself if no ops_addr)."""
+        return self._metrics.registry
+
+    @property
+    def ops_address(self) -> tuple[str, int] | None:
+        """Host and port the ops listener is bound to while started, else ``None``."""
+        return self._ops.address if self._ops is not None else None
+
+    def ready(self) -> tuple[bool, str]:
+        """What ``/readyz`` answers: ``(True, "ok")`` or ``(False, reason)``.
+
+        Ready means started, not draining, and the last queue-stats refresh
+        succeeded within two ``stats_interval`` s (a database outage turns
+        this false within two intervals, and true again after recovery). A
+        memory read; safe to call from any thread.
+        """
+        phase, engine = self._phase, self._engine
+        if phase is _Phase.STOPPING or phase is _Phase.STOPPED:
+            return False, "draining"
+        if phase is not _Phase.STARTED or engine is None:
+            return False, "not started"
+        bound = 2 * self._config.stats_interval.total_seconds()
+        if not engine.refresher.fresh(bound):
+            return False, "queue stats stale"
+        return True, "ok"
 
     @property
     def running(self) -> bool:

@@ -7,10 +7,13 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from drover._durations import Duration, to_seconds
 from drover.errors import ConfigError
 from drover.job import MAX_QUEUE_LENGTH
 from drover.middleware import Middleware
+from drover.ops.server import parse_address
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Workers
 
@@ -22,6 +25,7 @@ DEFAULT_CONCURRENCY = 10
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_LEASE = 60.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_STATS_INTERVAL = 15.0
 MIN_LEASE = 0.001
 MAX_QUEUE_WEIGHT = 100_000
 
@@ -60,6 +64,13 @@ class Config:
       Turn it off behind PgBouncer in transaction mode (LISTEN cannot work
       there) or when hundreds of processes insert at once (NOTIFY serialises
       the commits of notifying transactions).
+    - ``stats_interval`` (15 s): how often queue depth and oldest age are read
+      for the gauges. 0 → default; negative → default with a warning.
+    - ``metrics_registry``: the ``prometheus_client.CollectorRegistry`` this
+      client records on (default: a private one, so clients never collide).
+      Two clients cannot share one: that is a :class:`drover.ConfigError`.
+    - ``ops_addr`` (``""``): ``host:port`` for ``/metrics``, ``/healthz`` and
+      ``/readyz``, bound at ``start()``; empty means no listener and no thread.
     """
 
     __module__ = "drover"
@@ -69,13 +80,16 @@ class Config:
         "heartbeat_interval",
         "lease_duration",
         "logger",
+        "metrics_registry",
         "middleware",
         "notify",
+        "ops_addr",
         "poll_interval",
         "queues",
         "rescue_interval",
         "retry_policy",
         "shutdown_timeout",
+        "stats_interval",
         "workers",
     )
 
@@ -89,6 +103,9 @@ class Config:
     retry_policy: RetryPolicy
     middleware: tuple[Middleware, ...]
     notify: bool
+    stats_interval: timedelta
+    metrics_registry: CollectorRegistry | None
+    ops_addr: str
     logger: logging.Logger
     shutdown_timeout: timedelta
 
@@ -107,6 +124,9 @@ class Config:
         logger: logging.Logger | None = None,
         shutdown_timeout: Duration = DEFAULT_SHUTDOWN_TIMEOUT,
         notify: bool = True,
+        stats_interval: Duration = DEFAULT_STATS_INTERVAL,
+        metrics_registry: CollectorRegistry | None = None,
+        ops_addr: str = "",
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -157,6 +177,28 @@ class Config:
         if not isinstance(notify, bool):
             raise ConfigError(f"Config.notify must be True or False, not {notify!r}")
         set_(self, "notify", notify)
+        stats = _duration(stats_interval, "stats_interval")
+        if stats < 0:
+            log.warning(
+                "drover: stats interval must be positive; using the default instead",
+                extra={"stats_interval": stats, "default": DEFAULT_STATS_INTERVAL},
+            )
+        set_(
+            self,
+            "stats_interval",
+            timedelta(seconds=stats if stats > 0 else DEFAULT_STATS_INTERVAL),
+        )
+        if metrics_registry is not None and not isinstance(metrics_registry, CollectorRegistry):
+            raise ConfigError(
+                "Config.metrics_registry must be a prometheus_client.CollectorRegistry, "
+                f"not {type(metrics_registry).__name__}"
+            )
+        set_(self, "metrics_registry", metrics_registry)
+        if not isinstance(ops_addr, str):
+            raise ConfigError(f"Config.ops_addr must be a 'host:port' string, not {ops_addr!r}")
+        if ops_addr:
+            parse_address(ops_addr)
+        set_(self, "ops_addr", ops_addr)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Config is immutable; build a new one instead of setting {name}")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from psycopg.rows import tuple_row
 
 from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 
-__all__ = ["job_counts_by_state"]
+__all__ = ["QueueStats", "job_counts_by_state", "queue_stats"]
 
 
 def job_counts_by_state(conn: Connection) -> dict[tuple[str, str], int]:
@@ -16,3 +18,23 @@ def job_counts_by_state(conn: Connection) -> dict[tuple[str, str], int]:
     with translate("count jobs"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("job_counts_by_state"))
         return {(q, s): int(n) for q, s, n in cur.fetchall()}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Depth by state and oldest-claimable age per queue, read on the database clock."""
+
+    depth: dict[tuple[str, str], int]
+    """``{(queue, state): rows}`` for available, scheduled, retryable, running and dead."""
+    oldest_age: dict[str, float]
+    """``{queue: seconds}`` for queues with a job claimable now."""
+
+
+def queue_stats(conn: Connection) -> QueueStats:
+    """Two statements, both served by the partial indexes."""
+    with translate("read queue stats"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("stats_depth"))
+        depth = {(q, s): int(n) for q, s, n in cur.fetchall()}
+        cur.execute(query("stats_oldest_age"))
+        ages = {q: max(0.0, float(age)) for q, age in cur.fetchall()}
+    return QueueStats(depth, ages)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from collections.abc import Callable
 from typing import Any
 
 from drover._db.connections import ConnectionPool, borrow
 from drover._db.runtime import WriteResult, job_record_outcomes
+from drover._db.stats import QueueStats
 from drover._runtime import disposition
 from drover._runtime.completer import Completer
 from drover._runtime.fetcher import Fetcher
 from drover._runtime.heartbeat import Heartbeat
 from drover._runtime.inflight import InFlight, Running, Slots
 from drover._runtime.listener import Listener
+from drover._runtime.refresher import StatsRefresher
 from drover._runtime.rescuer import Rescuer
 from drover._runtime.runner import Runner
 from drover.config import Config
@@ -34,7 +37,13 @@ class Engine:
     """
 
     def __init__(
-        self, *, pool: ConnectionPool[Any], config: Config, chain: Handler, client_id: str
+        self,
+        *,
+        pool: ConnectionPool[Any],
+        config: Config,
+        chain: Handler,
+        publish_stats: Callable[[QueueStats], None],
+        client_id: str,
     ) -> None:
         self._pool = pool
         self._config = config
@@ -85,6 +94,13 @@ class Engine:
                 client_id=client_id,
                 logger=self._log,
             )
+        self.refresher = StatsRefresher(
+            pool=pool,
+            publish=publish_stats,
+            interval=config.stats_interval.total_seconds(),
+            client_id=client_id,
+            logger=self._log,
+        )
         self.rescuer = Rescuer(
             pool=pool,
             interval=config.rescue_interval.total_seconds(),
@@ -104,6 +120,7 @@ class Engine:
         self.completer.start()
         self.heartbeat.start()
         self.rescuer.start()
+        self.refresher.start()
         if self.listener is not None:
             self.listener.start()
         self.fetcher.start()
@@ -147,6 +164,7 @@ class Engine:
         self.completer.stop(timeout=None)
         self.heartbeat.stop()
         self.rescuer.stop()
+        self.refresher.stop()
         # After the budget ran out, never wait for pool threads: a handler that
         # ignores cancellation (even one whose job finished or was taken over)
         # would hold stop() hostage.

@@ -66,14 +66,17 @@ def _dispatcher(workers: Workers) -> Handler:
 
 
 def build_chain(
-    workers: Workers, middleware: tuple[Middleware, ...], logger: logging.Logger
+    workers: Workers,
+    middleware: tuple[Middleware, ...],
+    logger: logging.Logger,
+    metrics: Middleware,
 ) -> Handler:
-    """Compose the chain once: drover's Logging outermost, then ``middleware``, then dispatch.
+    """Compose the chain once: Logging, metrics, ``middleware`` (outermost first), dispatch.
 
-    The built-in middleware is not part of ``Config.middleware``, so
-    configuration cannot remove it.
+    The built-in layers are not part of ``Config.middleware``, so
+    configuration cannot remove them.
     """
-    return Logging(logger)(compose(middleware, _dispatcher(workers)))
+    return Logging(logger)(metrics(compose(middleware, _dispatcher(workers))))
 
 
 class Runner:

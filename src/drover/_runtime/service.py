@@ -80,6 +80,7 @@ class PeriodicService(ThreadService):
     """
 
     action: str = "run"
+    failure_level: int = logging.ERROR
 
     def __init__(self, *, interval: float, client_id: str, logger: logging.Logger) -> None:
         super().__init__(client_id=client_id, logger=logger)
@@ -90,7 +91,8 @@ class PeriodicService(ThreadService):
             try:
                 self.run_once()
             except Exception:
-                self._log.error(
+                self._log.log(
+                    self.failure_level,
                     f"drover: {self.action} failed; trying again next interval",
                     extra={"thread": self.thread_name, "action": self.action},
                     exc_info=True,

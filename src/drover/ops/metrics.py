@@ -1,0 +1,158 @@
+"""drover's seven metric families on a per-client registry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from drover.context import JobContext
+from drover.errors import ConfigError
+from drover.job import JobRow
+from drover.middleware import Handler
+
+__all__ = ["DURATION_BUCKETS", "PUBLISHED_STATES", "Metrics"]
+
+DURATION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+)  # fmt: skip
+PUBLISHED_STATES = ("available", "scheduled", "retryable", "running", "dead")
+
+
+class _QueueGauges(Collector):
+    """Depth and age from the latest refresh: a scrape reads memory, never the database.
+
+    The snapshot is replaced in one assignment, so a scrape sees either the
+    old or the new set of series, never a live series missing in between.
+    """
+
+    def __init__(self, configured: Collection[str]) -> None:
+        self._configured = tuple(configured)
+        zero_depth = {(q, s): 0 for q in self._configured for s in PUBLISHED_STATES}
+        self._snapshot: tuple[dict[tuple[str, str], int], dict[str, float]] = (
+            zero_depth,
+            dict.fromkeys(self._configured, 0.0),
+        )
+
+    def publish(self, depth: dict[tuple[str, str], int], ages: dict[str, float]) -> None:
+        queues = set(self._configured) | {q for q, _ in depth} | set(ages)
+        full_depth = {(q, s): depth.get((q, s), 0) for q in queues for s in PUBLISHED_STATES}
+        full_ages = {q: ages.get(q, 0.0) for q in queues}
+        self._snapshot = (full_depth, full_ages)
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily("drover_queue_depth", "", labels=["queue", "state"])
+        yield GaugeMetricFamily("drover_oldest_job_age_seconds", "", labels=["queue"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        depth, ages = self._snapshot
+        depth_family = GaugeMetricFamily(
+            "drover_queue_depth",
+            "Jobs per queue in one state (completed and cancelled are not counted).",
+            labels=["queue", "state"],
+        )
+        for (queue, state), value in sorted(depth.items()):
+            depth_family.add_metric([queue, state], value)
+        yield depth_family
+        age_family = GaugeMetricFamily(
+            "drover_oldest_job_age_seconds",
+            "Age of the oldest job claimable now; 0 when none is waiting.",
+            labels=["queue"],
+        )
+        for queue, age in sorted(ages.items()):
+            age_family.add_metric([queue], age)
+        yield age_family
+
+
+class Metrics:
+    """The metric families of one client, and the middleware that feeds them.
+
+    Per execution (from the middleware): ``drover_jobs_completed_total`` or
+    ``drover_jobs_failed_total`` (exactly one of them; snooze and cancel count
+    as failed), one ``drover_job_duration_seconds`` observation, and
+    ``drover_jobs_executing`` up then down. From the stats refresher:
+    ``drover_queue_depth`` and ``drover_oldest_job_age_seconds``. Constant:
+    ``drover_pool_concurrency``. Job kind is never a label.
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry, *, concurrency: int, queues: Collection[str]
+    ) -> None:
+        self.registry = registry
+        try:
+            self._completed = Counter(
+                "drover_jobs_completed",
+                "Executions whose handler returned.",
+                ["queue"],
+                registry=registry,
+            )
+            self._failed = Counter(
+                "drover_jobs_failed",
+                "Executions whose handler raised (including snooze, cancel and timeouts).",
+                ["queue"],
+                registry=registry,
+            )
+            self._duration = Histogram(
+                "drover_job_duration_seconds",
+                "Wall-clock time of one execution, successful or not.",
+                ["queue"],
+                buckets=DURATION_BUCKETS,
+                registry=registry,
+            )
+            self._executing = Gauge(
+                "drover_jobs_executing",
+                "Executions currently inside the middleware chain.",
+                registry=registry,
+            )
+            concurrency_gauge = Gauge(
+                "drover_pool_concurrency",
+                "Configured pool size; compare with drover_jobs_executing for saturation.",
+                registry=registry,
+            )
+            self._queues = _QueueGauges(queues)
+            registry.register(self._queues)
+        except ValueError as exc:
+            raise ConfigError(
+                "Config.metrics_registry already holds drover's metrics: give each client "
+                f"its own registry ({exc})"
+            ) from None
+        concurrency_gauge.set(concurrency)
+        # Configured queues show 0 from the first scrape instead of a missing series.
+        for queue in queues:
+            self._completed.labels(queue)
+            self._failed.labels(queue)
+            self._duration.labels(queue)
+
+    def publish_queue_stats(
+        self, depth: dict[tuple[str, str], int], ages: dict[str, float]
+    ) -> None:
+        """Replace the depth and age series with a fresh refresh."""
+        self._queues.publish(depth, ages)
+
+    def middleware(self, next_handler: Handler) -> Handler:
+        """Count, time and track every execution (installed by the client, inside Logging)."""
+
+        def handle(ctx: JobContext, row: JobRow) -> None:
+            self._executing.inc()
+            started = time.perf_counter()
+            try:
+                next_handler(ctx, row)
+            except BaseException:
+                self._failed.labels(row.queue).inc()
+                raise
+            else:
+                self._completed.labels(row.queue).inc()
+            finally:
+                self._duration.labels(row.queue).observe(time.perf_counter() - started)
+                self._executing.dec()
+
+        return handle
+
+    def snapshot(self) -> dict[str, Any]:
+        """The current depth/age snapshot (for tests and diagnostics)."""
+        depth, ages = self._queues._snapshot
+        return {"depth": dict(depth), "ages": dict(ages)}
