@@ -64,10 +64,13 @@ def _encode_batch(items: object) -> list[store.JobInsertParams]:
 
 
 def _queue_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidInsertOpts(f"queue name must be a str, not {type(name).__name__}")
     try:
-        return InsertOpts(queue=name).queue or ""  # type: ignore[arg-type]
+        InsertOpts(queue=name)
     except InvalidInsertOpts as exc:
         raise InvalidInsertOpts(str(exc).replace("InsertOpts.queue", "queue name")) from None
+    return name
 
 
 class _Phase(enum.Enum):

@@ -64,6 +64,9 @@ class Listener(ThreadService):
                 while not self._stopping.is_set():
                     self.run_once()
             except Exception:
+                # The connection is gone: say so before backing off, not after.
+                self.listening.clear()
+                self._close()
                 if self._stopping.is_set():
                     break
                 self._log.error(
