@@ -38,7 +38,7 @@ def measure(url: str, jobs: int, rate: float, notify: bool) -> list[float]:
     worker = drover.Client(url, drover.Config(workers=workers, poll_interval=1, notify=notify))
     producer = drover.Client(url, drover.Config(notify=notify))
     worker.start()
-    engine = worker._engine  # noqa: SLF001 - wait until LISTEN is active before timing
+    engine = worker._engine
     if notify and engine is not None and engine.listener is not None:
         engine.listener.listening.wait(10)
     try:

@@ -227,3 +227,17 @@ class Cancel(JobSignal):
             if self.reason
             else "job cancelled by handler"
         )
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``"ValueError: boom"``: how drover records and logs a failed attempt.
+
+    drover's own errors (unknown kind, undecodable args, Cancel, Snooze)
+    already read as a sentence and are given bare; an exception without a
+    message is just its class name.
+    """
+    text = str(exc)
+    if isinstance(exc, DroverError) and text:
+        return text
+    name = type(exc).__qualname__
+    return f"{name}: {text}" if text else name

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from drover.context import JobContext
+from drover.errors import describe_failure
 from drover.job import JobRow
 from drover.middleware import Handler, Middleware
 
@@ -99,7 +100,7 @@ def Logging(logger: logging.Logger | None = None) -> Middleware:
                         extra={
                             **_fields(row),
                             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                            "error": f"{type(exc).__qualname__}: {exc}",
+                            "error": describe_failure(exc),
                         },
                     )
                 raise

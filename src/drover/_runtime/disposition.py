@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from drover._db.runtime import Outcome
-from drover.errors import Cancel, DroverError, Snooze
+from drover.errors import Cancel, Snooze
+from drover.errors import describe_failure as describe
 from drover.job import JobRow, JobState
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 
@@ -71,19 +72,6 @@ def find_signal(exc: BaseException) -> Cancel | Snooze | None:
             snooze = current
         current = current.__cause__
     return snooze
-
-
-def describe(exc: BaseException) -> str:
-    """``"ValueError: boom"``: the message recorded for a failed attempt.
-
-    drover's own errors (unknown kind, undecodable args) already read as a
-    sentence and are recorded bare.
-    """
-    text = str(exc)
-    if isinstance(exc, DroverError) and text:
-        return text
-    name = type(exc).__qualname__
-    return f"{name}: {text}" if text else name
 
 
 def completed(row: JobRow) -> Outcome:

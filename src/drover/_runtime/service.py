@@ -53,7 +53,7 @@ class ThreadService(abc.ABC):
         if thread.is_alive():
             self._log.warning(
                 "drover: background thread did not stop in time",
-                extra={"thread": thread.name, "timeout": timeout},
+                extra={"thread_name": thread.name, "timeout": timeout},
             )
             return False
         return True
@@ -66,7 +66,9 @@ class ThreadService(abc.ABC):
             self._loop()
         except BaseException:
             self._log.critical(
-                "drover: background thread died", extra={"thread": self.thread_name}, exc_info=True
+                "drover: background thread died",
+                extra={"thread_name": self.thread_name},
+                exc_info=True,
             )
 
     @abc.abstractmethod
@@ -94,7 +96,7 @@ class PeriodicService(ThreadService):
                 self._log.log(
                     self.failure_level,
                     f"drover: {self.action} failed; trying again next interval",
-                    extra={"thread": self.thread_name, "action": self.action},
+                    extra={"thread_name": self.thread_name, "action": self.action},
                     exc_info=True,
                 )
 

@@ -1,0 +1,786 @@
+"""Middleware around every execution: drover's own Logging, JobLogFilter, Timeout and failures.
+
+Every test runs jobs through a real, started client on its own database and
+reads outcomes back from the row; log assertions use the records the client
+wrote while those jobs ran. Basic chain semantics (swallowing, refusing,
+calling next twice, ``ctx.values``, order) live in ``test_dispositions.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+import drover
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+MakeClient = Callable[..., drover.Client]
+Poll = Callable[..., Any]
+
+STARTED = "drover: job started"
+FINISHED = "drover: job finished"
+FAILED = "drover: job failed"
+RETRY = "drover: job failed, retry scheduled"
+DEAD = "drover: job dead"
+SNOOZED = "drover: job snoozed"
+CANCELLED = "drover: job cancelled"
+HANDBACK = "drover: worker shut down before this attempt finished"
+
+
+class Task(drover.JobArgs, kind="task"):
+    n: int = 0
+
+
+class Timed(drover.JobArgs, kind="timed"):
+    fail: bool = False
+
+
+class Later:
+    """Retries wait an hour, so a failed job stays ``retryable`` to be looked at."""
+
+    def next_retry(self, job: drover.JobRow) -> datetime:
+        return datetime.now(UTC) + timedelta(hours=1)
+
+
+class Abort(BaseException):
+    """A BaseException that is neither KeyboardInterrupt nor SystemExit."""
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _start(make_client: MakeClient, workers: drover.Workers, **fields: Any) -> drover.Client:
+    fields.setdefault("retry_policy", Later())
+    fields.setdefault("poll_interval", 0.05)
+    client = make_client(workers=workers, **fields)
+    client.start()
+    return client
+
+
+def _row(conn: Conn, job_id: int) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            "SELECT id, state::text AS state, attempt, errors, finalized_at "
+            "FROM drover_jobs WHERE id = %s",
+            (job_id,),
+        )
+        row = cur.fetchone()
+    assert row is not None
+    return row
+
+
+def _await(poll: Poll, conn: Conn, job_id: int, state: str) -> dict[str, Any]:
+    """Poll until the job is in ``state``; return that row."""
+
+    def reached() -> dict[str, Any] | None:
+        row = _row(conn, job_id)
+        return row if row["state"] == state else None
+
+    result: dict[str, Any] = poll(reached, 10.0, message=f"job {job_id} reaching {state}")
+    return result
+
+
+def _job_records(
+    caplog: pytest.LogCaptureFixture, job_id: int, logger: str = "drover"
+) -> list[logging.LogRecord]:
+    """The records ``logger`` wrote about ``job_id`` at INFO or above, in order."""
+    return [
+        r
+        for r in caplog.records
+        if r.name == logger and r.levelno >= logging.INFO and getattr(r, "job_id", None) == job_id
+    ]
+
+
+def _shape(records: list[logging.LogRecord]) -> list[tuple[str, int]]:
+    return [(r.getMessage(), r.levelno) for r in records]
+
+
+def _assert_job_fields(record: logging.LogRecord, job_id: int, queue: str = "default") -> None:
+    assert getattr(record, "job_id", None) == job_id
+    assert getattr(record, "job_kind", None) in {"task", "timed"}
+    assert getattr(record, "queue", None) == queue
+    assert getattr(record, "attempt", None) == 1
+
+
+def _assert_duration(record: logging.LogRecord, at_least_ms: float = 0.0) -> None:
+    duration = getattr(record, "duration_ms", None)
+    assert isinstance(duration, int | float), f"duration_ms is {duration!r}"
+    assert not isinstance(duration, bool)
+    assert at_least_ms <= duration < 60_000, duration
+
+
+def _failing_worker(workers: drover.Workers, exc: BaseException) -> None:
+    @workers.register(args=Task)
+    def fail(job: drover.Job[Task]) -> None:
+        raise exc
+
+
+# --- 1. the Logging middleware the client installs ------------------------------------------------
+
+
+def test_a_successful_execution_logs_one_start_and_one_finish(
+    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="drover")
+    workers = drover.Workers()
+
+    @workers.register(args=Task)
+    def linger(job: drover.Job[Task]) -> None:
+        job.context.wait(0.1)  # something to measure, not a synchronisation
+
+    client = _start(make_client, workers)
+    job = client.insert(Task())
+    _await(poll, conn, job.id, "completed")
+    records = _job_records(caplog, job.id)
+    assert _shape(records) == [(STARTED, logging.INFO), (FINISHED, logging.INFO)]
+    started, finished = records
+    for record in records:
+        _assert_job_fields(record, job.id)
+        assert getattr(record, "job_kind", None) == "task"
+    assert not hasattr(started, "duration_ms")
+    _assert_duration(finished, at_least_ms=50.0)  # milliseconds, not seconds
+    assert not hasattr(finished, "error")
+
+
+def test_a_failing_execution_logs_start_failure_and_one_disposition(
+    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="drover")
+    workers = drover.Workers()
+    _failing_worker(workers, ValueError("boom"))
+    client = _start(make_client, workers)
+    job = client.insert(Task())
+    _await(poll, conn, job.id, "retryable")
+    records = _job_records(caplog, job.id)
+    assert _shape(records) == [
+        (STARTED, logging.INFO),
+        (FAILED, logging.WARNING),
+        (RETRY, logging.WARNING),
+    ]
+    _, failed, retry = records
+    _assert_job_fields(failed, job.id)
+    assert getattr(failed, "error", None) == "ValueError: boom"
+    _assert_duration(failed)
+    assert getattr(retry, "error", None) == "ValueError: boom"
+
+
+def test_a_job_failing_its_last_attempt_logs_dead_once_at_error(
+    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="drover")
+    workers = drover.Workers()
+    _failing_worker(workers, ValueError("last"))
+    client = _start(make_client, workers)
+    job = client.insert(Task(), drover.InsertOpts(max_attempts=1))
+    _await(poll, conn, job.id, "dead")
+    records = _job_records(caplog, job.id)
+    assert _shape(records) == [
+        (STARTED, logging.INFO),
+        (FAILED, logging.WARNING),
+        (DEAD, logging.ERROR),
+    ]
+    assert getattr(records[1], "error", None) == "ValueError: last"
+    _assert_duration(records[1])
+    assert getattr(records[2], "error", None) == "ValueError: last"
+
+
+@pytest.mark.parametrize(
+    ("signal", "state", "error", "disposition"),
+    [
+        (
+            drover.Snooze(3600),
+            "scheduled",
+            "job snoozed for 1:00:00",
+            (SNOOZED, logging.INFO),
+        ),
+        (
+            drover.Cancel("no"),
+            "cancelled",
+            "job cancelled by handler: no",
+            (CANCELLED, logging.WARNING),
+        ),
+    ],
+    ids=["snooze", "cancel"],
+)
+def test_signals_are_a_failed_execution_for_logging_and_log_their_disposition_once(
+    make_client: MakeClient,
+    conn: Conn,
+    poll: Poll,
+    caplog: pytest.LogCaptureFixture,
+    signal: drover.JobSignal,
+    state: str,
+    error: str,
+    disposition: tuple[str, int],
+) -> None:
+    caplog.set_level(logging.INFO, logger="drover")
+    workers = drover.Workers()
+    _failing_worker(workers, signal)
+    client = _start(make_client, workers)
+    job = client.insert(Task())
+    _await(poll, conn, job.id, state)
+    records = _job_records(caplog, job.id)
+    assert _shape(records) == [(STARTED, logging.INFO), (FAILED, logging.WARNING), disposition]
+    assert getattr(records[1], "error", None) == error
+    _assert_duration(records[1])
+
+
+# --- 2. Logging cannot be configured away ---------------------------------------------------------
+
+
+def test_logging_is_installed_with_an_empty_middleware_list(
+    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="drover")
+    workers = drover.Workers()
+
+    @workers.register(args=Task)
+    def work(job: drover.Job[Task]) -> None:
+        pass
+
+    client = _start(make_client, workers, middleware=[])
+    job = client.insert(Task())
+    _await(poll, conn, job.id, "completed")
+    assert _shape(_job_records(caplog, job.id)) == [
+        (STARTED, logging.INFO),
+        (FINISHED, logging.INFO),
+    ]
+
+
+def _swallow(next_handler: drover.Handler) -> drover.Handler:
+    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+        with contextlib.suppress(ValueError):
+            next_handler(ctx, row)
+
+    return handle
+
+
+def _refuse(next_handler: drover.Handler) -> drover.Handler:
+    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+        raise PermissionError("refused")
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("middleware", "state", "shape", "error"),
+    [
+        (_swallow, "completed", [(STARTED, logging.INFO), (FINISHED, logging.INFO)], None),
+        (
+            _refuse,
+            "retryable",
+            [(STARTED, logging.INFO), (FAILED, logging.WARNING), (RETRY, logging.WARNING)],
+            "PermissionError: refused",
+        ),
+    ],
+    ids=["swallowing", "refusing"],
+)
+def test_logging_wraps_the_configured_middleware(
+    make_client: MakeClient,
+    conn: Conn,
+    poll: Poll,
+    caplog: pytest.LogCaptureFixture,
+    middleware: drover.Middleware,
+    state: str,
+    shape: list[tuple[str, int]],
+    error: str | None,
+) -> None:
+    """Logging sees what the whole configured chain did, not what the worker did."""
+    caplog.set_level(logging.INFO, logger="drover")
+    workers = drover.Workers()
+    _failing_worker(workers, ValueError("inner"))
+    client = _start(make_client, workers, middleware=[middleware])
+    job = client.insert(Task())
+    _await(poll, conn, job.id, state)
+    records = _job_records(caplog, job.id)
+    assert _shape(records) == shape
+    if error is not None:
+        assert getattr(records[1], "error", None) == error
+
+
+def test_a_configured_logger_receives_the_job_records(
+    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="drover")
+    caplog.set_level(logging.INFO, logger="myapp.jobs")
+    workers = drover.Workers()
+
+    @workers.register(args=Task)
+    def work(job: drover.Job[Task]) -> None:
+        if job.args.n:
+            raise ValueError("custom")
+
+    client = _start(make_client, workers, middleware=[], logger=logging.getLogger("myapp.jobs"))
+    ok = client.insert(Task())
+    bad = client.insert(Task(n=1))
+    _await(poll, conn, ok.id, "completed")
+    _await(poll, conn, bad.id, "retryable")
+    assert _shape(_job_records(caplog, ok.id, "myapp.jobs")) == [
+        (STARTED, logging.INFO),
+        (FINISHED, logging.INFO),
+    ]
+    assert _shape(_job_records(caplog, bad.id, "myapp.jobs")) == [
+        (STARTED, logging.INFO),
+        (FAILED, logging.WARNING),
+        (RETRY, logging.WARNING),
+    ]
+    assert _job_records(caplog, ok.id) == []
+    assert _job_records(caplog, bad.id) == []
+
+
+def test_the_middleware_list_is_composed_once(
+    make_client: MakeClient, conn: Conn, poll: Poll
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register(args=Task)
+    def work(job: drover.Job[Task]) -> None:
+        pass
+
+    configured: list[drover.Middleware] = []
+    client = _start(make_client, workers, middleware=configured)
+    configured.append(_refuse)
+    job = client.insert(Task())
+    row = _await(poll, conn, job.id, "completed")
+    assert row["errors"] == []
+
+
+# --- 3. the drover logger and the root logger -----------------------------------------------------
+
+
+def test_the_drover_logger_has_a_null_handler_and_root_is_untouched() -> None:
+    drover_logger = logging.getLogger("drover")
+    ours = drover_logger.handlers
+    assert any(type(h) is logging.NullHandler for h in ours), ours
+    assert drover_logger.propagate is True
+    root = logging.getLogger()
+    assert not any(h in ours for h in root.handlers)
+    assert not any(type(h).__module__.startswith("drover") for h in root.handlers)
+
+
+_CLEAN_PROCESS = textwrap.dedent(
+    """
+    import logging
+    import sys
+
+    root = logging.getLogger()
+    assert root.handlers == [], root.handlers
+    level = root.level
+
+    import drover
+
+    class Job(drover.JobArgs, kind="task"):
+        pass
+
+    import threading
+
+    workers = drover.Workers()
+    done = []
+    ran = threading.Event()
+
+    @workers.register(args=Job)
+    def work(job):
+        done.append(job.id)
+        ran.set()
+
+    client = drover.Client(sys.argv[1], drover.Config(workers=workers, poll_interval=0.05))
+    client.start()
+    inserted = client.insert(Job())
+    assert ran.wait(30), "the job never ran"
+    client.stop(timeout=5)
+    assert done == [inserted.id], done
+    assert root.handlers == [], root.handlers
+    assert root.level == level, (root.level, level)
+    assert [type(h) for h in logging.getLogger("drover").handlers] == [logging.NullHandler]
+    # The NullHandler keeps logging's last-resort handler from printing this.
+    logging.getLogger("drover").warning("drover: must not reach stderr")
+    print("ok")
+    """
+)
+
+
+def test_drover_never_configures_logging_in_a_clean_process(db_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _CLEAN_PROCESS, db_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+    assert result.stderr == ""
+
+
+# --- 4. JobLogFilter ------------------------------------------------------------------------------
+
+
+class Collect(logging.Handler):
+    """Keeps every record it is handed (after its filters ran)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def named(self, message: str) -> list[logging.LogRecord]:
+        return [r for r in self.records if r.getMessage() == message]
+
+
+@pytest.fixture
+def myapp() -> Iterator[Collect]:
+    """A collecting handler with a JobLogFilter on the ``myapp`` logger, removed afterwards."""
+    logger = logging.getLogger("myapp")
+    handler = Collect()
+    handler.addFilter(drover.JobLogFilter())
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+def test_job_log_filter_adds_the_running_jobs_fields(
+    make_client: MakeClient, conn: Conn, poll: Poll, myapp: Collect
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register(args=Task)
+    def work(job: drover.Job[Task]) -> None:
+        logging.getLogger("myapp").info("inside %s", job.id)
+
+    client = _start(make_client, workers, queues={"jobs": 1})
+    job = client.insert(Task(), drover.InsertOpts(queue="jobs"))
+    _await(poll, conn, job.id, "completed")
+    (record,) = myapp.named(f"inside {job.id}")
+    assert (record.threadName or "").startswith("drover-job-")
+    assert (record.job_id, record.job_kind, record.queue, record.attempt) == (  # type: ignore[attr-defined]
+        job.id,
+        "task",
+        "jobs",
+        1,
+    )
+
+
+def test_job_log_filter_sets_none_outside_a_job(myapp: Collect) -> None:
+    logging.getLogger("myapp").info("outside")
+    (record,) = myapp.named("outside")
+    assert (record.job_id, record.job_kind, record.queue, record.attempt) == (  # type: ignore[attr-defined]
+        None,
+        None,
+        None,
+        None,
+    )
+
+
+def test_job_log_filter_keeps_fields_a_record_already_has(
+    make_client: MakeClient, conn: Conn, poll: Poll, myapp: Collect
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register(args=Task)
+    def work(job: drover.Job[Task]) -> None:
+        logging.getLogger("myapp").info("own id", extra={"job_id": "mine"})
+
+    client = _start(make_client, workers)
+    job = client.insert(Task())
+    _await(poll, conn, job.id, "completed")
+    (record,) = myapp.named("own id")
+    assert record.job_id == "mine"  # type: ignore[attr-defined]
+    assert (record.job_kind, record.queue, record.attempt) == ("task", "default", 1)  # type: ignore[attr-defined]
+
+
+def test_job_log_filter_keeps_concurrent_jobs_apart(
+    make_client: MakeClient, conn: Conn, poll: Poll, myapp: Collect
+) -> None:
+    workers = drover.Workers()
+    together = threading.Barrier(2, timeout=10)
+
+    @workers.register(args=Task)
+    def work(job: drover.Job[Task]) -> None:
+        together.wait()  # both jobs are running at once
+        logging.getLogger("myapp").info("job n=%d", job.args.n)
+        together.wait()  # neither has left its job before both logged
+
+    client = _start(make_client, workers, concurrency=2)
+    first = client.insert(Task(n=1))
+    second = client.insert(Task(n=2))
+    _await(poll, conn, first.id, "completed")
+    _await(poll, conn, second.id, "completed")
+    (one,) = myapp.named("job n=1")
+    (two,) = myapp.named("job n=2")
+    assert one.job_id == first.id  # type: ignore[attr-defined]
+    assert two.job_id == second.id  # type: ignore[attr-defined]
+    assert one.thread != two.thread
+
+
+# --- 5. Timeout -----------------------------------------------------------------------------------
+
+
+class _Observe:
+    """What a handler saw of its context: filled in by the worker, read by the test."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Any] = {}
+        self.done = threading.Event()
+
+    def wait_out(self, job: drover.Job[Any], limit: float = 10) -> None:
+        started = time.monotonic()
+        self.seen["deadline"] = job.context.deadline
+        woke = job.context.wait(limit)
+        self.seen.update(
+            woke=woke,
+            waited=time.monotonic() - started,
+            cancelled=job.context.cancelled,
+            reason=job.context.reason,
+        )
+        self.done.set()
+
+    def assert_deadline_hit(self) -> None:
+        assert self.seen["deadline"] is not None
+        assert self.seen["woke"] is True
+        assert self.seen["cancelled"] is True
+        assert self.seen["reason"] == "deadline exceeded"
+        assert 0.1 <= self.seen["waited"] < 5.0, self.seen["waited"]
+
+
+@pytest.mark.parametrize("timeout", [0.2, timedelta(seconds=0.2)], ids=["seconds", "timedelta"])
+def test_timeout_cancels_the_context_and_a_returning_handler_completes(
+    make_client: MakeClient, conn: Conn, poll: Poll, timeout: float | timedelta
+) -> None:
+    workers = drover.Workers()
+    observe = _Observe()
+
+    @workers.register(args=Timed)
+    def work(job: drover.Job[Timed]) -> None:
+        observe.wait_out(job)
+
+    client = _start(make_client, workers, middleware=[drover.Timeout(timeout)])
+    job = client.insert(Timed())
+    row = _await(poll, conn, job.id, "completed")
+    assert (row["attempt"], row["errors"]) == (1, [])
+    observe.assert_deadline_hit()
+
+
+def test_timeout_keeps_the_handlers_own_error(
+    make_client: MakeClient, conn: Conn, poll: Poll
+) -> None:
+    workers = drover.Workers()
+    observe = _Observe()
+
+    @workers.register(args=Timed)
+    def overrun_then_raise(job: drover.Job[Timed]) -> None:
+        observe.wait_out(job)
+        raise ValueError("my own error after the deadline")
+
+    client = _start(make_client, workers, middleware=[drover.Timeout(0.2)])
+    job = client.insert(Timed(fail=True))
+    row = _await(poll, conn, job.id, "retryable")
+    observe.assert_deadline_hit()
+    (entry,) = row["errors"]
+    assert (entry["attempt"], entry["error"]) == (1, "ValueError: my own error after the deadline")
+    assert "overrun_then_raise" in entry["trace"]
+    assert "Timeout" not in entry["trace"].splitlines()[-1]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 0.0, timedelta(0), timedelta(seconds=-5)], ids=repr)
+def test_a_timeout_of_zero_or_less_passes_through(
+    make_client: MakeClient, conn: Conn, poll: Poll, timeout: float | timedelta
+) -> None:
+    workers = drover.Workers()
+    outer: list[drover.JobContext] = []
+    seen: list[tuple[drover.JobContext, float | None, bool]] = []
+
+    def remember(next_handler: drover.Handler) -> drover.Handler:
+        def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+            outer.append(ctx)
+            next_handler(ctx, row)
+
+        return handle
+
+    @workers.register(args=Timed)
+    def work(job: drover.Job[Timed]) -> None:
+        seen.append((job.context, job.context.deadline, job.context.wait(0.05)))
+
+    client = _start(make_client, workers, middleware=[remember, drover.Timeout(timeout)])
+    job = client.insert(Timed())
+    _await(poll, conn, job.id, "completed")
+    ((context, deadline, woke),) = seen
+    assert deadline is None
+    assert woke is False
+    assert context is outer[0], "the worker got the very context the outer middleware had"
+
+
+@pytest.mark.parametrize("bad", ["5", None, True, float("nan"), float("inf")], ids=repr)
+def test_timeout_refuses_what_is_not_a_duration(bad: Any) -> None:
+    with pytest.raises(drover.ConfigError, match=r"^Timeout must be a"):
+        drover.Timeout(bad)
+
+
+# --- 6. shutdown still reaches a handler under a timeout ------------------------------------------
+
+
+class Held(drover.Worker[Timed]):
+    """Waits for cancellation, then holds on until released.
+
+    Holding on keeps the job unfinished until shutdown has handed it back;
+    otherwise the handler, woken by the cancellation, could record its own
+    completion first and ``stop`` would rightly have nothing to report.
+    """
+
+    def __init__(self) -> None:
+        self.observe = _Observe()
+        self.running = threading.Event()
+        self.release = threading.Event()
+
+    def work(self, job: drover.Job[Timed]) -> None:
+        self.running.set()
+        self.observe.wait_out(job, limit=30)
+        self.release.wait(10)
+
+
+class HeldWithTimeout(Held):
+    timeout = 60
+
+
+@pytest.mark.parametrize("bound", ["middleware", "worker-timeout", "both"])
+def test_shutdown_cancels_a_handler_running_under_a_timeout(
+    make_client: MakeClient, conn: Conn, poll: Poll, bound: str
+) -> None:
+    workers = drover.Workers()
+    worker = Held() if bound == "middleware" else HeldWithTimeout()
+    workers.add(worker)
+    client = _start(
+        make_client,
+        workers,
+        middleware=[] if bound == "worker-timeout" else [drover.Timeout(60)],
+    )
+    job = client.insert(Timed())
+    try:
+        assert worker.running.wait(10), "the handler never started"
+        asked = time.monotonic()
+        with pytest.raises(drover.DrainIncomplete, match=r"1 job\(s\) still running") as raised:
+            client.stop(timeout=0.3)
+        assert raised.value.job_ids == (job.id,)
+        poll(worker.observe.done.is_set, 5.0, message="the handler noticed the shutdown")
+        seen = worker.observe.seen
+        assert seen["deadline"] is not None, "the handler ran under a deadline"
+        assert (seen["woke"], seen["cancelled"], seen["reason"]) == (True, True, "shutdown")
+        assert seen["waited"] < 10.0
+        assert time.monotonic() - asked < 10.0
+        row = _row(conn, job.id)
+        assert (row["state"], row["attempt"]) == ("retryable", 1)
+        assert [e["error"] for e in row["errors"]] == [HANDBACK]
+    finally:
+        worker.release.set()
+
+
+# --- 7. failures inside middleware ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "error"),
+    [
+        (RuntimeError("middleware exploded"), "RuntimeError: middleware exploded"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+        (SystemExit("bye"), "SystemExit: bye"),
+        (Abort("abort"), "Abort: abort"),
+    ],
+    ids=["exception", "keyboard-interrupt", "system-exit", "base-exception"],
+)
+@pytest.mark.parametrize("where", ["before-next", "after-next"])
+def test_an_exception_inside_middleware_fails_the_attempt_and_the_pool_survives(
+    make_client: MakeClient,
+    conn: Conn,
+    poll: Poll,
+    exc: BaseException,
+    error: str,
+    where: str,
+) -> None:
+    workers = drover.Workers()
+    ran: list[int] = []
+    threads: list[int] = []
+
+    @workers.register(args=Task)
+    def work(job: drover.Job[Task]) -> None:
+        ran.append(job.args.n)
+
+    def explode(next_handler: drover.Handler) -> drover.Handler:
+        def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+            threads.append(threading.get_ident())
+            boom = row.args["n"] == 1
+            if boom and where == "before-next":
+                raise exc
+            next_handler(ctx, row)
+            if boom:
+                raise exc
+
+        return handle
+
+    client = _start(make_client, workers, concurrency=1, middleware=[explode])
+    failing = client.insert(Task(n=1))
+    row = _await(poll, conn, failing.id, "retryable")
+    assert [(e["attempt"], e["error"]) for e in row["errors"]] == [(1, error)]
+    assert error.split(":")[0] in row["errors"][0]["trace"]
+    assert ran == ([] if where == "before-next" else [1])
+
+    fine = client.insert(Task(n=2))
+    _await(poll, conn, fine.id, "completed")
+    assert ran[-1] == 2
+    assert len(threads) == 2
+    assert len(set(threads)) == 1, "the single pool thread ran both jobs"
+
+
+# --- 8. a worker's own timeout --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("middleware", "worker_timeout"),
+    [
+        ([], 0.2),
+        ([], timedelta(seconds=0.2)),
+        ([drover.Timeout(60)], 0.2),
+        ([drover.Timeout(0.2)], 60),
+    ],
+    ids=["seconds", "timedelta", "shorter-than-middleware", "longer-than-middleware"],
+)
+def test_a_worker_timeout_is_honoured_and_the_earlier_deadline_wins(
+    make_client: MakeClient,
+    conn: Conn,
+    poll: Poll,
+    middleware: list[drover.Middleware],
+    worker_timeout: float | timedelta,
+) -> None:
+    workers = drover.Workers()
+
+    class Bounded(drover.Worker[Timed]):
+        timeout = worker_timeout
+
+        def __init__(self) -> None:
+            self.observe = _Observe()
+
+        def work(self, job: drover.Job[Timed]) -> None:
+            self.observe.wait_out(job)
+
+    worker = workers.add(Bounded())
+    client = _start(make_client, workers, middleware=middleware)
+    job = client.insert(Timed())
+    row = _await(poll, conn, job.id, "completed")
+    assert (row["attempt"], row["errors"]) == (1, [])
+    worker.observe.assert_deadline_hit()
