@@ -15,6 +15,8 @@ that too, so ``except ValueError`` keeps working::
     ├── MigrationError               a migration file is malformed or failed to apply
     ├── DatabaseError                the database refused or could not be reached
     │   └── SchemaMissing            drover's tables do not exist: run drover.migrate()
+    ├── NotFound                     (LookupError) no job with that id
+    ├── InvalidTransition            an operator action the job's state does not allow
     ├── AlreadyStarted               start() on a client that was started before
     ├── NotStarted                   stop() on a client that was never started
     ├── DrainIncomplete              stop() ran out of time; unfinished jobs were handed back
@@ -42,8 +44,10 @@ __all__ = [
     "DuplicateJob",
     "InvalidInsertOpts",
     "InvalidJobArgs",
+    "InvalidTransition",
     "JobSignal",
     "MigrationError",
+    "NotFound",
     "NotInTransaction",
     "NotStarted",
     "SchemaMissing",
@@ -134,6 +138,25 @@ class SchemaMissing(DatabaseError):
     """drover's tables are missing from this database; run :func:`drover.migrate` first."""
 
     __module__ = "drover"
+
+
+class NotFound(DroverError, LookupError):
+    """No job has the requested id."""
+
+    __module__ = "drover"
+
+
+class InvalidTransition(DroverError):
+    """The job's state does not allow this operator action; nothing changed.
+
+    ``state`` is the state the job was in (a :class:`drover.JobState`).
+    """
+
+    __module__ = "drover"
+
+    def __init__(self, message: str, *, state: object) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 class AlreadyStarted(DroverError):

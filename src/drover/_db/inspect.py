@@ -1,0 +1,89 @@
+"""Operator queries: list, cancel and redrive jobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import LiteralString
+
+from psycopg import errors as pgerrors
+from psycopg.rows import tuple_row
+
+from drover._db.connections import Connection
+from drover._db.errors import translate
+from drover._db.queries import query
+from drover._db.store import job_get, row_from_db
+from drover.errors import DatabaseError, DuplicateJob, InvalidTransition, NotFound
+from drover.job import JobRow, JobState
+
+__all__ = ["CANCEL", "RETRY", "OperatorAction", "job_list", "job_operator_transition"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorAction:
+    """An operator transition: its query, the states it may start from, and how to say so."""
+
+    name: str
+    query_name: LiteralString
+    allowed: tuple[str, ...]
+    wanted: str
+
+
+CANCEL = OperatorAction(
+    "cancel", "job_cancel", ("available", "scheduled", "retryable", "dead"), "cancellable"
+)
+RETRY = OperatorAction("retry", "job_retry", ("dead",), "dead")
+
+
+def job_list(
+    conn: Connection, *, queue: str | None, state: JobState | None, limit: int
+) -> list[JobRow]:
+    """Newest first, optionally filtered by queue and state."""
+    with translate("list jobs"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(
+            query("job_list"),
+            {"queue": queue, "state": None if state is None else state.value, "limit": limit},
+        )
+        return [row_from_db(r) for r in cur.fetchall()]
+
+
+def job_operator_transition(conn: Connection, job_id: int, action: OperatorAction) -> JobRow:
+    """Apply ``action`` if the job is in an allowed state; explain a refusal precisely.
+
+    The UPDATE is conditioned on the state, so a worker finishing the job at
+    the same moment either happens first (the operator is refused with the
+    state it finished in) or after (its fenced write is refused). When the
+    re-read shows the job *became* eligible between the two statements, the
+    UPDATE is tried once more.
+    """
+    for attempt in range(2):
+        try:
+            with (
+                translate(f"{action.name} job {job_id}"),
+                conn.cursor(row_factory=tuple_row) as cur,
+            ):
+                cur.execute(query(action.query_name), {"id": job_id})
+                row = cur.fetchone()
+        except DatabaseError as exc:
+            if isinstance(exc.__cause__, pgerrors.UniqueViolation):
+                current = job_get(conn, job_id)
+                raise DuplicateJob(
+                    f"cannot retry job {job_id}: another job of kind "
+                    f"{current.kind if current else '?'!r} with the same unique key is already "
+                    "waiting or running",
+                    queue=current.queue if current else "",
+                    kind=current.kind if current else "",
+                    unique_key=(current.unique_key or "") if current else "",
+                ) from exc
+            raise
+        if row is not None:
+            return row_from_db(row)
+        current = job_get(conn, job_id)
+        if current is None:
+            raise NotFound(f"job {job_id} does not exist")
+        if current.state.value in action.allowed and attempt == 0:
+            continue
+        raise InvalidTransition(
+            f"job {job_id} is {current.state.value}, want {action.wanted}",
+            state=current.state,
+        )
+    raise AssertionError("unreachable")  # pragma: no cover

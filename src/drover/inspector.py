@@ -1,0 +1,224 @@
+"""The Inspector: read and steer jobs from operator tools, without running any."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from drover._db import inspect, queues, stats
+from drover._db.connections import ConnectionPool, borrow, open_pool
+from drover._db.store import JobInsertParams, job_get, job_insert
+from drover._encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE
+from drover.errors import InvalidJobArgs, NotFound
+from drover.job import MAX_KIND_LENGTH, InsertOpts, JobRow, JobState, _check_name
+
+__all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats"]
+
+MAX_LIST_LIMIT = 1000
+MAX_ENQUEUE_ARGS_BYTES = 1 << 20
+PUBLISHED_STATES = ("available", "scheduled", "retryable", "running", "dead")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """Jobs of one queue in one state."""
+
+    __module__ = "drover"
+
+    queue: str
+    state: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAge:
+    """Age in seconds of a queue's oldest job claimable now (database clock)."""
+
+    __module__ = "drover"
+
+    queue: str
+    age_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A snapshot of the backlog: the same numbers the metrics publish.
+
+    ``depths`` lists only non-zero (queue, state) pairs among available,
+    scheduled, retryable, running and dead, sorted; ``oldest`` only queues
+    with a job claimable now; ``paused`` the queues operators paused.
+    """
+
+    __module__ = "drover"
+
+    depths: list[QueueDepth]
+    oldest: list[QueueAge]
+    paused: list[str]
+
+
+def _job_id(job_id: object) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise TypeError(f"job id must be an int, not {type(job_id).__name__}")
+    if not 1 <= job_id <= 2**63 - 1:
+        raise ValueError(f"job id must be between 1 and 9223372036854775807, not {job_id}")
+    return job_id
+
+
+class Inspector:
+    """Operator access to jobs: stats, listing, enqueue, cancel and retry.
+
+    No worker pool and no start/stop. ``pool_or_conninfo`` is a
+    ``psycopg_pool.ConnectionPool`` (borrowed, never closed) or a conninfo
+    string (a small pool is opened and closed by :meth:`close` / ``with``).
+    Thread-safe. Operator writes are conditioned on the job's state, so they
+    are safe against a worker finishing the same job at the same moment: one
+    of the two wins and the other is refused.
+    """
+
+    __module__ = "drover"
+
+    def __init__(self, pool_or_conninfo: ConnectionPool[Any] | str) -> None:
+        if isinstance(pool_or_conninfo, str):
+            self._pool: ConnectionPool[Any] = open_pool(pool_or_conninfo, max_size=2)
+            self._owns_pool = True
+        elif isinstance(pool_or_conninfo, ConnectionPool):
+            self._pool = pool_or_conninfo
+            self._owns_pool = False
+        else:
+            raise TypeError(
+                "Inspector needs a psycopg_pool.ConnectionPool or a conninfo string, "
+                f"not {type(pool_or_conninfo).__qualname__}"
+            )
+
+    def stats(self) -> Stats:
+        """Depth per queue and state, oldest claimable age per queue, paused queues."""
+        with borrow(self._pool, "stats") as conn:
+            snapshot = stats.queue_stats(conn)
+            paused = [q.name for q in queues.queue_list(conn) if q.paused]
+        return Stats(
+            depths=[
+                QueueDepth(q, s, n)
+                for (q, s), n in sorted(
+                    snapshot.depth.items(), key=lambda i: (i[0][0], PUBLISHED_STATES.index(i[0][1]))
+                )
+                if n
+            ],
+            oldest=[QueueAge(q, a) for q, a in sorted(snapshot.oldest_age.items())],
+            paused=paused,
+        )
+
+    def list_jobs(
+        self, queue: str | None = None, state: JobState | str | None = None, limit: int = 100
+    ) -> list[JobRow]:
+        """Jobs newest first, optionally of one queue and/or state; at most ``limit`` (≤ 1000).
+
+        Raises:
+            ValueError: an unknown state (``drover.InvalidInsertOpts`` for a bad
+                queue name), or a limit outside 1..1000.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}, not {limit}")
+        parsed_state: JobState | None = None
+        if state is not None:
+            try:
+                parsed_state = JobState(state)
+            except ValueError:
+                known = ", ".join(s.value for s in JobState)
+                raise ValueError(f"unknown job state {state!r}; use one of: {known}") from None
+        if queue is not None:
+            InsertOpts(queue=queue)  # same rules as everywhere a queue is named
+        with borrow(self._pool, "list jobs") as conn:
+            return inspect.job_list(conn, queue=queue, state=parsed_state, limit=limit)
+
+    def get_job(self, job_id: int) -> JobRow:
+        """The job with ``job_id``.
+
+        Raises:
+            drover.NotFound: no such job.
+        """
+        checked = _job_id(job_id)
+        with borrow(self._pool, "get job") as conn:
+            row = job_get(conn, checked)
+        if row is None:
+            raise NotFound(f"job {checked} does not exist")
+        return row
+
+    def enqueue(self, kind: str, args_json: str, opts: InsertOpts | None = None) -> JobRow:
+        """Insert a job by kind with raw JSON args (any JSON value), for operators and scripts.
+
+        Validation happens before anything is written: an empty kind, args
+        that are not JSON, contain a NUL character or exceed 1 MiB are
+        refused with :class:`drover.InvalidJobArgs`. Honours ``opts``
+        (queue, time, unique key, attempts) and wakes listening workers.
+        """
+        try:
+            checked_kind = _check_name(kind, "kind", MAX_KIND_LENGTH)
+        except (TypeError, ValueError) as exc:
+            raise InvalidJobArgs(str(exc)) from None
+        if not isinstance(args_json, str):
+            raise InvalidJobArgs(f"args must be a JSON string, not {type(args_json).__name__}")
+        if len(args_json.encode("utf-8", "surrogatepass")) > MAX_ENQUEUE_ARGS_BYTES:
+            raise InvalidJobArgs(f"args are larger than {MAX_ENQUEUE_ARGS_BYTES} bytes")
+        try:
+            value = json.loads(args_json)
+        except ValueError as exc:
+            raise InvalidJobArgs(f"args must be valid JSON: {exc}") from None
+        canonical = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        if "\x00" in canonical or "\\u0000" in canonical:
+            raise InvalidJobArgs("args must not contain NUL characters")
+        if opts is not None and not isinstance(opts, InsertOpts):
+            raise InvalidJobArgs(f"opts must be a drover.InsertOpts, not {type(opts).__name__}")
+        opts = opts or InsertOpts()
+        params = JobInsertParams(
+            kind=checked_kind,
+            queue=opts.queue or DEFAULT_QUEUE,
+            args_json=canonical,
+            max_attempts=opts.max_attempts or DEFAULT_MAX_ATTEMPTS,
+            scheduled_at=opts.scheduled_at,
+            unique_key=opts.unique_key or None,
+        )
+        with borrow(self._pool, "enqueue job") as conn:
+            return job_insert(conn, params, notify=True)
+
+    def cancel_job(self, job_id: int) -> JobRow:
+        """Cancel a waiting (available, scheduled, retryable) or dead job.
+
+        Raises:
+            drover.NotFound: no such job.
+            drover.InvalidTransition: the job is running, completed or cancelled.
+        """
+        checked = _job_id(job_id)
+        with borrow(self._pool, "cancel job") as conn:
+            return inspect.job_operator_transition(conn, checked, inspect.CANCEL)
+
+    def retry_job(self, job_id: int) -> JobRow:
+        """Send a dead job back to ``available`` with its attempts reset (errors are kept).
+
+        Raises:
+            drover.NotFound: no such job.
+            drover.InvalidTransition: the job is not dead.
+            drover.DuplicateJob: its unique key is now held by another active job.
+        """
+        checked = _job_id(job_id)
+        with borrow(self._pool, "retry job") as conn:
+            return inspect.job_operator_transition(conn, checked, inspect.RETRY)
+
+    def close(self) -> None:
+        """Close the pool if the Inspector opened it; idempotent."""
+        if self._owns_pool:
+            self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
