@@ -200,6 +200,15 @@ class Config:
             parse_address(ops_addr)
         set_(self, "ops_addr", ops_addr)
 
+    def replace(self, **changes: Any) -> Config:
+        """A new Config with ``changes`` applied and everything re-validated.
+
+        Unknown field names raise :class:`drover.ConfigError`, as in the constructor.
+        """
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Config(**fields)
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Config is immutable; build a new one instead of setting {name}")
 

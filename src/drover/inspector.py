@@ -147,13 +147,12 @@ class Inspector:
             raise NotFound(f"job {checked} does not exist")
         return row
 
-    def enqueue(self, kind: str, args_json: str, opts: InsertOpts | None = None) -> JobRow:
-        """Insert a job by kind with raw JSON args (any JSON value), for operators and scripts.
+    @staticmethod
+    def validate_enqueue(kind: object, args_json: object) -> tuple[str, str]:
+        """Check what :meth:`enqueue` would check, without a database: ``(kind, canonical_json)``.
 
-        Validation happens before anything is written: an empty kind, args
-        that are not JSON, contain a NUL character or exceed 1 MiB are
-        refused with :class:`drover.InvalidJobArgs`. Honours ``opts``
-        (queue, time, unique key, attempts) and wakes listening workers.
+        Raises:
+            drover.InvalidJobArgs: as :meth:`enqueue`.
         """
         try:
             checked_kind = _check_name(kind, "kind", MAX_KIND_LENGTH)
@@ -170,6 +169,17 @@ class Inspector:
         canonical = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         if "\x00" in canonical or "\\u0000" in canonical:
             raise InvalidJobArgs("args must not contain NUL characters")
+        return checked_kind, canonical
+
+    def enqueue(self, kind: str, args_json: str, opts: InsertOpts | None = None) -> JobRow:
+        """Insert a job by kind with raw JSON args (any JSON value), for operators and scripts.
+
+        Validation happens before anything is written: an empty kind, args
+        that are not JSON, contain a NUL character or exceed 1 MiB are
+        refused with :class:`drover.InvalidJobArgs`. Honours ``opts``
+        (queue, time, unique key, attempts) and wakes listening workers.
+        """
+        checked_kind, canonical = self.validate_enqueue(kind, args_json)
         if opts is not None and not isinstance(opts, InsertOpts):
             raise InvalidJobArgs(f"opts must be a drover.InsertOpts, not {type(opts).__name__}")
         opts = opts or InsertOpts()

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
-from drover._db.errors import translate
+from drover._db.errors import redact, translate
 from drover.errors import NotInTransaction, UnsupportedConnection
 
 __all__ = [
@@ -23,6 +23,8 @@ __all__ = [
     "ConnectionPool",
     "PoolOrConninfo",
     "borrow",
+    "check_conninfo",
+    "describe_target",
     "open_pool",
     "resolve_connection",
 ]
@@ -141,3 +143,28 @@ def resolve_connection(obj: object) -> Connection:
             "roll it back first"
         )
     return conn
+
+
+def check_conninfo(conninfo: str, *, connect_timeout: int = 5) -> str:
+    """Validate a conninfo string or URL and give it a connect timeout if it has none.
+
+    Raises ``ValueError`` (password-free message) when it cannot be parsed.
+    """
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"not a valid database URL: {redact(str(exc))}") from None
+    if "connect_timeout" in params:
+        return conninfo
+    return psycopg.conninfo.make_conninfo(conninfo, connect_timeout=connect_timeout)
+
+
+def describe_target(conninfo: str) -> str:
+    """``host:port/dbname`` of a conninfo string, never its password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "the database"
+    host = str(params.get("host") or "localhost")
+    port = str(params.get("port") or "5432")
+    return f"{host}:{port}/{params.get('dbname') or ''}"

@@ -1,0 +1,91 @@
+"""Rendering for the CLI: aligned tables for people, one JSON document for machines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from drover.inspector import Stats
+from drover.job import JobRow
+
+__all__ = ["job_block", "job_dict", "stats_dict", "table", "timestamp", "to_json"]
+
+
+def timestamp(moment: datetime | None) -> str | None:
+    """ISO-8601 in UTC with a ``Z``, or None."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def job_dict(row: JobRow) -> dict[str, Any]:
+    """A job as stable snake_case keys."""
+    return {
+        "id": row.id,
+        "kind": row.kind,
+        "queue": row.queue,
+        "state": row.state.value,
+        "attempt": row.attempt,
+        "max_attempts": row.max_attempts,
+        "args": row.args,
+        "errors": row.errors,
+        "scheduled_at": timestamp(row.scheduled_at),
+        "leased_until": timestamp(row.leased_until),
+        "created_at": timestamp(row.created_at),
+        "finalized_at": timestamp(row.finalized_at),
+        "unique_key": row.unique_key,
+    }
+
+
+def stats_dict(stats: Stats) -> dict[str, Any]:
+    return {
+        "depths": [{"queue": d.queue, "state": d.state, "count": d.count} for d in stats.depths],
+        "oldest": [{"queue": a.queue, "age_seconds": a.age_seconds} for a in stats.oldest],
+        "paused": list(stats.paused),
+    }
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; an empty table is just its header."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def job_block(row: JobRow) -> str:
+    """A job for people: its fields, its args as indented JSON, its errors with tracebacks."""
+    lines = [
+        f"id:           {row.id}",
+        f"kind:         {row.kind}",
+        f"queue:        {row.queue}",
+        f"state:        {row.state.value}",
+        f"attempt:      {row.attempt}/{row.max_attempts}",
+        f"scheduled_at: {timestamp(row.scheduled_at)}",
+        f"created_at:   {timestamp(row.created_at)}",
+    ]
+    if row.leased_until is not None:
+        lines.append(f"leased_until: {timestamp(row.leased_until)}")
+    if row.finalized_at is not None:
+        lines.append(f"finalized_at: {timestamp(row.finalized_at)}")
+    if row.unique_key is not None:
+        lines.append(f"unique_key:   {row.unique_key}")
+    args = json.dumps(row.args, ensure_ascii=False, indent=2)
+    lines.append("args:")
+    lines.extend("  " + line for line in args.splitlines())
+    if row.errors:
+        lines.append(f"errors ({len(row.errors)}):")
+        for entry in row.errors:
+            lines.append(
+                f"  attempt {entry.get('attempt')} at {entry.get('at')}: {entry.get('error')}"
+            )
+            trace = entry.get("trace")
+            if trace:
+                lines.extend("    " + line for line in str(trace).splitlines())
+    return "\n".join(lines)
