@@ -61,8 +61,14 @@ def test_readme_python_examples_run(db_url: str, conn: psycopg.Connection[Any]) 
     users = conn.execute("SELECT email FROM users ORDER BY id").fetchall()
     assert users == [("grace@example.com",), ("alan@example.com",), ("edsger@example.com",)]
     by_kind = dict(conn.execute("SELECT kind, count(*) FROM drover_jobs GROUP BY kind").fetchall())
-    # ada, the reminder, three transactional inserts, a batch of 1000 + 1, one charge.
-    assert by_kind == {"send_email": 1 + 1 + 3 + 1000, "resize_image": 1, "charge_card": 1}
+    # ada, the reminder, three transactional inserts, a batch of 1000 + 1, one charge,
+    # and the Inspector's enqueue (which it then cancels).
+    assert by_kind == {"send_email": 1 + 1 + 3 + 1000 + 1, "resize_image": 1, "charge_card": 1}
+    cancelled = conn.execute(
+        "SELECT count(*) FROM drover_jobs WHERE state = 'cancelled' AND args->>'to' = %s",
+        ["ops@example.com"],
+    ).fetchone()
+    assert cancelled == (1,)
     charge = conn.execute(
         "SELECT state::text, attempt FROM drover_jobs WHERE kind = 'charge_card'"
     ).fetchone()
