@@ -42,6 +42,7 @@ from drover.inspector import Inspector, QueueAge, QueueDepth, Stats
 from drover.job import InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
+from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Worker, Workers
 
@@ -91,6 +92,7 @@ __all__ = [
     "QueueAge",
     "QueueDepth",
     "QueueState",
+    "Retention",
     "RetryPolicy",
     "SchemaMissing",
     "Snooze",

@@ -14,6 +14,7 @@ from drover.errors import ConfigError
 from drover.job import MAX_QUEUE_LENGTH
 from drover.middleware import Middleware
 from drover.ops.server import parse_address
+from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Workers
 
@@ -26,6 +27,8 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_LEASE = 60.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_STATS_INTERVAL = 15.0
+DEFAULT_PRUNE_INTERVAL = 60.0
+DEFAULT_RETENTION = Retention()
 MIN_LEASE = 0.001
 MAX_QUEUE_WEIGHT = 100_000
 
@@ -71,6 +74,10 @@ class Config:
       Two clients cannot share one: that is a :class:`drover.ConfigError`.
     - ``ops_addr`` (``""``): ``host:port`` for ``/metrics``, ``/healthz`` and
       ``/readyz``, bound at ``start()``; empty means no listener and no thread.
+    - ``retention`` (:class:`drover.Retention`: completed and cancelled 24 h,
+      dead 7 days): finished jobs older than this are deleted in the
+      background by started clients, one at a time; ``None`` keeps every row.
+    - ``prune_interval`` (60 s): how often a started client prunes.
     """
 
     __module__ = "drover"
@@ -85,8 +92,10 @@ class Config:
         "notify",
         "ops_addr",
         "poll_interval",
+        "prune_interval",
         "queues",
         "rescue_interval",
+        "retention",
         "retry_policy",
         "shutdown_timeout",
         "stats_interval",
@@ -106,6 +115,8 @@ class Config:
     stats_interval: timedelta
     metrics_registry: CollectorRegistry | None
     ops_addr: str
+    retention: Retention | None
+    prune_interval: timedelta
     logger: logging.Logger
     shutdown_timeout: timedelta
 
@@ -127,6 +138,8 @@ class Config:
         stats_interval: Duration = DEFAULT_STATS_INTERVAL,
         metrics_registry: CollectorRegistry | None = None,
         ops_addr: str = "",
+        retention: Retention | None = DEFAULT_RETENTION,
+        prune_interval: Duration = DEFAULT_PRUNE_INTERVAL,
         **unknown: Any,
     ) -> None:
         if unknown:
@@ -199,6 +212,17 @@ class Config:
         if ops_addr:
             parse_address(ops_addr)
         set_(self, "ops_addr", ops_addr)
+        if retention is not None and not isinstance(retention, Retention):
+            raise ConfigError(
+                f"Config.retention must be a drover.Retention or None, not {retention!r}"
+            )
+        set_(self, "retention", retention)
+        prune = _duration(prune_interval, "prune_interval")
+        set_(
+            self,
+            "prune_interval",
+            timedelta(seconds=prune if prune > 0 else DEFAULT_PRUNE_INTERVAL),
+        )
 
     def replace(self, **changes: Any) -> Config:
         """A new Config with ``changes`` applied and everything re-validated.

@@ -73,8 +73,12 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         "drover_jobs_lease_idx",
         "drover_jobs_dead_idx",
         "drover_jobs_unique_active_idx",
+        "drover_jobs_finalized_idx",
     }
     assert "drover_jobs_fetch_idx" not in idx
+    assert (
+        "(state, finalized_at) WHERE (finalized_at IS NOT NULL)" in idx["drover_jobs_finalized_idx"]
+    )
     fetch = idx["drover_jobs_fetch_v2_idx"]
     assert "(queue, scheduled_at, id)" in fetch
     assert "'available'" in fetch and "'retryable'" in fetch and "'scheduled'" in fetch
@@ -239,3 +243,12 @@ def test_queues_table(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     assert pk == [
         ("CREATE UNIQUE INDEX drover_queues_pkey ON public.drover_queues USING btree (name)",)
     ]
+
+
+def test_jobs_table_autovacuum_settings(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'drover_jobs'").fetchone()
+    assert row is not None
+    options = dict(str(o).split("=") for o in row[0])
+    assert options["autovacuum_vacuum_scale_factor"] == "0.02"
+    assert options["autovacuum_analyze_scale_factor"] == "0.02"
+    assert options["autovacuum_vacuum_insert_scale_factor"] == "0.02"

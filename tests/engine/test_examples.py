@@ -79,5 +79,5 @@ def test_demo_reports_an_unreachable_database_in_one_line() -> None:
         check=False,
     )
     assert result.returncode == 1
-    assert "drover demo:" in result.stderr
+    assert "drover: cannot use the database at 127.0.0.1:1" in result.stderr
     assert "hunter2" not in result.stdout + result.stderr

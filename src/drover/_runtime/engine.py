@@ -16,6 +16,7 @@ from drover._runtime.fetcher import Fetcher
 from drover._runtime.heartbeat import Heartbeat
 from drover._runtime.inflight import InFlight, Running, Slots
 from drover._runtime.listener import Listener
+from drover._runtime.pruner import Pruner
 from drover._runtime.refresher import StatsRefresher
 from drover._runtime.rescuer import Rescuer
 from drover._runtime.runner import Runner
@@ -101,6 +102,15 @@ class Engine:
             client_id=client_id,
             logger=self._log,
         )
+        self.pruner: Pruner | None = None
+        if config.retention is not None and config.retention.by_state():
+            self.pruner = Pruner(
+                pool=pool,
+                retention=config.retention.by_state(),
+                interval=config.prune_interval.total_seconds(),
+                client_id=client_id,
+                logger=self._log,
+            )
         self.rescuer = Rescuer(
             pool=pool,
             interval=config.rescue_interval.total_seconds(),
@@ -121,6 +131,8 @@ class Engine:
         self.heartbeat.start()
         self.rescuer.start()
         self.refresher.start()
+        if self.pruner is not None:
+            self.pruner.start()
         if self.listener is not None:
             self.listener.start()
         self.fetcher.start()
@@ -165,6 +177,8 @@ class Engine:
         self.heartbeat.stop()
         self.rescuer.stop()
         self.refresher.stop()
+        if self.pruner is not None:
+            self.pruner.stop()
         # After the budget ran out, never wait for pool threads: a handler that
         # ignores cancellation (even one whose job finished or was taken over)
         # would hold stop() hostage.
