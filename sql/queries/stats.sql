@@ -37,3 +37,11 @@ WHERE j.state IN ('available', 'retryable', 'scheduled')
       SELECT 1 FROM drover_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL
   )
 GROUP BY j.queue;
+
+-- name: server_settings
+-- What a benchmark report must state about the server it ran on.
+SELECT name, setting
+FROM pg_settings
+WHERE name IN ('server_version', 'fsync', 'synchronous_commit', 'shared_buffers',
+               'max_connections', 'wal_level', 'full_page_writes')
+ORDER BY name;

@@ -429,6 +429,50 @@ def demo_command(
     raise typer.Exit(code)
 
 
+@app.command("bench")
+def bench_command(
+    ctx: typer.Context,
+    mode: str = typer.Option("drain", "--mode", help="enqueue, drain or latency."),
+    jobs: int = typer.Option(20_000, "--jobs", min=1, max=10_000_000, help="Jobs to run."),
+    concurrency: int = typer.Option(10, "--concurrency", min=1, max=1000, help="Pool threads."),
+    batch: int = typer.Option(1000, "--batch", min=1, max=100_000, help="insert_many size."),
+    queues: int = typer.Option(1, "--queues", min=1, max=100, help="Queues to spread over."),
+) -> None:
+    """Measure drover on synthetic no-op jobs (embedded PostgreSQL, fsync on, without a URL)."""
+    from drover._bench import MODES, run_bench
+
+    g = _globals(ctx)
+    if mode not in MODES:
+        _usage(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    url = g.database or os.environ.get("DROVER_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    if url and url != "embedded":
+        url = _url(g) if g.database else check_conninfo(url)
+    try:
+        result = run_bench(
+            url, mode=mode, jobs=jobs, concurrency=concurrency, batch=batch, queues=queues
+        )
+    except drover.DatabaseError as exc:
+        _database_error(url or "", exc)
+    rows = [
+        ("mode", result.mode),
+        ("jobs", result.jobs),
+        ("concurrency", result.concurrency),
+        ("batch", result.batch),
+        ("queues", result.queues),
+        ("seconds", f"{result.seconds:.3f}"),
+        ("jobs/s", f"{result.jobs_per_second:.0f}"),
+    ]
+    rows += [(f"enqueue→start {k} ms", f"{v:.2f}") for k, v in result.latency_ms.items()]
+    rows += [
+        ("peak RSS MB", result.peak_rss_mb),
+        ("CPUs", result.cpu_count),
+        ("Python", result.python),
+        ("drover", result.drover),
+    ]
+    rows += [(f"postgres {k}", v) for k, v in result.postgres.items()]
+    _emit(g, out.table(["MEASURE", "VALUE"], rows), result.as_dict())
+
+
 @app.command("version")
 def version_command() -> None:
     """Print the drover version."""
@@ -448,6 +492,8 @@ _VALUE_OPTIONS = {
     "--ops-addr",
     "--shutdown-timeout",
     "--jobs",
+    "--mode",
+    "--batch",
 }
 
 

@@ -10,7 +10,7 @@ from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 
-__all__ = ["QueueStats", "job_counts_by_state", "queue_stats"]
+__all__ = ["QueueStats", "job_counts_by_state", "queue_stats", "server_settings"]
 
 
 def job_counts_by_state(conn: Connection) -> dict[tuple[str, str], int]:
@@ -38,3 +38,10 @@ def queue_stats(conn: Connection) -> QueueStats:
         cur.execute(query("stats_oldest_age"))
         ages = {q: max(0.0, float(age)) for q, age in cur.fetchall()}
     return QueueStats(depth, ages)
+
+
+def server_settings(conn: Connection) -> dict[str, str]:
+    """Version and durability settings of the server, for benchmark reports."""
+    with translate("read server settings"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("server_settings"))
+        return {str(name): str(value) for name, value in cur.fetchall()}
