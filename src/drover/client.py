@@ -17,7 +17,7 @@ from typing import Any, Self
 from prometheus_client import CollectorRegistry
 
 from drover._db import queues, store
-from drover._db.connections import ConnectionPool, borrow, open_pool, resolve_connection
+from drover._db.connections import ConnectionPool, borrow, pool_from, resolve_connection
 from drover._db.errors import translate
 from drover._db.queues import QueueState
 from drover._db.stats import QueueStats
@@ -29,6 +29,7 @@ from drover.config import Config
 from drover.errors import (
     AlreadyStarted,
     DroverError,
+    InvalidArgument,
     InvalidInsertOpts,
     InvalidJobArgs,
     NotStarted,
@@ -110,7 +111,9 @@ class Client:
         if config is None:
             config = Config()
         elif not isinstance(config, Config):
-            raise TypeError(f"config must be a drover.Config, not {type(config).__qualname__}")
+            raise InvalidArgument(
+                f"config must be a drover.Config, not {type(config).__qualname__}"
+            )
         # Composed once, before any connection is opened: a broken middleware
         # fails construction and later changes to its list change nothing.
         self._metrics = Metrics(
@@ -121,19 +124,7 @@ class Client:
         self._chain = build_chain(
             config.workers, config.middleware, config.logger, self._metrics.middleware
         )
-        if isinstance(pool_or_conninfo, str):
-            if not pool_or_conninfo.strip():
-                raise ValueError("Client needs a conninfo string or URL; got an empty string")
-            self._pool: ConnectionPool[Any] = open_pool(pool_or_conninfo)
-            self._owns_pool = True
-        elif isinstance(pool_or_conninfo, ConnectionPool):
-            self._pool = pool_or_conninfo
-            self._owns_pool = False
-        else:
-            raise TypeError(
-                "Client needs a psycopg_pool.ConnectionPool or a conninfo string, "
-                f"not {type(pool_or_conninfo).__qualname__}"
-            )
+        self._pool, self._owns_pool = pool_from(pool_or_conninfo, who="Client", max_size=10)
         self._config = config
         self._id = secrets.token_hex(3)
         self._close_lock = threading.Lock()
@@ -262,7 +253,7 @@ class Client:
     def get_job(self, job_id: int) -> JobRow | None:
         """The job's current row, or ``None`` when no job has that id."""
         if isinstance(job_id, bool) or not isinstance(job_id, int):
-            raise TypeError(f"job_id must be an int, not {type(job_id).__qualname__}")
+            raise InvalidArgument(f"job_id must be an int, not {type(job_id).__qualname__}")
         with borrow(self._pool, "get job") as conn:
             return store.job_get(conn, job_id)
 

@@ -7,6 +7,7 @@ that too, so ``except ValueError`` keeps working::
 
     DroverError                      never raised directly
     ├── ConfigError                  (ValueError) a structural mistake in configuration
+    ├── InvalidArgument              (ValueError, TypeError) a bad argument to a drover call
     ├── InvalidJobArgs               (TypeError)  args that are not a JobArgs or cannot be encoded
     ├── InvalidInsertOpts            (ValueError) a bad queue, time, unique key or attempt count
     ├── UnsupportedConnection        (TypeError)  insert_tx given something it cannot use
@@ -42,6 +43,7 @@ __all__ = [
     "DrainIncomplete",
     "DroverError",
     "DuplicateJob",
+    "InvalidArgument",
     "InvalidInsertOpts",
     "InvalidJobArgs",
     "InvalidTransition",
@@ -64,6 +66,15 @@ class DroverError(Exception):
 
 class ConfigError(DroverError, ValueError):
     """A structural configuration mistake, e.g. a worker registered twice for one kind."""
+
+    __module__ = "drover"
+
+
+class InvalidArgument(DroverError, ValueError, TypeError):
+    """An argument of the wrong type or out of range (a job id, a limit, a state, a pool).
+
+    It is both a ``ValueError`` and a ``TypeError`` so either ``except`` keeps working.
+    """
 
     __module__ = "drover"
 
@@ -225,11 +236,11 @@ class Snooze(JobSignal):
         elif isinstance(delay, int | float) and not isinstance(delay, bool):
             seconds = float(delay)
         else:
-            raise TypeError(
+            raise InvalidArgument(
                 f"Snooze delay must be a timedelta or seconds, not {type(delay).__name__}"
             )
         if not math.isfinite(seconds):
-            raise ValueError(f"Snooze delay must be finite, not {delay!r}")
+            raise InvalidArgument(f"Snooze delay must be finite, not {delay!r}")
         self.delay = timedelta(seconds=max(0.0, seconds))
         super().__init__(f"job snoozed for {self.delay}")
 

@@ -8,10 +8,10 @@ from types import TracebackType
 from typing import Any, Self
 
 from drover._db import inspect, queues, stats
-from drover._db.connections import ConnectionPool, borrow, open_pool
+from drover._db.connections import ConnectionPool, borrow, pool_from
 from drover._db.store import JobInsertParams, job_get, job_insert
 from drover._encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE
-from drover.errors import InvalidJobArgs, NotFound
+from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
 from drover.job import MAX_KIND_LENGTH, InsertOpts, JobRow, JobState, _check_name
 
 __all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats"]
@@ -60,9 +60,9 @@ class Stats:
 
 def _job_id(job_id: object) -> int:
     if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise TypeError(f"job id must be an int, not {type(job_id).__name__}")
+        raise InvalidArgument(f"job id must be an int, not {type(job_id).__name__}")
     if not 1 <= job_id <= 2**63 - 1:
-        raise ValueError(f"job id must be between 1 and 9223372036854775807, not {job_id}")
+        raise InvalidArgument(f"job id must be between 1 and 9223372036854775807, not {job_id}")
     return job_id
 
 
@@ -80,17 +80,7 @@ class Inspector:
     __module__ = "drover"
 
     def __init__(self, pool_or_conninfo: ConnectionPool[Any] | str) -> None:
-        if isinstance(pool_or_conninfo, str):
-            self._pool: ConnectionPool[Any] = open_pool(pool_or_conninfo, max_size=2)
-            self._owns_pool = True
-        elif isinstance(pool_or_conninfo, ConnectionPool):
-            self._pool = pool_or_conninfo
-            self._owns_pool = False
-        else:
-            raise TypeError(
-                "Inspector needs a psycopg_pool.ConnectionPool or a conninfo string, "
-                f"not {type(pool_or_conninfo).__qualname__}"
-            )
+        self._pool, self._owns_pool = pool_from(pool_or_conninfo, who="Inspector", max_size=2)
 
     def stats(self) -> Stats:
         """Depth per queue and state, oldest claimable age per queue, paused queues."""
@@ -119,16 +109,16 @@ class Inspector:
                 queue name), or a limit outside 1..1000.
         """
         if isinstance(limit, bool) or not isinstance(limit, int):
-            raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+            raise InvalidArgument(f"limit must be an int, not {type(limit).__name__}")
         if not 1 <= limit <= MAX_LIST_LIMIT:
-            raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}, not {limit}")
+            raise InvalidArgument(f"limit must be between 1 and {MAX_LIST_LIMIT}, not {limit}")
         parsed_state: JobState | None = None
         if state is not None:
             try:
                 parsed_state = JobState(state)
             except ValueError:
                 known = ", ".join(s.value for s in JobState)
-                raise ValueError(f"unknown job state {state!r}; use one of: {known}") from None
+                raise InvalidArgument(f"unknown job state {state!r}; use one of: {known}") from None
         if queue is not None:
             InsertOpts(queue=queue)  # same rules as everywhere a queue is named
         with borrow(self._pool, "list jobs") as conn:

@@ -6,6 +6,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from drover.errors import InvalidArgument
 from drover.job import JobRow
 
 __all__ = ["ExponentialRetryPolicy", "RetryPolicy"]
@@ -40,7 +41,7 @@ class ExponentialRetryPolicy:
 
     def __init__(self, *, jitter: float = 0.1, rng: random.Random | None = None) -> None:
         if not 0 <= jitter < 1:
-            raise ValueError(f"jitter must be in [0, 1), not {jitter}")
+            raise InvalidArgument(f"jitter must be in [0, 1), not {jitter}")
         self._jitter = jitter
         self._rng = rng or random.Random()  # noqa: S311 - spreading retries, not security
 

@@ -16,7 +16,7 @@ from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 from drover._db.errors import redact, translate
-from drover.errors import NotInTransaction, UnsupportedConnection
+from drover.errors import InvalidArgument, NotInTransaction, UnsupportedConnection
 
 __all__ = [
     "Connection",
@@ -26,6 +26,7 @@ __all__ = [
     "check_conninfo",
     "describe_target",
     "open_pool",
+    "pool_from",
     "resolve_connection",
 ]
 
@@ -168,3 +169,17 @@ def describe_target(conninfo: str) -> str:
     host = str(params.get("host") or "localhost")
     port = str(params.get("port") or "5432")
     return f"{host}:{port}/{params.get('dbname') or ''}"
+
+
+def pool_from(source: object, *, who: str, max_size: int) -> tuple[ConnectionPool[Any], bool]:
+    """``(pool, owned)``: the caller's pool as is, or a new one opened from a conninfo string."""
+    if isinstance(source, str):
+        if not source.strip():
+            raise InvalidArgument(f"{who} needs a conninfo string or URL; got an empty string")
+        return open_pool(source, max_size=max_size), True
+    if isinstance(source, ConnectionPool):
+        return source, False
+    raise InvalidArgument(
+        f"{who} needs a psycopg_pool.ConnectionPool or a conninfo string, "
+        f"not {type(source).__qualname__}"
+    )
