@@ -65,8 +65,17 @@ def _emit(g: _Globals, human: str, machine: Any) -> None:
     typer.echo(out.to_json(machine) if g.json else human)
 
 
+def _given_url(g: _Globals) -> str | None:
+    """The URL from --database, else the environment; an empty --database is a usage error."""
+    if g.database is not None:
+        if not g.database.strip():
+            _usage("--database requires a value")
+        return g.database
+    return os.environ.get("DROVER_DATABASE_URL") or os.environ.get("DATABASE_URL") or None
+
+
 def _url(g: _Globals) -> str:
-    url = g.database or os.environ.get("DROVER_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    url = _given_url(g)
     if not url:
         _usage("no database URL: pass --database URL or set DROVER_DATABASE_URL (or DATABASE_URL)")
     try:
@@ -192,7 +201,8 @@ def jobs_list_command(
 
 def _parse_id(text: str) -> int:
     value = text.strip()
-    if not value.isdigit() or not 1 <= int(value) <= MAX_ID:
+    # isdigit() alone accepts "²"; only ASCII digits are an id.
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_ID:
         _usage(f"invalid job id {text!r}: expected a whole number from 1 to {MAX_ID}")
     return int(value)
 
@@ -362,7 +372,8 @@ def _parse_queues(text: str) -> dict[str, int]:
     queues: dict[str, int] = {}
     for part in text.split(","):
         name, sep, weight = part.strip().partition("=")
-        if not name or (sep and not weight.strip().isdigit()):
+        weight = weight.strip()
+        if not name or (sep and not (weight.isascii() and weight.isdigit())):
             _usage(f"--queues must look like name=weight,name=weight, not {text!r}")
         queues[name] = int(weight) if sep else 1
     return queues
@@ -419,7 +430,7 @@ def demo_command(
     from drover._demo import run_demo
 
     g = _globals(ctx)
-    url = g.database or os.environ.get("DROVER_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    url = _given_url(g)
     try:
         code = run_demo(url or None, jobs=jobs, concurrency=concurrency)
     except drover.DatabaseError as exc:
@@ -444,9 +455,9 @@ def bench_command(
     g = _globals(ctx)
     if mode not in MODES:
         _usage(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
-    url = g.database or os.environ.get("DROVER_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    url = _given_url(g)
     if url and url != "embedded":
-        url = _url(g) if g.database else check_conninfo(url)
+        url = _url(g)
     try:
         result = run_bench(
             url, mode=mode, jobs=jobs, concurrency=concurrency, batch=batch, queues=queues

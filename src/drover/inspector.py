@@ -58,6 +58,11 @@ class Stats:
     paused: list[str]
 
 
+def _refuse_constant(name: str) -> None:
+    # Python's json accepts NaN and Infinity; JSON (and jsonb) does not.
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def _job_id(job_id: object) -> int:
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise InvalidArgument(f"job id must be an int, not {type(job_id).__name__}")
@@ -153,10 +158,13 @@ class Inspector:
         if len(args_json.encode("utf-8", "surrogatepass")) > MAX_ENQUEUE_ARGS_BYTES:
             raise InvalidJobArgs(f"args are larger than {MAX_ENQUEUE_ARGS_BYTES} bytes")
         try:
-            value = json.loads(args_json)
-        except ValueError as exc:
+            value = json.loads(args_json, parse_constant=_refuse_constant)
+            canonical = json.dumps(
+                value, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            )
+            canonical.encode("utf-8")  # a lone surrogate (from "\\ud800") cannot be stored
+        except (ValueError, UnicodeEncodeError) as exc:
             raise InvalidJobArgs(f"args must be valid JSON: {exc}") from None
-        canonical = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         if "\x00" in canonical or "\\u0000" in canonical:
             raise InvalidJobArgs("args must not contain NUL characters")
         return checked_kind, canonical

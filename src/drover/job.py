@@ -48,7 +48,15 @@ def _check_name(value: object, what: str, limit: int) -> str:
         raise ValueError(f"{what} is {len(value)} characters long; the maximum is {limit}")
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL characters")
+    _check_utf8(value, what)
     return value
+
+
+def _check_utf8(value: str, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid UTF-8 text (it holds a lone surrogate)") from None
 
 
 def _check_max_attempts(value: object, what: str) -> int:
@@ -199,6 +207,7 @@ class InsertOpts:
                     )
                 if "\x00" in self.unique_key:
                     raise ValueError("InsertOpts.unique_key must not contain NUL characters")
+                _check_utf8(self.unique_key, "InsertOpts.unique_key")
             if self.max_attempts is not None:
                 _check_max_attempts(self.max_attempts, "InsertOpts.max_attempts")
         except (TypeError, ValueError) as exc:

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
-from drover._db.errors import redact, translate
+from drover._db.errors import translate
 from drover.errors import InvalidArgument, NotInTransaction, UnsupportedConnection
 
 __all__ = [
@@ -153,8 +153,12 @@ def check_conninfo(conninfo: str, *, connect_timeout: int = 5) -> str:
     """
     try:
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError as exc:
-        raise ValueError(f"not a valid database URL: {redact(str(exc))}") from None
+    except psycopg.ProgrammingError:
+        # libpq's message quotes the offending text, which may be the password.
+        raise ValueError(
+            "the database URL cannot be parsed: check its syntax, parameter names and "
+            "percent-encoding"
+        ) from None
     if "connect_timeout" in params:
         return conninfo
     return psycopg.conninfo.make_conninfo(conninfo, connect_timeout=connect_timeout)

@@ -1,0 +1,39 @@
+"""A tiny application for the ``drover worker APP`` tests in ``test_cli.py``.
+
+``python -m drover worker cli_app:client`` (run with ``tests/cli`` as the
+working directory and ``DATABASE_URL`` set) works ``cli_ping`` jobs: each one
+completes at once. ``cli_app:make_client`` is the factory form.
+``NOT_A_CLIENT`` is an attribute the CLI must refuse as an APP.
+"""
+
+from __future__ import annotations
+
+import os
+
+import drover
+
+NOT_A_CLIENT = 42
+
+
+class Ping(drover.JobArgs, kind="cli_ping"):
+    """Args of the one job kind this app works."""
+
+    note: str = ""
+
+
+workers = drover.Workers()
+
+
+@workers.register
+def ping(job: drover.Job[Ping]) -> None:
+    """Complete at once."""
+
+
+def make_client() -> drover.Client:
+    """The factory form of the APP: a fresh client on ``$DATABASE_URL``."""
+    return drover.Client(
+        os.environ["DATABASE_URL"], drover.Config(workers=workers, poll_interval=0.05)
+    )
+
+
+client = make_client()
