@@ -165,7 +165,9 @@ class Engine:
         """
         self._log.info("drover: worker pool stopping")
         started = time.monotonic()
-        self.fetcher.stop(timeout=None)
+        # Normally instant; bounded so a claim stuck on an unresponsive database
+        # cannot hold stop() forever (a late claim is untracked and rescued).
+        self.fetcher.stop(timeout=None if timeout is None else max(timeout, 5.0))
         if self.listener is not None:
             self.listener.stop()
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
