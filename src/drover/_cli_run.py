@@ -1,0 +1,163 @@
+"""CLI commands that run things: ``worker``, ``demo`` and ``bench``."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import typer
+
+import drover
+from drover import _cli_output as out
+from drover._cli_common import (
+    database_error,
+    emit,
+    fail,
+    get_globals,
+    given_url,
+    url_of,
+    usage,
+)
+
+__all__ = ["bench_command", "demo_command", "worker_command"]
+
+
+def _load_client(spec: str) -> drover.Client:
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        usage(f"APP must look like module:attribute, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`, find the project's own modules
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        usage(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}")
+    try:
+        target: Any = module
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except AttributeError:
+        usage(f"{module_name!r} has no attribute {attribute!r}")
+    if not isinstance(target, drover.Client) and callable(target):
+        try:
+            target = target()
+        except drover.DroverError as exc:
+            fail(f"{spec} failed: {exc}")
+    if not isinstance(target, drover.Client):
+        usage(f"{spec} is not a drover.Client or a function returning one")
+    return target
+
+
+def _parse_queues(text: str) -> dict[str, int]:
+    queues: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, weight = part.strip().partition("=")
+        weight = weight.strip()
+        if not name or (sep and not (weight.isascii() and weight.isdigit())):
+            usage(f"--queues must look like name=weight,name=weight, not {text!r}")
+        queues[name] = int(weight) if sep else 1
+    return queues
+
+
+def worker_command(
+    ctx: typer.Context,
+    app_spec: str = typer.Argument(..., metavar="APP", help="module:attribute of a Client."),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="Pool threads."),
+    queues: str | None = typer.Option(None, "--queues", help="name=weight,... to work."),
+    ops_addr: str | None = typer.Option(None, "--ops-addr", help="host:port for /metrics."),
+    shutdown_timeout: float | None = typer.Option(
+        None, "--shutdown-timeout", min=0, help="Seconds to drain on SIGINT/SIGTERM."
+    ),
+) -> None:
+    """Run a Client from your code until SIGINT/SIGTERM, then drain it."""
+    client = _load_client(app_spec)
+    changes: dict[str, Any] = {}
+    if concurrency is not None:
+        changes["concurrency"] = concurrency
+    if queues is not None:
+        changes["queues"] = _parse_queues(queues)
+    if ops_addr is not None:
+        changes["ops_addr"] = ops_addr
+    if shutdown_timeout is not None:
+        changes["shutdown_timeout"] = shutdown_timeout
+    if changes:
+        try:
+            config = client.config.replace(**changes, metrics_registry=None)
+        except drover.ConfigError as exc:
+            usage(str(exc))
+        original = client
+        client = drover.Client(original.pool, config)
+    try:
+        client.run()
+    except drover.DrainIncomplete as exc:
+        fail(str(exc))
+    except drover.DroverError as exc:
+        fail(str(exc))
+    finally:
+        if changes:
+            original.close()
+    typer.echo("drover worker stopped cleanly", err=True)
+
+
+def demo_command(
+    ctx: typer.Context,
+    jobs: int = typer.Option(3000, "--jobs", min=1, max=1_000_000, help="How many sample jobs."),
+    concurrency: int = typer.Option(10, "--concurrency", min=1, max=1000, help="Pool threads."),
+) -> None:
+    """Run a worker pool over a few thousand sample jobs (embedded PostgreSQL without a URL)."""
+    from drover._demo import run_demo
+
+    g = get_globals(ctx)
+    url = given_url(g)
+    try:
+        code = run_demo(url or None, jobs=jobs, concurrency=concurrency)
+    except drover.DatabaseError as exc:
+        database_error(url or "", exc)
+    except drover.DroverError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+def bench_command(
+    ctx: typer.Context,
+    mode: str = typer.Option("drain", "--mode", help="enqueue, drain or latency."),
+    jobs: int = typer.Option(20_000, "--jobs", min=1, max=10_000_000, help="Jobs to run."),
+    concurrency: int = typer.Option(10, "--concurrency", min=1, max=1000, help="Pool threads."),
+    batch: int = typer.Option(1000, "--batch", min=1, max=100_000, help="insert_many size."),
+    queues: int = typer.Option(1, "--queues", min=1, max=100, help="Queues to spread over."),
+) -> None:
+    """Measure drover on synthetic no-op jobs (embedded PostgreSQL, fsync on, without a URL)."""
+    from drover._bench import MODES, run_bench
+
+    g = get_globals(ctx)
+    if mode not in MODES:
+        usage(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    url = given_url(g)
+    if url and url != "embedded":
+        url = url_of(g)
+    try:
+        result = run_bench(
+            url, mode=mode, jobs=jobs, concurrency=concurrency, batch=batch, queues=queues
+        )
+    except drover.DatabaseError as exc:
+        database_error(url or "", exc)
+    rows = [
+        ("mode", result.mode),
+        ("jobs", result.jobs),
+        ("concurrency", result.concurrency),
+        ("batch", result.batch),
+        ("queues", result.queues),
+        ("seconds", f"{result.seconds:.3f}"),
+        ("jobs/s", f"{result.jobs_per_second:.0f}"),
+    ]
+    rows += [(f"enqueue→start {k} ms", f"{v:.2f}") for k, v in result.latency_ms.items()]
+    rows += [
+        ("peak RSS MB", result.peak_rss_mb),
+        ("CPUs", result.cpu_count),
+        ("Python", result.python),
+        ("drover", result.drover),
+    ]
+    rows += [(f"postgres {k}", v) for k, v in result.postgres.items()]
+    emit(g, out.table(["MEASURE", "VALUE"], rows), result.as_dict())
