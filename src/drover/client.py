@@ -1,7 +1,9 @@
-"""The Client facade: owns the connection pool and offers the insert API.
+"""The Client facade: inserts, queue switches, and the lifecycle of a running client.
 
-The client validates input, picks a connection and delegates to the database
-layer; it runs no SQL of its own.
+The client validates input and configuration, owns or borrows the connection
+pool, builds the metrics and the middleware chain, and starts and stops the
+engine and the ops server. It runs no SQL and no loops of its own: database
+work goes through ``drover._db``, background work through ``drover._runtime``.
 """
 
 from __future__ import annotations
