@@ -1,0 +1,508 @@
+"""drover vs a raw-SQL reference vs the Python peers, on one PostgreSQL server, in one run.
+
+    python bench/compare.py                       # full sizes, embedded PostgreSQL (fsync on)
+    python bench/compare.py --quick               # sizes / 10, for a smoke run
+    python bench/compare.py --database URL --json results.json
+    python bench/compare.py --systems raw,drover --scenarios drain
+
+Scenarios (each repeated --reps times, systems alternating within every
+repetition, medians reported with the ratio to the raw reference):
+
+- ``bulk``: enqueue --bulk-jobs no-op jobs in batches of --batch (raw: COPY);
+- ``single``: enqueue --single-jobs jobs one per call from --threads threads
+  (raw: one autocommit INSERT per job);
+- ``drain-cN``: burn down --drain-jobs pre-inserted no-op jobs at concurrency N
+  (--concurrency, default 1,10,50);
+- ``latency``: enqueue→start p50/p99 on an idle queue, --latency-jobs jobs sent
+  at --rate per second.
+
+Every timed trial runs in a fresh child process (its peak RSS, VmHWM, is
+reported for the drains), after the parent has reset the system's tables
+(TRUNCATE + VACUUM ANALYZE) and, for a drain, inserted the jobs (then ANALYZE).
+See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers
+
+SCENARIOS = ("bulk", "single", "drain", "latency")
+CHILD_TIMEOUT = 1800.0
+
+# (scenario, minimum share of raw, minimum multiple of the fastest peer)
+THROUGHPUT_TARGETS = {
+    "drain-c10": (0.70, 1.5),
+    "drain-c50": (0.50, 1.5),
+    "bulk": (0.70, None),
+    "single": (0.85, None),
+}
+LATENCY_TARGETS = {"p50": 5.0, "p99": 25.0}
+RSS_TARGET_MB = 100.0
+
+
+# --- child side -----------------------------------------------------------------------------
+
+
+def child(spec_json: str) -> None:
+    """Run one timed trial and write its result as JSON to ``spec["out"]``."""
+    spec = json.loads(spec_json)
+    module = peers.load(spec["system"])
+    kind, url, n = spec["kind"], spec["url"], spec["n"]
+    result: dict[str, Any] = {}
+    if kind == "bulk":
+        result["seconds"] = module.enqueue_bulk(url, n, spec["batch"])
+    elif kind == "single":
+        result["seconds"] = module.enqueue_single(url, n, spec["threads"])
+    elif kind == "drain":
+        result["seconds"] = module.drain(url, n, spec["concurrency"])
+    elif kind == "latency":
+        result["latencies_ms"] = module.latency(url, n, spec["rate"])
+    else:
+        raise SystemExit(f"unknown trial kind {kind!r}")
+    result["peak_rss_mb"] = peak_rss_mb()
+    Path(spec["out"]).write_text(json.dumps(result))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size, in MiB.
+
+    On Linux, VmHWM of the process's own address space. Not ``ru_maxrss``:
+    Linux carries that high-water mark across ``exec``, so a child would report
+    the parent's size at ``fork`` whenever that is larger than its own.
+    """
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    # ru_maxrss is in KiB on Linux (bytes on macOS).
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+
+# --- parent side ----------------------------------------------------------------------------
+
+
+class TrialFailed(RuntimeError):
+    pass
+
+
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="drover-compare-") as tmp:
+        out = Path(tmp) / "result.json"
+        spec = {**spec, "out": str(out)}
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=CHILD_TIMEOUT,
+            check=False,
+        )
+        if proc.returncode != 0 or not out.exists():
+            tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+            raise TrialFailed(f"exit {proc.returncode}\n{tail}")
+        result: dict[str, Any] = json.loads(out.read_text())
+        return result
+
+
+def trial(
+    system: str, scenario: str, url: str, sizes: dict[str, Any], *, scale: float = 1.0
+) -> dict[str, Any]:
+    """Reset, prepare and run one trial of ``scenario`` for ``system``; check the rows."""
+    module = peers.load(system)
+    module.reset(url)
+    spec: dict[str, Any] = {"system": system, "url": url}
+    if scenario == "bulk":
+        n = max(1, int(sizes["bulk_jobs"] * scale))
+        spec.update(kind="bulk", n=n, batch=sizes["batch"])
+    elif scenario == "single":
+        n = max(sizes["threads"], int(sizes["single_jobs"] * scale))
+        spec.update(kind="single", n=n, threads=sizes["threads"])
+    elif scenario.startswith("drain-c"):
+        n = max(1, int(sizes["drain_jobs"] * scale))
+        module.fill(url, n)
+        # Statistics that describe the filled table, so autovacuum's ANALYZE does not
+        # land at a random moment mid-drain and switch the claim query's plan.
+        peers.execute(url, *(f"ANALYZE {t}" for t in module.TABLES))
+        spec.update(kind="drain", n=n, concurrency=int(scenario.removeprefix("drain-c")))
+    elif scenario == "latency":
+        n = max(5, int(sizes["latency_jobs"] * scale))
+        spec.update(kind="latency", n=n, rate=sizes["rate"])
+    else:
+        raise ValueError(scenario)
+    result = run_child(spec)
+    total, finished = module.count(url)
+    if scenario in ("bulk", "single") and total != n:
+        raise TrialFailed(f"{system} {scenario}: {total} rows in the table, expected {n}")
+    if scenario.startswith("drain") and finished != n:
+        raise TrialFailed(f"{system} {scenario}: {finished} of {n} jobs recorded finished")
+    result["n"] = n
+    if "seconds" in result:
+        result["jobs_per_s"] = n / result["seconds"]
+    return result
+
+
+def machine(url: str) -> dict[str, Any]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        settings = {}
+        for name in (
+            "server_version",
+            "fsync",
+            "synchronous_commit",
+            "full_page_writes",
+            "shared_buffers",
+            "wal_level",
+            "max_connections",
+        ):
+            row = conn.execute(f"SHOW {name}".encode()).fetchone()
+            settings[name] = row[0] if row else "?"
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu,
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "postgresql": settings,
+        "versions": {
+            name: peers.version(name)
+            for name in ("drover", "psycopg", "procrastinate", "pgqueuer", "asyncpg", "chancy")
+        },
+    }
+
+
+@contextlib.contextmanager
+def database(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    from drover._db.embedded import embedded_postgres
+
+    # tune_for_tests=False: fsync, synchronous_commit and full_page_writes stay on.
+    with embedded_postgres(tune_for_tests=False) as embedded:
+        yield embedded
+
+
+def median_of(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def summarise(scenario: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    if scenario == "latency":
+        per_run = [
+            {
+                "p50": pct(r["latencies_ms"], 50),
+                "p95": pct(r["latencies_ms"], 95),
+                "p99": pct(r["latencies_ms"], 99),
+            }
+            for r in runs
+        ]
+        return {
+            "runs": per_run,
+            **{k: statistics.median(p[k] for p in per_run) for k in ("p50", "p95", "p99")},
+        }
+    out: dict[str, Any] = {
+        "runs": [round(r["jobs_per_s"], 1) for r in runs],
+        "jobs_per_s": median_of(runs, "jobs_per_s"),
+        "seconds": median_of(runs, "seconds"),
+    }
+    if scenario.startswith("drain"):
+        out["peak_rss_mb"] = median_of(runs, "peak_rss_mb")
+    return out
+
+
+def evaluate(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each of the issue's targets for drover: the measured figure and met / not met."""
+    checks: list[dict[str, Any]] = []
+    for scenario, (share, multiple) in THROUGHPUT_TARGETS.items():
+        row = results.get(scenario, {})
+        if "drover" not in row or "raw" not in row:
+            continue
+        ratio = row["drover"]["jobs_per_s"] / row["raw"]["jobs_per_s"]
+        checks.append(
+            {
+                "scenario": scenario,
+                "target": f">= {share:.0%} of raw",
+                "measured": f"{ratio:.0%}",
+                "met": ratio >= share,
+            }
+        )
+        if multiple is None:
+            continue
+        peer_rates = {p: row[p]["jobs_per_s"] for p in peers.PEERS if p in row}
+        if not peer_rates:
+            checks.append(
+                {
+                    "scenario": scenario,
+                    "target": f">= {multiple}x fastest peer",
+                    "measured": "no peer ran",
+                    "met": None,
+                }
+            )
+            continue
+        fastest = max(peer_rates, key=lambda p: peer_rates[p])
+        times = row["drover"]["jobs_per_s"] / peer_rates[fastest]
+        checks.append(
+            {
+                "scenario": scenario,
+                "target": f">= {multiple}x fastest peer",
+                "measured": f"{times:.2f}x {fastest}",
+                "met": times >= multiple,
+            }
+        )
+    lat = results.get("latency", {}).get("drover")
+    if lat:
+        for key, bound in LATENCY_TARGETS.items():
+            checks.append(
+                {
+                    "scenario": "latency",
+                    "target": f"{key} < {bound:g} ms",
+                    "measured": f"{lat[key]:.2f} ms",
+                    "met": lat[key] < bound,
+                }
+            )
+    c50 = results.get("drain-c50", {}).get("drover")
+    if c50:
+        checks.append(
+            {
+                "scenario": "drain-c50",
+                "target": f"worker peak RSS < {RSS_TARGET_MB:g} MB",
+                "measured": f"{c50['peak_rss_mb']:.0f} MB",
+                "met": c50["peak_rss_mb"] < RSS_TARGET_MB,
+            }
+        )
+    return checks
+
+
+def _cell(scenario: str, system: str, row: dict[str, dict[str, Any]]) -> str:
+    if system not in row:
+        return "—"
+    value = row[system]
+    if "error" in value:
+        return "failed"
+    if scenario == "latency":
+        return f"{value['p50']:.1f} / {value['p99']:.1f}"
+    text = f"{value['jobs_per_s']:,.0f}"
+    if system != "raw" and "raw" in row and "jobs_per_s" in row["raw"]:
+        text += f" ({value['jobs_per_s'] / row['raw']['jobs_per_s']:.0%})"
+    return text
+
+
+def table(results: dict[str, dict[str, dict[str, Any]]], systems: list[str]) -> str:
+    head = "| scenario | " + " | ".join(systems) + " |"
+    lines = [head, "|---" * (len(systems) + 1) + "|"]
+    for scenario, row in results.items():
+        label = scenario + (" p50 / p99 ms" if scenario == "latency" else " jobs/s")
+        lines.append(f"| {label} | " + " | ".join(_cell(scenario, s, row) for s in systems) + " |")
+    rss = [(s, r) for s, r in results.items() if s.startswith("drain")]
+    for scenario, row in rss:
+        cells = [
+            f"{row[s]['peak_rss_mb']:.0f}" if s in row and "peak_rss_mb" in row[s] else "—"
+            for s in systems
+        ]
+        lines.append(f"| {scenario} worker peak RSS MB | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--database", help="PostgreSQL URL (default: embedded throwaway server)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument("--quick", action="store_true", help="divide every size by 10")
+    parser.add_argument(
+        "--systems", default=",".join(peers.SYSTEMS), help="comma-separated, default all"
+    )
+    parser.add_argument(
+        "--scenarios", default=",".join(SCENARIOS), help="comma-separated, default all"
+    )
+    parser.add_argument("--bulk-jobs", type=int, default=100_000)
+    parser.add_argument("--batch", type=int, default=5_000, help="bulk enqueue batch size")
+    parser.add_argument("--single-jobs", type=int, default=20_000)
+    parser.add_argument("--threads", type=int, default=10)
+    parser.add_argument("--drain-jobs", type=int, default=20_000)
+    parser.add_argument("--concurrency", default="1,10,50", help="drain concurrencies")
+    parser.add_argument("--latency-jobs", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=20.0, help="latency: jobs per second")
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="skip the untimed 1/10-size trials"
+    )
+    parser.add_argument("--json", help="also write every number to this file")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        child(args.child)
+        return
+    # Progress lines as they happen, even into a pipe; SIGTERM unwinds (and so
+    # stops the embedded server) like Ctrl-C.
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=True)
+    signal.signal(signal.SIGTERM, _terminate)
+    div = 10 if args.quick else 1
+    sizes = {
+        "bulk_jobs": args.bulk_jobs // div,
+        "batch": args.batch,
+        "single_jobs": args.single_jobs // div,
+        "threads": args.threads,
+        "drain_jobs": args.drain_jobs // div,
+        "latency_jobs": args.latency_jobs // div,
+        "rate": args.rate,
+    }
+    wanted = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in peers.SYSTEMS]
+    if unknown:
+        raise SystemExit(f"unknown system(s) {unknown}; choose from {list(peers.SYSTEMS)}")
+    scenarios: list[str] = []
+    for s in (s.strip() for s in args.scenarios.split(",")):
+        if s == "drain":
+            scenarios += [f"drain-c{c.strip()}" for c in args.concurrency.split(",")]
+        elif s in SCENARIOS or s.startswith("drain-c"):
+            scenarios.append(s)
+        elif s:
+            raise SystemExit(f"unknown scenario {s!r}; choose from {SCENARIOS}")
+
+    skipped = {s: why for s in wanted if (why := peers.missing(s))}
+    systems = [s for s in wanted if s not in skipped]
+    for name, why in skipped.items():
+        print(f"skipping {name}: {why}")
+
+    began = time.perf_counter()
+    with database(args.database) as url:
+        info = machine(url)
+        pg = info["postgresql"]
+        print(
+            f"{info['date']} · {info['cpu_count']} CPU ({info['cpu_model']}) · "
+            f"Python {info['python']} · PostgreSQL {pg['server_version']} "
+            f"(fsync={pg['fsync']}, synchronous_commit={pg['synchronous_commit']}, "
+            f"shared_buffers={pg['shared_buffers']})",
+            flush=True,
+        )
+        print(f"sizes: {sizes}, reps {args.reps}")
+        for system in list(systems):
+            try:
+                peers.load(system).setup(url)
+            except Exception as exc:
+                skipped[system] = f"schema setup failed: {exc!r}"
+                systems.remove(system)
+                print(f"skipping {system}: {skipped[system]}")
+
+        raw_runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        errors: dict[str, dict[str, str]] = {}
+        for scenario in scenarios:
+            if not args.no_warmup:
+                # One short untimed trial per system: caches, plans, imports, pools.
+                for system in systems:
+                    with contextlib.suppress(TrialFailed):
+                        trial(system, scenario, url, sizes, scale=0.1)
+            for rep in range(args.reps):
+                # Rotate the order every repetition so no system always goes first.
+                order = systems[rep % len(systems) :] + systems[: rep % len(systems)]
+                for system in order:
+                    if system in errors.get(scenario, {}):
+                        continue
+                    try:
+                        result = trial(system, scenario, url, sizes)
+                    except (TrialFailed, subprocess.TimeoutExpired) as exc:
+                        errors.setdefault(scenario, {})[system] = str(exc)
+                        print(f"{scenario:>10} rep {rep + 1} {system:>13}: FAILED {exc}")
+                        continue
+                    raw_runs.setdefault(scenario, {}).setdefault(system, []).append(result)
+                    if "jobs_per_s" in result:
+                        shown = f"{result['jobs_per_s']:10,.0f} jobs/s"
+                        if "peak_rss_mb" in result and scenario.startswith("drain"):
+                            shown += f"  rss {result['peak_rss_mb']:.0f} MB"
+                    else:
+                        lat = result["latencies_ms"]
+                        shown = f"p50 {pct(lat, 50):6.2f} ms  p99 {pct(lat, 99):6.2f} ms"
+                    print(f"{scenario:>10} rep {rep + 1} {system:>13}: {shown}")
+
+        results: dict[str, dict[str, dict[str, Any]]] = {}
+        for scenario in scenarios:
+            row: dict[str, dict[str, Any]] = {}
+            for system in systems:
+                runs = raw_runs.get(scenario, {}).get(system)
+                if runs:
+                    row[system] = summarise(scenario, runs)
+                elif system in errors.get(scenario, {}):
+                    row[system] = {"error": errors[scenario][system]}
+            results[scenario] = row
+        for row in results.values():
+            raw_row = row.get("raw", {})
+            for value in row.values():
+                if "jobs_per_s" in value and "jobs_per_s" in raw_row:
+                    value["ratio_to_raw"] = value["jobs_per_s"] / raw_row["jobs_per_s"]
+
+    checks = evaluate(results)
+    print(f"\nmedian of {args.reps} · throughput in jobs/s (ratio to raw) · ", end="")
+    print(f"total time {time.perf_counter() - began:.0f} s\n")
+    print(table(results, systems))
+    if checks:
+        print("\n| target | drover | met |\n|---|---|---|")
+        for c in checks:
+            verdict = {True: "met", False: "**not met**", None: "n/a"}[c["met"]]
+            print(f"| {c['scenario']}: {c['target']} | {c['measured']} | {verdict} |")
+    for name, why in skipped.items():
+        print(f"\nskipped {name}: {why}")
+    for scenario, failed in errors.items():
+        for name, why in failed.items():
+            print(f"\n{scenario} {name} failed: {why.splitlines()[0] if why else ''}")
+    if args.json:
+        payload = {
+            "machine": info,
+            "sizes": sizes,
+            "reps": args.reps,
+            "systems": systems,
+            "skipped": skipped,
+            "results": results,
+            "targets": checks,
+            "errors": errors,
+        }
+        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

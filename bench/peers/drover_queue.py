@@ -1,0 +1,115 @@
+"""drover, used as its README says, with default settings except the knob under test.
+
+- bulk enqueue: ``client.insert_many`` per batch (COPY into a staging table);
+- single-row enqueue: one shared ``Client`` (its own pool, 10 connections),
+  ``client.insert`` from every thread (default ``notify=True``: each insert
+  also queues a NOTIFY);
+- drain: ``Config(concurrency=c)``, a sync no-op worker; timed from ``start()``
+  until ``stop()`` has returned (``stop`` flushes the batched completions);
+- latency: a started client idling with its default LISTEN/NOTIFY wake-ups and
+  ``poll_interval`` 1 s; a second client inserts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import drover
+from peers import Latencies, raw, run_threads, wait_for
+
+REQUIRES = None
+
+
+class Noop(drover.JobArgs, kind="bench_noop"):
+    n: int
+
+
+class Ping(drover.JobArgs, kind="bench_ping"):
+    i: int
+    sent: float
+
+
+TABLES = raw.TABLES
+setup = raw.setup
+reset = raw.reset
+count = raw.count
+fill = raw.fill
+
+
+def _warm_pool(client: drover.Client, size: int) -> None:
+    # Open the pool's connections before the clock starts, as the raw
+    # reference does with its own connections.
+    pool: Any = client.pool
+    conns = [pool.getconn() for _ in range(size)]
+    for conn in conns:
+        pool.putconn(conn)
+
+
+def enqueue_bulk(url: str, n: int, batch: int) -> float:
+    client = drover.Client(url)
+    try:
+        _warm_pool(client, 1)
+        started = time.perf_counter()
+        for start in range(0, n, batch):
+            client.insert_many([Noop(n=i) for i in range(start, min(n, start + batch))])
+        return time.perf_counter() - started
+    finally:
+        client.close()
+
+
+def enqueue_single(url: str, n: int, threads: int) -> float:
+    client = drover.Client(url)
+    try:
+        _warm_pool(client, min(threads, client.pool.max_size))
+
+        def work(_: object, numbers: range) -> None:
+            for i in numbers:
+                client.insert(Noop(n=i))
+
+        return run_threads(n, threads, lambda: None, work)
+    finally:
+        client.close()
+
+
+def drain(url: str, n: int, concurrency: int) -> float:
+    finished = threading.Event()
+    lock = threading.Lock()
+    count = 0
+    workers = drover.Workers()
+
+    @workers.register
+    def noop(job: drover.Job[Noop]) -> None:
+        nonlocal count
+        with lock:
+            count += 1
+            if count == n:
+                finished.set()
+
+    client = drover.Client(url, drover.Config(workers=workers, concurrency=concurrency))
+    _warm_pool(client, 1)
+    started = time.perf_counter()
+    client.start()
+    wait_for(finished, f"drover draining {n} jobs", timeout=1800)
+    client.stop()
+    return time.perf_counter() - started
+
+
+def latency(url: str, n: int, rate: float) -> list[float]:
+    recorder = Latencies(n)
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        recorder.record(job.args.i, job.args.sent)
+
+    worker = drover.Client(url, drover.Config(workers=workers))
+    producer = drover.Client(url)
+    _warm_pool(producer, 1)
+    worker.start()
+    try:
+        return recorder.drive(rate, lambda i, sent: producer.insert(Ping(i=i, sent=sent)))
+    finally:
+        worker.stop(10)
+        producer.close()

@@ -1,0 +1,197 @@
+"""The raw-SQL reference: a minimal queue written directly on psycopg 3.
+
+It uses drover's own table (``drover_jobs``, with all its indexes), so the
+comparison with drover isolates what drover's client code costs. No
+bookkeeping, no leases renewed, no retries, no logging, no metrics: the
+practical limit of PostgreSQL and psycopg for the same rows on this machine.
+
+- bulk enqueue: one ``COPY`` per batch, one transaction per batch;
+- single-row enqueue: one ``INSERT ... RETURNING id`` per job, autocommit, one
+  connection per thread;
+- drain: one fetcher claims as many rows as there are idle slots
+  (``FOR UPDATE SKIP LOCKED``), a pool of ``concurrency`` threads runs them, one
+  completer marks every finished job it has in hand with one ``UPDATE``;
+- latency: one worker thread LISTENs, claims on each notification (or after a
+  1 s poll) and runs the job inline; the producer's INSERT carries ``pg_notify``.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+
+from peers import Latencies, run_threads, scalar_pair, truncate_and_vacuum, wait_for
+
+REQUIRES = None
+TABLES = ["drover_jobs", "drover_queues"]
+KIND = "bench_noop"
+
+CLAIM = """
+WITH picked AS (
+    SELECT id FROM drover_jobs
+    WHERE state IN ('available', 'retryable', 'scheduled') AND queue = 'default'
+      AND scheduled_at <= now()
+    ORDER BY scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED
+)
+UPDATE drover_jobs j SET state = 'running', attempt = j.attempt + 1,
+       leased_until = now() + interval '60 seconds'
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.attempt, j.args::text
+"""
+COMPLETE = """
+UPDATE drover_jobs j SET state = 'completed', finalized_at = now(), leased_until = NULL
+FROM unnest(%s::bigint[], %s::int[]) AS d(id, attempt)
+WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+"""
+INSERT = "INSERT INTO drover_jobs (kind, args) VALUES (%s, %s::jsonb) RETURNING id"
+INSERT_NOTIFY = (
+    "INSERT INTO drover_jobs (kind, args) VALUES (%s, %s::jsonb) "
+    "RETURNING id, pg_notify('drover', queue)"
+)
+
+
+def setup(url: str) -> None:
+    import drover
+
+    drover.migrate(url)
+
+
+def reset(url: str) -> None:
+    truncate_and_vacuum(url, TABLES)
+
+
+def count(url: str) -> tuple[int, int]:
+    return scalar_pair(
+        url, "SELECT count(*), count(*) FILTER (WHERE state = 'completed') FROM drover_jobs"
+    )
+
+
+def _copy(conn: psycopg.Connection[tuple[object, ...]], numbers: range) -> None:
+    with (
+        conn.transaction(),
+        conn.cursor() as cur,
+        cur.copy("COPY drover_jobs (kind, args) FROM STDIN") as copy,
+    ):
+        for i in numbers:
+            copy.write_row((KIND, json.dumps({"n": i})))
+
+
+def fill(url: str, n: int) -> None:
+    with psycopg.connect(url) as conn:
+        for start in range(0, n, 10_000):
+            _copy(conn, range(start, min(n, start + 10_000)))
+
+
+def enqueue_bulk(url: str, n: int, batch: int) -> float:
+    with psycopg.connect(url) as conn:
+        started = time.perf_counter()
+        for start in range(0, n, batch):
+            _copy(conn, range(start, min(n, start + batch)))
+        return time.perf_counter() - started
+
+
+def enqueue_single(url: str, n: int, threads: int) -> float:
+    def connect() -> object:
+        return psycopg.connect(url, autocommit=True)
+
+    def work(conn: object, numbers: range) -> None:
+        assert isinstance(conn, psycopg.Connection)
+        with conn:
+            for i in numbers:
+                conn.execute(INSERT, (KIND, json.dumps({"n": i}))).fetchone()
+
+    return run_threads(n, threads, connect, work)
+
+
+def _noop(args: str) -> None:
+    json.loads(args)
+
+
+def drain(url: str, n: int, concurrency: int) -> float:
+    finished: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+    slots = threading.Condition()
+    free = concurrency
+
+    def execute(job_id: int, attempt: int, args: str) -> None:
+        nonlocal free
+        _noop(args)
+        finished.put((job_id, attempt))
+        with slots:
+            free += 1
+            slots.notify()
+
+    def complete(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        written = 0
+        while written < n:
+            done = [finished.get()]
+            while True:
+                try:
+                    done.append(finished.get_nowait())
+                except queue.Empty:
+                    break
+            conn.execute(COMPLETE, ([d[0] for d in done], [d[1] for d in done]))
+            written += len(done)
+
+    with (
+        psycopg.connect(url, autocommit=True) as fetch_conn,
+        psycopg.connect(url, autocommit=True) as complete_conn,
+        ThreadPoolExecutor(concurrency) as pool,
+    ):
+        completer = threading.Thread(target=complete, args=(complete_conn,))
+        started = time.perf_counter()
+        completer.start()
+        claimed = 0
+        while claimed < n:
+            with slots:
+                while free == 0:
+                    slots.wait()
+                want = free
+            rows = fetch_conn.execute(CLAIM, (want,)).fetchall()
+            with slots:
+                free -= len(rows)
+            for job_id, attempt, args in rows:
+                pool.submit(execute, job_id, attempt, args)
+            claimed += len(rows)
+        completer.join()
+        return time.perf_counter() - started
+
+
+def latency(url: str, n: int, rate: float) -> list[float]:
+    recorder = Latencies(n)
+    stop = threading.Event()
+    listening = threading.Event()
+
+    def worker() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("LISTEN drover")
+            listening.set()
+            while not stop.is_set():
+                rows = conn.execute(CLAIM, (10,)).fetchall()
+                for _, _, args in rows:
+                    job = json.loads(args)
+                    recorder.record(job["i"], job["sent"])
+                if rows:
+                    conn.execute(COMPLETE, ([r[0] for r in rows], [r[1] for r in rows]))
+                    continue
+                for _ in conn.notifies(timeout=1.0, stop_after=1):
+                    pass
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    wait_for(listening, "raw worker LISTEN")
+    try:
+        with psycopg.connect(url, autocommit=True) as producer:
+
+            def send(i: int, sent: float) -> None:
+                args = json.dumps({"i": i, "sent": sent})
+                producer.execute(INSERT_NOTIFY, (KIND, args)).fetchone()
+
+            return recorder.drive(rate, send)
+    finally:
+        stop.set()
+        thread.join(5)
