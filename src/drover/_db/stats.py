@@ -10,7 +10,7 @@ from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 
-__all__ = ["QueueStats", "job_counts_by_state", "queue_stats", "server_settings"]
+__all__ = ["QueueStats", "analyze_jobs", "job_counts_by_state", "queue_stats", "server_settings"]
 
 
 def job_counts_by_state(conn: Connection) -> dict[tuple[str, str], int]:
@@ -45,3 +45,9 @@ def server_settings(conn: Connection) -> dict[str, str]:
     with translate("read server settings"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("server_settings"))
         return {str(name): str(value) for name, value in cur.fetchall()}
+
+
+def analyze_jobs(conn: Connection) -> None:
+    """Refresh the planner's statistics for ``drover_jobs``."""
+    with translate("analyze drover_jobs"), conn.cursor() as cur:
+        cur.execute(query("stats_analyze"))
