@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
+from jobdb import table_snapshot
 from typer.testing import CliRunner, Result
 
 import drover
@@ -134,22 +135,6 @@ def one_line(text: str) -> str:
     assert text.count("\n") == 1, text
     assert text.startswith("drover: "), text
     return text
-
-
-def snapshot(conn: Conn) -> tuple[list[tuple[Any, ...]], object]:
-    """Every job row with its ``xmin`` (any write changes it), and the id sequence's position."""
-    rows = conn.execute("SELECT xmin::text, * FROM drover_jobs ORDER BY id").fetchall()
-    seq = conn.execute(
-        "SELECT pg_sequence_last_value(pg_get_serial_sequence('drover_jobs', 'id')::regclass)"
-    ).fetchone()
-    assert seq is not None
-    return rows, seq[0]
-
-
-def count(conn: Conn) -> int:
-    row = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def put(
@@ -454,12 +439,12 @@ def test_jobs_list_bad_input_is_a_usage_error(
     db_url: str, conn: Conn, args: list[str], message: str
 ) -> None:
     put(conn)
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     err = refused(cli(db_url, "jobs", "list", *args), 2)
     assert message in err
     if "state" in message:
         assert "available, scheduled, running" in err  # it names the states it knows
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 def test_jobs_list_as_a_subprocess(db_url: str, conn: Conn) -> None:
@@ -530,10 +515,10 @@ def test_jobs_get_of_a_job_without_errors_prints_no_errors_section(db_url: str, 
 @pytest.mark.parametrize("bad_id", ["abc", "0", "-1", "99999999999999999999", "1.5", "", "0x1"])
 def test_bad_job_ids_are_usage_errors(db_url: str, conn: Conn, command: str, bad_id: str) -> None:
     put(conn, "dead")  # job 1 exists: a mis-parse would find (and change) it
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     err = one_line(refused(cli(db_url, *command.split(), "--", bad_id), 2))
     assert f"invalid job id {bad_id!r}" in err
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 def test_a_superscript_digit_is_an_invalid_job_id(db_url: str, conn: Conn) -> None:
@@ -611,29 +596,29 @@ def test_refused_transitions_exit_1_with_the_state(
     db_url: str, conn: Conn, command: str, state: str, want: str
 ) -> None:
     job_id = put(conn, state, attempt=1, errors=ERRORS[1:])
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     err = one_line(refused(cli(db_url, command, str(job_id)), 1))
     assert err == f"drover: cannot {command} job {job_id}: job {job_id} is {state}, want {want}\n"
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 @pytest.mark.parametrize("command", ["retry", "cancel"])
 def test_retry_and_cancel_of_a_missing_job_exit_1(db_url: str, conn: Conn, command: str) -> None:
     put(conn, "dead")
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     err = one_line(refused(cli(db_url, command, "77"), 1))
     assert err == f"drover: cannot {command} job 77: job 77 does not exist\n"
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 def test_retry_refused_by_a_unique_key_held_again_exits_1(db_url: str, conn: Conn) -> None:
     dead = put(conn, "dead", kind="report", unique_key="day:1", attempt=25)
     put(conn, "available", kind="report", unique_key="day:1")
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     err = one_line(refused(cli(db_url, "retry", str(dead)), 1))
     assert f"cannot retry job {dead}" in err
     assert "same unique key" in err
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 def test_retry_and_cancel_as_subprocesses(db_url: str, conn: Conn) -> None:
@@ -643,13 +628,13 @@ def test_retry_and_cancel_as_subprocesses(db_url: str, conn: Conn) -> None:
     assert retried.returncode == 0, retried.stderr
     assert json.loads(retried.stdout) == expected_job(conn, dead)
     assert state_of(conn, dead) == "available"
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     cancel = run("cancel", str(running), url=db_url)
     assert cancel.returncode == 1
     assert cancel.stderr == (
         f"drover: cannot cancel job {running}: job {running} is running, want cancellable\n"
     )
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
     cancelled = run("cancel", str(dead), url=db_url)
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith(f"cancelled job {dead}\n")
@@ -749,17 +734,17 @@ def test_enqueue_bad_input_is_a_usage_error_and_writes_nothing(
     db_url: str, conn: Conn, args: list[str], message: str
 ) -> None:
     put(conn)
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     err = refused(cli(db_url, "enqueue", *args), 2)
     assert message in err
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 def test_enqueue_of_nan_is_a_usage_error(db_url: str, conn: Conn) -> None:
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     err = refused(cli(db_url, "enqueue", "--kind", "k", "--args", '{"a": NaN}'), 2)
     assert "valid JSON" in err
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -785,12 +770,12 @@ def test_enqueue_as_a_subprocess(db_url: str, conn: Conn) -> None:
     assert conn.execute("SELECT kind, queue, args FROM drover_jobs").fetchall() == [
         (name, name, {"n": 1})
     ]
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     bad = run("enqueue", "--kind", "k", "--args", "{oops", url=db_url)
     assert bad.returncode == 2
     assert bad.stdout == ""
     assert "valid JSON" in bad.stderr
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 # --- migrate and a missing schema ---------------------------------------------------------------
@@ -1069,10 +1054,10 @@ def test_worker_refuses_an_app_that_is_not_a_client(
     db_url: str, conn: Conn, app_dir: None, app: str, extra: list[str], message: str
 ) -> None:
     job = put(conn, kind="cli_ping")
-    before = snapshot(conn)
+    before = table_snapshot(conn)
     err = refused(invoke(["worker", app, *extra], env={"DATABASE_URL": db_url}), 2)
     assert message in err
-    assert snapshot(conn) == before
+    assert table_snapshot(conn) == before
     assert state_of(conn, job) == "available"
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from jobdb import count_jobs, db_now, table_snapshot
 from psycopg_pool import ConnectionPool
 
 import drover
@@ -46,28 +47,6 @@ ERRORS = [
 def inspector(db_url: str) -> Iterator[drover.Inspector]:
     with drover.Inspector(db_url) as i:
         yield i
-
-
-def _db_now(conn: Conn) -> datetime:
-    row = conn.execute("SELECT now()").fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
-
-
-def _snapshot(conn: Conn) -> tuple[list[tuple[Any, ...]], object]:
-    """Every row with its ``xmin`` (a write changes it), and the id sequence's position."""
-    rows = conn.execute("SELECT xmin::text, * FROM drover_jobs ORDER BY id").fetchall()
-    seq = conn.execute(
-        "SELECT pg_sequence_last_value(pg_get_serial_sequence('drover_jobs', 'id')::regclass)"
-    ).fetchone()
-    assert seq is not None
-    return rows, seq[0]
-
-
-def _count(conn: Conn) -> int:
-    row = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _table_exists(conn: Conn) -> bool:
@@ -312,10 +291,10 @@ def test_job_ids_are_checked_before_the_database(
     inspector: drover.Inspector, conn: Conn, method: str, job_id: object, error: type[Exception]
 ) -> None:
     job = _put(inspector, conn, "dead")  # id 1: True must not be taken for it
-    before = _snapshot(conn)
+    before = table_snapshot(conn)
     with pytest.raises(error, match="job id must"):
         getattr(inspector, method)(job_id)
-    assert _snapshot(conn) == before
+    assert table_snapshot(conn) == before
     assert inspector.get_job(job).state is JobState.DEAD
 
 
@@ -365,8 +344,8 @@ def test_enqueue_honours_insert_opts(inspector: drover.Inspector, conn: Conn) ->
         "email", "{}", drover.InsertOpts(scheduled_at=datetime(2001, 1, 1, tzinfo=UTC))
     )
     assert past.state is JobState.AVAILABLE
-    assert abs(past.scheduled_at - _db_now(conn)) < TOLERANCE
-    before = _snapshot(conn)[0]
+    assert abs(past.scheduled_at - db_now(conn)) < TOLERANCE
+    before = table_snapshot(conn)[0]
     with pytest.raises(drover.DuplicateJob) as caught:
         inspector.enqueue("email", "{}", drover.InsertOpts(queue="mail", unique_key="welcome:7"))
     assert (caught.value.queue, caught.value.kind, caught.value.unique_key) == (
@@ -374,11 +353,11 @@ def test_enqueue_honours_insert_opts(inspector: drover.Inspector, conn: Conn) ->
         "email",
         "welcome:7",
     )
-    assert _snapshot(conn)[0] == before
+    assert table_snapshot(conn)[0] == before
     # Another queue or kind is another key.
     inspector.enqueue("email", "{}", drover.InsertOpts(queue="other", unique_key="welcome:7"))
     inspector.enqueue("sms", "{}", drover.InsertOpts(queue="mail", unique_key="welcome:7"))
-    assert _count(conn) == 4
+    assert count_jobs(conn) == 4
 
 
 def test_enqueue_wakes_listening_workers(db_url: str, inspector: drover.Inspector) -> None:
@@ -424,10 +403,10 @@ def test_enqueue_refuses_bad_input_and_writes_nothing(
     inspector: drover.Inspector, conn: Conn, kind: str, args_json: str, message: str
 ) -> None:
     inspector.enqueue("task", "{}")
-    before = _snapshot(conn)
+    before = table_snapshot(conn)
     with pytest.raises(drover.InvalidJobArgs, match=message):
         inspector.enqueue(kind, args_json)
-    assert _snapshot(conn) == before
+    assert table_snapshot(conn) == before
     # The id sequence did not move either: the next job gets the next id.
     assert inspector.enqueue("task", "{}").id == 2
 
@@ -444,7 +423,7 @@ def test_enqueue_refuses_opts_that_are_not_insert_opts(
 ) -> None:
     with pytest.raises(drover.InvalidJobArgs, match="opts must be a drover.InsertOpts"):
         inspector.enqueue("task", "{}", opts)  # type: ignore[arg-type]
-    assert _count(conn) == 0
+    assert count_jobs(conn) == 0
 
 
 @pytest.mark.parametrize("args_json", ["NaN", '{"a": Infinity}', "[-Infinity]", "1e400"])
@@ -453,7 +432,7 @@ def test_enqueue_refuses_non_standard_json_numbers(
 ) -> None:
     with pytest.raises(drover.InvalidJobArgs, match="valid JSON"):
         inspector.enqueue("task", args_json)
-    assert _count(conn) == 0
+    assert count_jobs(conn) == 0
 
 
 @pytest.mark.parametrize(("kind", "args_json"), [("task", '"\\ud800"'), ("k\udcff", "{}")])
@@ -462,7 +441,7 @@ def test_enqueue_refuses_lone_surrogates(
 ) -> None:
     with pytest.raises(drover.InvalidJobArgs):
         inspector.enqueue(kind, args_json)
-    assert _count(conn) == 0
+    assert count_jobs(conn) == 0
 
 
 @pytest.mark.parametrize("name", HOSTILE)
@@ -493,7 +472,7 @@ def test_cancel_job_cancels_waiting_and_dead_jobs(
     assert row.id == job_id
     assert row.state is JobState.CANCELLED
     assert row.finalized_at is not None
-    assert abs(row.finalized_at - _db_now(conn)) < TOLERANCE
+    assert abs(row.finalized_at - db_now(conn)) < TOLERANCE
     assert row.leased_until is None
     assert row.errors == errors  # an operator cancel appends nothing
     assert row.attempt == 2
@@ -508,12 +487,12 @@ def test_cancel_job_refuses_running_and_finished_jobs(
     inspector: drover.Inspector, conn: Conn, state: str
 ) -> None:
     job_id = _put(inspector, conn, state, attempt=1)
-    before = _snapshot(conn)
+    before = table_snapshot(conn)
     with pytest.raises(drover.InvalidTransition) as caught:
         inspector.cancel_job(job_id)
     assert str(caught.value) == f"job {job_id} is {state}, want cancellable"
     assert caught.value.state == JobState(state)
-    assert _snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 def test_cancel_job_twice_is_refused_the_second_time(
@@ -530,12 +509,12 @@ def test_cancel_and_retry_of_a_missing_job_raise_not_found(
     inspector: drover.Inspector, conn: Conn
 ) -> None:
     _put(inspector, conn, "dead")
-    before = _snapshot(conn)
+    before = table_snapshot(conn)
     with pytest.raises(drover.NotFound, match="job 999 does not exist"):
         inspector.cancel_job(999)
     with pytest.raises(drover.NotFound, match="job 999 does not exist"):
         inspector.retry_job(999)
-    assert _snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 # --- retry_job ----------------------------------------------------------------------------------
@@ -551,7 +530,7 @@ def test_retry_job_sends_a_dead_job_back_with_fresh_attempts(
     assert row.finalized_at is None
     assert row.leased_until is None
     assert row.errors == ERRORS  # the history is kept
-    assert abs(row.scheduled_at - _db_now(conn)) < TOLERANCE
+    assert abs(row.scheduled_at - db_now(conn)) < TOLERANCE
     assert inspector.get_job(job_id) == row
     # Claimable at once, as a first attempt.
     (claimed,) = job_claim(conn, "default", 1, LEASE)
@@ -565,12 +544,12 @@ def test_retry_job_refuses_anything_but_dead(
     inspector: drover.Inspector, conn: Conn, state: str
 ) -> None:
     job_id = _put(inspector, conn, state, errors=ERRORS, attempt=3)
-    before = _snapshot(conn)
+    before = table_snapshot(conn)
     with pytest.raises(drover.InvalidTransition) as caught:
         inspector.retry_job(job_id)
     assert str(caught.value) == f"job {job_id} is {state}, want dead"
     assert caught.value.state == JobState(state)
-    assert _snapshot(conn) == before
+    assert table_snapshot(conn) == before
 
 
 def test_retry_job_refuses_when_the_unique_key_is_held_again(
@@ -578,7 +557,7 @@ def test_retry_job_refuses_when_the_unique_key_is_held_again(
 ) -> None:
     dead = _put(inspector, conn, "dead", kind="report", queue="q", unique_key="day:1", attempt=25)
     active = inspector.enqueue("report", "{}", drover.InsertOpts(queue="q", unique_key="day:1"))
-    before = _snapshot(conn)
+    before = table_snapshot(conn)
     with pytest.raises(drover.DuplicateJob, match=f"cannot retry job {dead}") as caught:
         inspector.retry_job(dead)
     assert (caught.value.queue, caught.value.kind, caught.value.unique_key) == (
@@ -586,7 +565,7 @@ def test_retry_job_refuses_when_the_unique_key_is_held_again(
         "report",
         "day:1",
     )
-    assert _snapshot(conn) == before
+    assert table_snapshot(conn) == before
     # Once the holder finishes, the redrive goes through.
     conn.execute("UPDATE drover_jobs SET state = 'completed' WHERE id = %s", (active.id,))
     assert inspector.retry_job(dead).state is JobState.AVAILABLE
@@ -602,11 +581,11 @@ def test_cancel_loses_to_a_worker_that_claimed_the_job_first(
     with psycopg.connect(db_url, autocommit=True) as worker:
         (claimed,) = job_claim(worker, "race", 1, LEASE)
         assert (claimed.id, claimed.attempt, claimed.state) == (job.id, 1, JobState.RUNNING)
-        before = _snapshot(conn)
+        before = table_snapshot(conn)
         with pytest.raises(drover.InvalidTransition, match="is running") as caught:
             inspector.cancel_job(job.id)
         assert caught.value.state is JobState.RUNNING
-        assert _snapshot(conn) == before
+        assert table_snapshot(conn) == before
         (recorded,) = job_record_outcomes(worker, [Outcome(job.id, 1, JobState.COMPLETED)])
     assert recorded.result is WriteResult.APPLIED
     assert inspector.get_job(job.id).state is JobState.COMPLETED

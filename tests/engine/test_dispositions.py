@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
+from jobdb import await_job_state, db_now, job_row
 
 import drover
 
@@ -76,37 +76,6 @@ def _start(make_client: MakeClient, workers: drover.Workers, **fields: Any) -> d
     return client
 
 
-def _row(conn: Conn, job_id: int) -> dict[str, Any]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            "SELECT id, kind, queue, state::text AS state, attempt, max_attempts, errors, "
-            "scheduled_at, leased_until, created_at, finalized_at FROM drover_jobs WHERE id = %s",
-            (job_id,),
-        )
-        row = cur.fetchone()
-    assert row is not None
-    return row
-
-
-def _await(poll: Poll, conn: Conn, job_id: int, state: str, **match: Any) -> dict[str, Any]:
-    """Poll until the job is in ``state`` (and its columns equal ``match``); return that row."""
-
-    def reached() -> dict[str, Any] | None:
-        row = _row(conn, job_id)
-        if row["state"] == state and all(row[k] == v for k, v in match.items()):
-            return row
-        return None
-
-    result: dict[str, Any] = poll(reached, 10.0, message=f"job {job_id} reaching {state} {match}")
-    return result
-
-
-def _db_now(conn: Conn) -> datetime:
-    row = conn.execute("SELECT now()").fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
-
-
 def _at(entry: dict[str, Any]) -> datetime:
     text = entry["at"]
     assert isinstance(text, str)
@@ -119,7 +88,7 @@ def _at(entry: dict[str, Any]) -> datetime:
 def _probe_completes(client: drover.Client, conn: Conn, poll: Poll) -> None:
     """Insert a probe job and wait for it: the fetch loop has had the chance to re-run others."""
     probe = client.insert(Probe())
-    _await(poll, conn, probe.id, "completed")
+    await_job_state(poll, conn, probe.id, "completed")
 
 
 def _probe_worker(workers: drover.Workers) -> None:
@@ -141,7 +110,7 @@ def test_success_completes_the_job(make_client: MakeClient, conn: Conn, poll: Po
 
     client = _start(make_client, workers)
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert (row["attempt"], row["errors"], row["leased_until"]) == (1, [], None)
     assert row["finalized_at"] is not None
     assert row["finalized_at"] >= row["created_at"]
@@ -159,11 +128,11 @@ def test_failure_with_attempts_left_is_retryable_on_the_default_backoff(
 
     client = _start(make_client, workers, retry_policy=None)
     assert isinstance(client.config.retry_policy, drover.ExponentialRetryPolicy)
-    before = _db_now(conn)
+    before = db_now(conn)
     job = client.insert(Task())
     # The default policy makes the retry due after about a second, when the
     # job runs again: this snapshot is the row right after the first failure.
-    row = _await(poll, conn, job.id, "retryable", attempt=1)
+    row = await_job_state(poll, conn, job.id, "retryable", attempt=1)
     assert (row["finalized_at"], row["leased_until"]) == (None, None)
     (entry,) = row["errors"]
     assert set(entry) == {"attempt", "at", "error", "trace"}
@@ -172,7 +141,7 @@ def test_failure_with_attempts_left_is_retryable_on_the_default_backoff(
     assert "ValueError: boom" in entry["trace"]
     assert "explode_with_boom" in entry["trace"]
     failed_at = _at(entry)
-    assert before - timedelta(seconds=1) <= failed_at <= _db_now(conn) + timedelta(seconds=1)
+    assert before - timedelta(seconds=1) <= failed_at <= db_now(conn) + timedelta(seconds=1)
     # attempt ** 4 seconds, spread ±10 %, from the moment of the failure.
     assert timedelta(seconds=0.9) <= row["scheduled_at"] - failed_at <= timedelta(seconds=1.2)
     assert timedelta(seconds=0.9) <= row["scheduled_at"] - before <= timedelta(seconds=1.6), (
@@ -193,7 +162,7 @@ def test_fail_twice_then_succeed_keeps_both_error_entries(
 
     client = _start(make_client, workers)
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert row["attempt"] == 3
     assert [(e["attempt"], e["error"]) for e in row["errors"]] == [
         (1, "ValueError: failure on attempt 1"),
@@ -218,7 +187,7 @@ def test_a_job_that_always_fails_is_dead_once_its_attempts_are_used(
 
     client = _start(make_client, workers)
     job = client.insert(Task(), drover.InsertOpts(max_attempts=max_attempts))
-    row = _await(poll, conn, job.id, "dead")
+    row = await_job_state(poll, conn, job.id, "dead")
     assert row["attempt"] == max_attempts
     assert [e["attempt"] for e in row["errors"]] == list(range(1, max_attempts + 1))
     assert [e["error"] for e in row["errors"]] == [
@@ -280,7 +249,7 @@ def test_cancel_ends_the_job_after_one_run(
 
     client = _start(make_client, workers)
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "cancelled")
+    row = await_job_state(poll, conn, job.id, "cancelled")
     assert (row["attempt"], row["leased_until"]) == (1, None)
     assert row["finalized_at"] is not None
     (entry,) = row["errors"]
@@ -289,7 +258,7 @@ def test_cancel_ends_the_job_after_one_run(
     # Even with retries due at once, a cancelled job never runs again.
     _probe_completes(client, conn, poll)
     assert calls.value == 1
-    assert _row(conn, job.id)["state"] == "cancelled"
+    assert job_row(conn, job.id)["state"] == "cancelled"
 
 
 @pytest.mark.parametrize("delay", [3600, 3600.0, timedelta(hours=1)], ids=["int", "float", "td"])
@@ -305,10 +274,10 @@ def test_snooze_reschedules_without_spending_an_attempt(
         raise drover.Snooze(delay)
 
     client = _start(make_client, workers)
-    before = _db_now(conn)
+    before = db_now(conn)
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "scheduled")
-    after = _db_now(conn)
+    row = await_job_state(poll, conn, job.id, "scheduled")
+    after = db_now(conn)
     hour = timedelta(hours=1)
     assert before + hour - timedelta(seconds=1) <= row["scheduled_at"]
     assert row["scheduled_at"] <= after + hour + timedelta(seconds=1)
@@ -335,7 +304,7 @@ def test_snoozing_never_brings_a_job_closer_to_dead(
 
     client = _start(make_client, workers)
     job = client.insert(Task(), drover.InsertOpts(max_attempts=1))
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert (row["attempt"], row["errors"]) == (1, [])
     assert row["finalized_at"] is not None
     assert calls.value == 6
@@ -351,7 +320,7 @@ def test_an_unregistered_kind_is_a_retryable_failure(
     _probe_worker(workers)
     client = _start(make_client, workers, retry_policy=Later())
     job = client.insert(Ghost())
-    row = _await(poll, conn, job.id, "retryable")
+    row = await_job_state(poll, conn, job.id, "retryable")
     assert (row["attempt"], row["finalized_at"], row["leased_until"]) == (1, None, None)
     (entry,) = row["errors"]
     assert entry["attempt"] == 1
@@ -380,7 +349,7 @@ def test_args_that_fail_validation_are_a_retryable_failure(
 
     _start(make_client, workers, retry_policy=Later())
     job_id = _insert_undecodable(conn)
-    row = _await(poll, conn, job_id, "retryable")
+    row = await_job_state(poll, conn, job_id, "retryable")
     assert (row["attempt"], row["finalized_at"]) == (1, None)
     (entry,) = row["errors"]
     assert f'decode args for job {job_id} (kind "task"): ' in entry["error"]
@@ -401,7 +370,7 @@ def test_drovers_own_failure_messages_are_recorded_as_specified(
     client = _start(make_client, workers, retry_policy=Later())
     ghost = case == "unregistered-kind"
     job_id = client.insert(Ghost()).id if ghost else _insert_undecodable(conn)
-    (entry,) = _await(poll, conn, job_id, "retryable")["errors"]
+    (entry,) = await_job_state(poll, conn, job_id, "retryable")["errors"]
     if ghost:
         assert entry["error"] == 'no worker registered for kind "ghost"'
     else:
@@ -428,16 +397,16 @@ def test_keyboard_interrupt_and_system_exit_are_failed_attempts_and_the_pool_sur
 
     client = _start(make_client, workers, concurrency=1, retry_policy=Later())
     keyboard = client.insert(Interrupt(how="keyboard"))
-    row = _await(poll, conn, keyboard.id, "retryable")
+    row = await_job_state(poll, conn, keyboard.id, "retryable")
     assert [(e["attempt"], e["error"]) for e in row["errors"]] == [(1, "KeyboardInterrupt")]
     assert "KeyboardInterrupt" in row["errors"][0]["trace"]
 
     exiting = client.insert(Interrupt(how="exit"))
-    row = _await(poll, conn, exiting.id, "retryable")
+    row = await_job_state(poll, conn, exiting.id, "retryable")
     assert [(e["attempt"], e["error"]) for e in row["errors"]] == [(1, "SystemExit: stopping")]
 
     fine = client.insert(Interrupt(how="return"))
-    _await(poll, conn, fine.id, "completed")
+    await_job_state(poll, conn, fine.id, "completed")
     assert len(threads) == 3
     assert len(set(threads)) == 1, "the single pool thread ran all three"
 
@@ -469,7 +438,7 @@ def test_the_configured_policy_decides_the_retry_time(
     policy = Distinctive()
     client = _start(make_client, workers, retry_policy=policy)
     job = client.insert(Task(n=5))
-    row = _await(poll, conn, job.id, "retryable")
+    row = await_job_state(poll, conn, job.id, "retryable")
     assert row["scheduled_at"] == policy.at
     (seen,) = policy.seen
     assert (seen.id, seen.kind, seen.queue, seen.attempt, seen.max_attempts) == (
@@ -514,7 +483,7 @@ def test_a_broken_policy_falls_back_to_the_default_schedule(
 
     client = _start(make_client, workers, retry_policy=policy)
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "retryable", attempt=1)
+    row = await_job_state(poll, conn, job.id, "retryable", attempt=1)
     (entry,) = row["errors"]
     assert timedelta(seconds=0.9) <= row["scheduled_at"] - _at(entry) <= timedelta(seconds=1.2)
     records = [
@@ -558,7 +527,7 @@ def test_a_worker_timeout_cancels_the_context_and_the_job_still_records_its_outc
     worker = workers.add(SlowWorker())
     client = _start(make_client, workers)
     job = client.insert(Slow())
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert (row["attempt"], row["errors"]) == (1, [])
     assert worker.seen["woke"] is True
     assert worker.seen["cancelled"] is True
@@ -578,7 +547,7 @@ def test_the_worker_sees_the_claimed_rows_fields(
 
     client = _start(make_client, workers, queues={"jobs": 1})
     inserted = client.insert(Task(n=7), drover.InsertOpts(queue="jobs", max_attempts=4))
-    _await(poll, conn, inserted.id, "completed")
+    await_job_state(poll, conn, inserted.id, "completed")
     (job,) = seen
     assert (job.id, job.kind, job.queue, job.attempt, job.max_attempts) == (
         inserted.id,
@@ -617,7 +586,7 @@ def test_middleware_that_swallows_the_error_completes_the_job(
 
     client = _start(make_client, workers, middleware=[swallow])
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert (row["attempt"], row["errors"]) == (1, [])
     assert calls.value == 1
 
@@ -640,7 +609,7 @@ def test_middleware_that_refuses_fails_the_attempt_and_the_worker_never_runs(
 
     client = _start(make_client, workers, middleware=[refuse], retry_policy=Later())
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "retryable")
+    row = await_job_state(poll, conn, job.id, "retryable")
     assert [(e["attempt"], e["error"]) for e in row["errors"]] == [
         (1, f"PermissionError: refused job {job.id}")
     ]
@@ -664,7 +633,7 @@ def test_middleware_may_call_next_twice(make_client: MakeClient, conn: Conn, pol
 
     client = _start(make_client, workers, middleware=[twice])
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert (row["attempt"], row["errors"]) == (1, [])
     assert calls.value == 2
 
@@ -692,7 +661,7 @@ def test_values_set_by_middleware_reach_the_worker(
 
     client = _start(make_client, workers, middleware=[tag])
     job = client.insert(Task(n=42))
-    _await(poll, conn, job.id, "completed")
+    await_job_state(poll, conn, job.id, "completed")
     assert seen == [{"tenant": "tenant-42"}]
 
 
@@ -719,7 +688,7 @@ def test_middleware_index_zero_is_outermost(
 
     client = _start(make_client, workers, middleware=[tracing("a"), tracing("b")])
     job = client.insert(Task())
-    _await(poll, conn, job.id, "completed")
+    await_job_state(poll, conn, job.id, "completed")
     assert trail == ["a:in", "b:in", "worker", "b:out", "a:out"]
 
 
@@ -748,7 +717,7 @@ def test_a_dead_job_logs_an_error(
 
     client = _start(make_client, workers)
     job = client.insert(Task(), drover.InsertOpts(max_attempts=1))
-    _await(poll, conn, job.id, "dead")
+    await_job_state(poll, conn, job.id, "dead")
     (record,) = _records(caplog, "drover: job dead", job.id)
     assert record.levelno == logging.ERROR
     assert getattr(record, "error", None) == "ValueError: boom"
@@ -770,7 +739,7 @@ def test_a_failure_with_attempts_left_logs_a_warning(
 
     client = _start(make_client, workers, retry_policy=Later())
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "retryable")
+    row = await_job_state(poll, conn, job.id, "retryable")
     (record,) = _records(caplog, "drover: job failed, retry scheduled", job.id)
     assert record.levelno == logging.WARNING
     assert getattr(record, "error", None) == "ValueError: boom"
@@ -808,7 +777,7 @@ def test_signals_log_their_disposition_once(
 
     client = _start(make_client, workers)
     job = client.insert(Task())
-    _await(poll, conn, job.id, state)
+    await_job_state(poll, conn, job.id, state)
     (record,) = _records(caplog, message, job.id)
     assert record.levelno == level
     assert _records(caplog, "drover: job failed, retry scheduled", job.id) == []

@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
+from jobdb import await_job_state, job_row
 
 import drover
 
@@ -67,29 +67,6 @@ def _start(make_client: MakeClient, workers: drover.Workers, **fields: Any) -> d
     client = make_client(workers=workers, **fields)
     client.start()
     return client
-
-
-def _row(conn: Conn, job_id: int) -> dict[str, Any]:
-    with conn.cursor(row_factory=dict_row) as cur:
-        cur.execute(
-            "SELECT id, state::text AS state, attempt, errors, finalized_at "
-            "FROM drover_jobs WHERE id = %s",
-            (job_id,),
-        )
-        row = cur.fetchone()
-    assert row is not None
-    return row
-
-
-def _await(poll: Poll, conn: Conn, job_id: int, state: str) -> dict[str, Any]:
-    """Poll until the job is in ``state``; return that row."""
-
-    def reached() -> dict[str, Any] | None:
-        row = _row(conn, job_id)
-        return row if row["state"] == state else None
-
-    result: dict[str, Any] = poll(reached, 10.0, message=f"job {job_id} reaching {state}")
-    return result
 
 
 def _job_records(
@@ -142,7 +119,7 @@ def test_a_successful_execution_logs_one_start_and_one_finish(
 
     client = _start(make_client, workers)
     job = client.insert(Task())
-    _await(poll, conn, job.id, "completed")
+    await_job_state(poll, conn, job.id, "completed")
     records = _job_records(caplog, job.id)
     assert _shape(records) == [(STARTED, logging.INFO), (FINISHED, logging.INFO)]
     started, finished = records
@@ -162,7 +139,7 @@ def test_a_failing_execution_logs_start_failure_and_one_disposition(
     _failing_worker(workers, ValueError("boom"))
     client = _start(make_client, workers)
     job = client.insert(Task())
-    _await(poll, conn, job.id, "retryable")
+    await_job_state(poll, conn, job.id, "retryable")
     records = _job_records(caplog, job.id)
     assert _shape(records) == [
         (STARTED, logging.INFO),
@@ -184,7 +161,7 @@ def test_a_job_failing_its_last_attempt_logs_dead_once_at_error(
     _failing_worker(workers, ValueError("last"))
     client = _start(make_client, workers)
     job = client.insert(Task(), drover.InsertOpts(max_attempts=1))
-    _await(poll, conn, job.id, "dead")
+    await_job_state(poll, conn, job.id, "dead")
     records = _job_records(caplog, job.id)
     assert _shape(records) == [
         (STARTED, logging.INFO),
@@ -229,7 +206,7 @@ def test_signals_are_a_failed_execution_for_logging_and_log_their_disposition_on
     _failing_worker(workers, signal)
     client = _start(make_client, workers)
     job = client.insert(Task())
-    _await(poll, conn, job.id, state)
+    await_job_state(poll, conn, job.id, state)
     records = _job_records(caplog, job.id)
     assert _shape(records) == [(STARTED, logging.INFO), (FAILED, logging.WARNING), disposition]
     assert getattr(records[1], "error", None) == error
@@ -251,7 +228,7 @@ def test_logging_is_installed_with_an_empty_middleware_list(
 
     client = _start(make_client, workers, middleware=[])
     job = client.insert(Task())
-    _await(poll, conn, job.id, "completed")
+    await_job_state(poll, conn, job.id, "completed")
     assert _shape(_job_records(caplog, job.id)) == [
         (STARTED, logging.INFO),
         (FINISHED, logging.INFO),
@@ -302,7 +279,7 @@ def test_logging_wraps_the_configured_middleware(
     _failing_worker(workers, ValueError("inner"))
     client = _start(make_client, workers, middleware=[middleware])
     job = client.insert(Task())
-    _await(poll, conn, job.id, state)
+    await_job_state(poll, conn, job.id, state)
     records = _job_records(caplog, job.id)
     assert _shape(records) == shape
     if error is not None:
@@ -324,8 +301,8 @@ def test_a_configured_logger_receives_the_job_records(
     client = _start(make_client, workers, middleware=[], logger=logging.getLogger("myapp.jobs"))
     ok = client.insert(Task())
     bad = client.insert(Task(n=1))
-    _await(poll, conn, ok.id, "completed")
-    _await(poll, conn, bad.id, "retryable")
+    await_job_state(poll, conn, ok.id, "completed")
+    await_job_state(poll, conn, bad.id, "retryable")
     assert _shape(_job_records(caplog, ok.id, "myapp.jobs")) == [
         (STARTED, logging.INFO),
         (FINISHED, logging.INFO),
@@ -352,7 +329,7 @@ def test_the_middleware_list_is_composed_once(
     client = _start(make_client, workers, middleware=configured)
     configured.append(_refuse)
     job = client.insert(Task())
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert row["errors"] == []
 
 
@@ -467,7 +444,7 @@ def test_job_log_filter_adds_the_running_jobs_fields(
 
     client = _start(make_client, workers, queues={"jobs": 1})
     job = client.insert(Task(), drover.InsertOpts(queue="jobs"))
-    _await(poll, conn, job.id, "completed")
+    await_job_state(poll, conn, job.id, "completed")
     (record,) = myapp.named(f"inside {job.id}")
     assert (record.threadName or "").startswith("drover-job-")
     assert (record.job_id, record.job_kind, record.queue, record.attempt) == (  # type: ignore[attr-defined]
@@ -500,7 +477,7 @@ def test_job_log_filter_keeps_fields_a_record_already_has(
 
     client = _start(make_client, workers)
     job = client.insert(Task())
-    _await(poll, conn, job.id, "completed")
+    await_job_state(poll, conn, job.id, "completed")
     (record,) = myapp.named("own id")
     assert record.job_id == "mine"  # type: ignore[attr-defined]
     assert (record.job_kind, record.queue, record.attempt) == ("task", "default", 1)  # type: ignore[attr-defined]
@@ -521,8 +498,8 @@ def test_job_log_filter_keeps_concurrent_jobs_apart(
     client = _start(make_client, workers, concurrency=2)
     first = client.insert(Task(n=1))
     second = client.insert(Task(n=2))
-    _await(poll, conn, first.id, "completed")
-    _await(poll, conn, second.id, "completed")
+    await_job_state(poll, conn, first.id, "completed")
+    await_job_state(poll, conn, second.id, "completed")
     (one,) = myapp.named("job n=1")
     (two,) = myapp.named("job n=2")
     assert one.job_id == first.id  # type: ignore[attr-defined]
@@ -573,7 +550,7 @@ def test_timeout_cancels_the_context_and_a_returning_handler_completes(
 
     client = _start(make_client, workers, middleware=[drover.Timeout(timeout)])
     job = client.insert(Timed())
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert (row["attempt"], row["errors"]) == (1, [])
     observe.assert_deadline_hit()
 
@@ -591,7 +568,7 @@ def test_timeout_keeps_the_handlers_own_error(
 
     client = _start(make_client, workers, middleware=[drover.Timeout(0.2)])
     job = client.insert(Timed(fail=True))
-    row = _await(poll, conn, job.id, "retryable")
+    row = await_job_state(poll, conn, job.id, "retryable")
     observe.assert_deadline_hit()
     (entry,) = row["errors"]
     assert (entry["attempt"], entry["error"]) == (1, "ValueError: my own error after the deadline")
@@ -620,7 +597,7 @@ def test_a_timeout_of_zero_or_less_passes_through(
 
     client = _start(make_client, workers, middleware=[remember, drover.Timeout(timeout)])
     job = client.insert(Timed())
-    _await(poll, conn, job.id, "completed")
+    await_job_state(poll, conn, job.id, "completed")
     ((context, deadline, woke),) = seen
     assert deadline is None
     assert woke is False
@@ -684,7 +661,7 @@ def test_shutdown_cancels_a_handler_running_under_a_timeout(
         assert (seen["woke"], seen["cancelled"], seen["reason"]) == (True, True, "shutdown")
         assert seen["waited"] < 10.0
         assert time.monotonic() - asked < 10.0
-        row = _row(conn, job.id)
+        row = job_row(conn, job.id)
         assert (row["state"], row["attempt"]) == ("retryable", 1)
         assert [e["error"] for e in row["errors"]] == [HANDBACK]
     finally:
@@ -735,13 +712,13 @@ def test_an_exception_inside_middleware_fails_the_attempt_and_the_pool_survives(
 
     client = _start(make_client, workers, concurrency=1, middleware=[explode])
     failing = client.insert(Task(n=1))
-    row = _await(poll, conn, failing.id, "retryable")
+    row = await_job_state(poll, conn, failing.id, "retryable")
     assert [(e["attempt"], e["error"]) for e in row["errors"]] == [(1, error)]
     assert error.split(":")[0] in row["errors"][0]["trace"]
     assert ran == ([] if where == "before-next" else [1])
 
     fine = client.insert(Task(n=2))
-    _await(poll, conn, fine.id, "completed")
+    await_job_state(poll, conn, fine.id, "completed")
     assert ran[-1] == 2
     assert len(threads) == 2
     assert len(set(threads)) == 1, "the single pool thread ran both jobs"
@@ -781,6 +758,6 @@ def test_a_worker_timeout_is_honoured_and_the_earlier_deadline_wins(
     worker = workers.add(Bounded())
     client = _start(make_client, workers, middleware=middleware)
     job = client.insert(Timed())
-    row = _await(poll, conn, job.id, "completed")
+    row = await_job_state(poll, conn, job.id, "completed")
     assert (row["attempt"], row["errors"]) == (1, [])
     worker.observe.assert_deadline_hit()

@@ -1,0 +1,65 @@
+"""Small helpers for reading drover_jobs in tests (importable: tests/ is on sys.path)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+def count_jobs(conn: Conn) -> int:
+    """Rows in drover_jobs."""
+    row = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def table_snapshot(conn: Conn) -> tuple[list[tuple[Any, ...]], object]:
+    """Every row with its ``xmin`` (any write changes it), and the id sequence's position."""
+    rows = conn.execute("SELECT xmin::text, * FROM drover_jobs ORDER BY id").fetchall()
+    seq = conn.execute(
+        "SELECT pg_sequence_last_value(pg_get_serial_sequence('drover_jobs', 'id')::regclass)"
+    ).fetchone()
+    assert seq is not None
+    return rows, seq[0]
+
+
+def db_now(conn: Conn) -> datetime:
+    """The database clock."""
+    row = conn.execute("SELECT now()").fetchone()
+    assert row is not None
+    moment: datetime = row[0]
+    return moment
+
+
+def job_row(conn: Conn, job_id: int) -> dict[str, Any]:
+    """One job as a dict (state as text)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            "SELECT id, kind, queue, state::text AS state, attempt, max_attempts, errors, "
+            "scheduled_at, leased_until, created_at, finalized_at FROM drover_jobs WHERE id = %s",
+            (job_id,),
+        )
+        row = cur.fetchone()
+    assert row is not None
+    return row
+
+
+def await_job_state(
+    poll: Callable[..., Any], conn: Conn, job_id: int, state: str, **match: Any
+) -> dict[str, Any]:
+    """Poll until the job is in ``state`` (and its columns equal ``match``); return that row."""
+
+    def reached() -> dict[str, Any] | None:
+        row = job_row(conn, job_id)
+        if row["state"] == state and all(row[k] == v for k, v in match.items()):
+            return row
+        return None
+
+    result: dict[str, Any] = poll(reached, 10.0, message=f"job {job_id} reaching {state} {match}")
+    return result
