@@ -20,16 +20,11 @@ from drover.errors import describe_failure
 from drover.job import JobRow
 from drover.middleware import Handler, Middleware
 
-__all__ = ["JobLogFilter", "Logging", "current_job", "job_scope"]
+__all__ = ["JobLogFilter", "Logging", "job_scope"]
 
 _current: contextvars.ContextVar[JobRow | None] = contextvars.ContextVar(
     "drover_current_job", default=None
 )
-
-
-def current_job() -> JobRow | None:
-    """The row of the job running on this thread, or ``None`` outside a job."""
-    return _current.get()
 
 
 @contextlib.contextmanager

@@ -69,10 +69,6 @@ class InFlight:
                 self._cond.wait(remaining)
             return True
 
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._entries)
-
 
 class Slots:
     """Idle capacity of the job pool: claims never exceed it.
@@ -86,10 +82,6 @@ class Slots:
         self._size = size
         self._idle = size
         self._cond = threading.Condition()
-
-    @property
-    def size(self) -> int:
-        return self._size
 
     def take_all(self, stopping: threading.Event, timeout: float | None = None) -> int:
         """Wait for at least one idle slot (or stop/timeout), then take every idle one."""
@@ -116,8 +108,3 @@ class Slots:
     def wake(self) -> None:
         with self._cond:
             self._cond.notify_all()
-
-    @property
-    def idle(self) -> int:
-        with self._cond:
-            return self._idle

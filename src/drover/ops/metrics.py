@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -151,8 +150,3 @@ class Metrics:
                 self._executing.dec()
 
         return handle
-
-    def snapshot(self) -> dict[str, Any]:
-        """The current depth/age snapshot (for tests and diagnostics)."""
-        depth, ages = self._queues._snapshot
-        return {"depth": dict(depth), "ages": dict(ages)}
