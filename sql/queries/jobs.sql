@@ -1,30 +1,65 @@
 -- Runtime queries. Each block starts with "-- name: <entity>_<verb>" and runs
--- only through drover._db. Placeholders are psycopg's %(name)s style so the
--- same text works with client-side binding (Django's cursors) and server-side
--- binding. jsonb columns are returned as text and parsed by drover, because
--- Django registers a text loader for jsonb on its connections.
+-- only through drover._db. Placeholders are psycopg's: %(name)s, or plain %s
+-- on the insert hot path, where each block lists its parameters in order
+-- (psycopg skips the name-to-position mapping). jsonb columns are returned as
+-- text and parsed by drover, because Django registers a text loader for jsonb
+-- on its connections.
+
+-- name: job_insert_now
+-- The common case: due now, no unique key. The column defaults make the row
+-- available with scheduled_at = created_at = now(), and without a unique key
+-- the arbiter index cannot match, so this is a plain INSERT that returns only
+-- what drover cannot know (the id and the clock); drover builds the rest of
+-- the row from what it sent. Positional parameters: kind, queue, args,
+-- max_attempts, notify.
+INSERT INTO drover_jobs (kind, queue, args, max_attempts)
+VALUES (%s, %s, %s::jsonb, %s)
+RETURNING id, created_at, CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;
 
 -- name: job_insert
--- One job. The database clock decides dueness: a missing or past time means
+-- Any job. The database clock decides dueness: a missing or past time means
 -- now. A unique-key collision with a non-terminal job inserts nothing (and
 -- returns no row) instead of raising, so a caller's transaction is never
 -- aborted by a duplicate. With notify set, the same statement queues a
 -- wake-up for the job's queue, delivered when the transaction commits.
+-- Positional parameters: scheduled_at, kind, queue, args, max_attempts,
+-- unique_key, notify.
 WITH due AS (
-    SELECT GREATEST(COALESCE(%(scheduled_at)s::timestamptz, now()), now()) AS at
+    SELECT GREATEST(COALESCE(%s::timestamptz, now()), now()) AS at
 )
 INSERT INTO drover_jobs (kind, queue, args, max_attempts, scheduled_at, state, unique_key)
-SELECT %(kind)s, %(queue)s, %(args)s::jsonb, %(max_attempts)s, due.at,
+SELECT %s, %s, %s::jsonb, %s, due.at,
        CASE WHEN due.at > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
-       %(unique_key)s
+       %s
 FROM due
 ON CONFLICT (queue, kind, unique_key)
     WHERE unique_key IS NOT NULL
       AND state IN ('available', 'scheduled', 'retryable', 'running')
     DO NOTHING
-RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
-          scheduled_at, leased_until, created_at, finalized_at, unique_key,
-          CASE WHEN %(notify)s::boolean THEN pg_notify('drover', queue)::text END;
+RETURNING id, created_at, state::text, scheduled_at,
+          CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;
+
+-- name: job_insert_batch_reserve
+-- A batch without unique keys is written straight into drover_jobs by COPY
+-- (job_insert_batch_direct*). This draws its ids from the table's identity
+-- sequence, ascending so that the batch keeps its input order in the claim
+-- order, and reads the transaction's clock, which is also what the COPY's
+-- created_at default will be. With queues given, it also queues their
+-- wake-ups, delivered if the transaction commits. Parameters: count, queues.
+SELECT now(),
+       array(SELECT nextval('drover_jobs_id_seq') FROM generate_series(1, %s) ORDER BY 1),
+       (SELECT count(pg_notify('drover', q)) FROM unnest(%s::text[]) AS q);
+
+-- name: job_insert_batch_direct
+-- COPY writes identity values it is given (no OVERRIDING clause needed); the
+-- defaults give every row state available and scheduled_at = created_at.
+COPY drover_jobs (id, kind, queue, args, max_attempts) FROM STDIN;
+
+-- name: job_insert_batch_direct_timed
+-- As job_insert_batch_direct, for a batch where some item has a time:
+-- drover computes each row's due time and state from the clock read by
+-- job_insert_batch_reserve, with the same rule as job_insert.
+COPY drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state) FROM STDIN;
 
 -- name: job_insert_batch_stage
 -- A per-transaction staging table for COPY. Ids are drawn from the jobs

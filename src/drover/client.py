@@ -24,8 +24,9 @@ from drover._db.errors import translate
 from drover._db.queues import QueueState
 from drover._db.stats import QueueStats
 from drover._durations import Duration, to_seconds
-from drover._encode import encode_insert
+from drover._encode import encode_batch, encode_insert
 from drover._runtime.engine import Engine
+from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
 from drover.config import Config
 from drover.errors import (
@@ -33,7 +34,6 @@ from drover.errors import (
     DroverError,
     InvalidArgument,
     InvalidInsertOpts,
-    InvalidJobArgs,
     NotStarted,
 )
 from drover.job import InsertOpts, JobArgs, JobRow
@@ -44,26 +44,6 @@ __all__ = ["Client", "InsertItem"]
 
 InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
 """An element of ``insert_many``: args alone, or ``(args, opts)``."""
-
-
-def _encode_batch(items: object) -> list[store.JobInsertParams]:
-    if isinstance(items, JobArgs | str | bytes) or not isinstance(items, Iterable):
-        raise InvalidJobArgs(
-            f"insert_many needs a list of JobArgs or (JobArgs, InsertOpts) pairs, "
-            f"not {type(items).__qualname__}"
-        )
-    encoded = []
-    for index, item in enumerate(items):
-        if isinstance(item, tuple):
-            if len(item) != 2:
-                raise InvalidJobArgs(
-                    f"item {index}: expected (JobArgs, InsertOpts), got a {len(item)}-tuple"
-                )
-            args, opts = item
-        else:
-            args, opts = item, None
-        encoded.append(encode_insert(args, opts, where=f"item {index}: "))
-    return encoded
 
 
 def _queue_name(name: object) -> str:
@@ -137,6 +117,12 @@ class Client:
         self._ops: OpsServer | None = None
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
+        # Wake-ups for the client's own inserts, sent after they commit.
+        self._notifier = (
+            Notifier(pool=self._pool, client_id=self._id, logger=config.logger)
+            if config.notify
+            else None
+        )
 
     @property
     def config(self) -> Config:
@@ -180,7 +166,12 @@ class Client:
 
         The database clock decides whether the job is ``available`` or
         ``scheduled`` (see :class:`InsertOpts`). The job is committed, and so
-        visible to workers, when this returns.
+        visible to workers, when this returns. With ``config.notify`` a
+        wake-up for its queue follows the commit: a background thread sends
+        it, shared with the other inserts of the same moment, so concurrent
+        inserts do not queue behind PostgreSQL's notification lock. Safe to
+        call from many threads at once; each call holds one pool connection
+        for one round trip.
 
         Raises:
             drover.InvalidJobArgs: ``args`` is not a JobArgs or cannot be encoded
@@ -190,8 +181,8 @@ class Client:
         """
         params = encode_insert(args, opts)
         with borrow(self._pool, "insert job") as conn:
-            row = store.job_insert(conn, params, notify=self._config.notify)
-        self._nudge()
+            row = store.job_insert(conn, params, notify=False)
+        self._committed((params.queue,))
         return row
 
     def insert_tx(self, conn: object, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:
@@ -224,29 +215,36 @@ class Client:
         ``items`` holds ``JobArgs`` or ``(JobArgs, InsertOpts)`` pairs. Every item
         is validated before anything is written; a bad item or a unique-key
         collision (with an existing job, or between two items) writes nothing.
-        An empty batch makes no round trip.
+        An empty batch makes no round trip. A batch without unique keys is
+        copied straight into the table (four round trips whatever its size);
+        one with unique keys goes through a staging table. The rows are
+        committed when this returns, and each queue gets one wake-up after the
+        commit (as for :meth:`insert`).
 
         Raises:
             drover.InvalidJobArgs: an item is invalid (the message names its index).
             drover.DuplicateJob: an item's unique key is taken.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        batch = _encode_batch(items)
+        batch = encode_batch(items)
         if not batch:
             return []
         with borrow(self._pool, "insert jobs") as conn:
-            rows = store.job_insert_many(conn, batch, caller_tx=False, notify=self._config.notify)
-        self._nudge()
+            rows = store.job_insert_many(conn, batch, caller_tx=False, notify=False)
+        self._committed({p.queue for p in batch})
         return rows
 
     def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch inside the caller's open transaction (see :meth:`insert_tx`).
 
-        The batch runs under a savepoint, so a unique-key collision writes
-        nothing and leaves the caller's transaction usable. Several calls in one
-        transaction are fine.
+        A batch with unique keys runs under a savepoint, so a collision writes
+        nothing and leaves the caller's transaction usable; a batch without
+        them cannot collide and needs no savepoint (a database error aborts the
+        caller's transaction, as any failed statement does). The wake-ups are
+        queued inside the transaction and delivered only if it commits.
+        Several calls in one transaction are fine.
         """
-        batch = _encode_batch(items)
+        batch = encode_batch(items)
         resolved = resolve_connection(conn)
         if not batch:
             return []
@@ -258,6 +256,13 @@ class Client:
             raise InvalidArgument(f"job_id must be an int, not {type(job_id).__qualname__}")
         with borrow(self._pool, "get job") as conn:
             return store.job_get(conn, job_id)
+
+    def _committed(self, queues: Iterable[str]) -> None:
+        # Inserts the client commits itself are announced after the commit
+        # (see Notifier for why not inside the transaction).
+        if self._notifier is not None:
+            self._notifier.committed(queues)
+        self._nudge()
 
     def _nudge(self) -> None:
         # A job this client inserted itself can be claimed without waiting out
@@ -455,6 +460,9 @@ class Client:
             if self._closed:
                 return
             self._closed = True
+        if self._notifier is not None:
+            # Pending wake-ups go out first, while the pool is still open.
+            self._notifier.stop()
         if self._owns_pool:
             self._pool.close()
 

@@ -61,12 +61,16 @@ class Config:
     - ``shutdown_timeout`` (30 s): the drain budget :meth:`Client.run` gives
       :meth:`Client.stop` after SIGINT/SIGTERM.
     - ``notify`` (True): inserts send a LISTEN/NOTIFY wake-up for their queue
-      (delivered at commit) and a started client keeps one dedicated
-      connection listening, so an idle queue starts new work in milliseconds
-      instead of up to ``poll_interval``. Polling stays the source of truth.
-      Turn it off behind PgBouncer in transaction mode (LISTEN cannot work
-      there) or when hundreds of processes insert at once (NOTIFY serialises
-      the commits of notifying transactions).
+      and a started client keeps one dedicated connection listening, so an
+      idle queue starts new work in milliseconds instead of up to
+      ``poll_interval``. Polling stays the source of truth. ``insert`` and
+      ``insert_many`` send it after their commit from a background thread,
+      coalesced (at most one round every 2 ms); ``insert_tx`` and
+      ``insert_many_tx`` queue it inside the caller's transaction, delivered
+      at commit. Turn it off behind PgBouncer in transaction mode (LISTEN
+      cannot work there) or when hundreds of processes insert with
+      ``insert_tx`` at once (a NOTIFY inside a transaction serialises the
+      commits of notifying transactions).
     - ``stats_interval`` (15 s): how often queue depth and oldest age are read
       for the gauges. 0 → default; negative → default with a warning.
     - ``metrics_registry``: the ``prometheus_client.CollectorRegistry`` this

@@ -139,6 +139,8 @@ class JobRow:
 
     __module__ = "drover"
 
+    # drover._db.store builds rows positionally (a claim or a bulk insert
+    # builds one per job): keep this order in step with it.
     id: int
     kind: str
     queue: str

@@ -55,17 +55,20 @@ def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> Con
 
 
 @contextlib.contextmanager
-def borrow(source: PoolOrConninfo | Connection, action: str) -> Iterator[Connection]:
+def borrow(
+    source: PoolOrConninfo | Connection, action: str, *, timeout: float | None = None
+) -> Iterator[Connection]:
     """Yield a connection from a pool, a conninfo string, or an open connection.
 
     A connection opened from a conninfo string is closed afterwards; a pool's
     connection goes back to the pool (committed on success, rolled back on an
-    error, by the pool's own context manager).
+    error, by the pool's own context manager). ``timeout`` bounds the wait for
+    a pool connection (default: the pool's own).
     """
     if isinstance(source, psycopg.Connection):
         yield source
     elif isinstance(source, ConnectionPool):
-        with translate(action), source.connection() as conn:
+        with translate(action), source.connection(timeout=timeout) as conn:
             yield conn
     elif isinstance(source, str):
         with translate(action):
