@@ -39,6 +39,39 @@ ON CONFLICT (queue, kind, unique_key)
 RETURNING id, created_at, state::text, scheduled_at,
           CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;
 
+-- name: job_insert_rows
+-- Single-row inserts of concurrent callers, combined into one statement and
+-- one transaction (see drover._inserter). The jobs arrive as one JSON array
+-- of [kind, queue, args, max_attempts, scheduled_at, unique_key] arrays: one
+-- parameter that drover builds from JSON it already holds, far cheaper than
+-- six array parameters. Ids are drawn first, so each input position learns
+-- its id; a position whose unique key lost comes back with a NULL id (the
+-- rules of job_insert, row by row; of two equal keys in one statement the
+-- earlier position wins).
+WITH r AS MATERIALIZED (
+    SELECT nextval('drover_jobs_id_seq') AS id, e.ord,
+           e.v->>0 AS kind, e.v->>1 AS queue, e.v->2 AS args,
+           (e.v->>3)::integer AS max_attempts, e.v->>5 AS unique_key,
+           GREATEST(COALESCE((e.v->>4)::timestamptz, now()), now()) AS at
+    FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(v, ord)
+), inserted AS (
+    INSERT INTO drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state, unique_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT id, kind, queue, args, max_attempts, at,
+           CASE WHEN at > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
+           unique_key
+    FROM r
+    ORDER BY ord
+    ON CONFLICT (queue, kind, unique_key)
+        WHERE unique_key IS NOT NULL
+          AND state IN ('available', 'scheduled', 'retryable', 'running')
+        DO NOTHING
+    RETURNING id, created_at, state, scheduled_at
+)
+SELECT i.id, i.created_at, i.state::text, i.scheduled_at
+FROM r LEFT JOIN inserted i ON i.id = r.id
+ORDER BY r.ord;
+
 -- name: job_insert_batch_reserve
 -- A batch without unique keys is written straight into drover_jobs by COPY
 -- (job_insert_batch_direct*). This draws its ids from the table's identity

@@ -10,3 +10,13 @@ UNLISTEN drover;
 
 -- name: notify_queues
 SELECT pg_notify('drover', q) FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: notify_queues_now
+-- The notifier's own transaction (autocommit, this one statement). NOTIFY
+-- makes PostgreSQL assign a transaction id, so its commit is a WAL flush,
+-- taken while holding the global notification lock. Nothing here needs to
+-- survive a crash, so the transaction turns synchronous_commit off for
+-- itself (is_local): the commit returns without waiting for the flush, and
+-- listeners are told at once (an asynchronous commit is visible at once).
+SELECT set_config('synchronous_commit', 'off', true), pg_notify('drover', q)
+FROM unnest(%(queues)s::text[]) AS q;

@@ -73,6 +73,23 @@ FROM input i
 LEFT JOIN updated u ON u.id = i.id AND u.attempt = i.attempt
 LEFT JOIN drover_jobs cur ON cur.id = i.id;
 
+-- name: job_complete_many
+-- The usual batch, every outcome a plain completion: the same fence and the
+-- same column changes as job_record_outcomes, with two integer arrays in and
+-- the applied claims out. The caller looks up the refused ones (rare) with
+-- job_current_states. Positional parameters: ids, attempts.
+UPDATE drover_jobs j
+SET state = 'completed',
+    leased_until = NULL,
+    finalized_at = now()
+FROM unnest(%s::bigint[], %s::integer[]) AS d(id, attempt)
+WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+RETURNING j.id, j.attempt;
+
+-- name: job_current_states
+-- Why some fenced writes were refused: the rows' state and attempt now.
+SELECT id, state::text, attempt FROM drover_jobs WHERE id = ANY(%s::bigint[]);
+
 -- name: job_extend_leases
 -- Renew every held lease in one statement. Rows that moved on (finished,
 -- rescued, re-claimed) are skipped silently: a heartbeat never resurrects.

@@ -25,6 +25,7 @@ from drover._db.queues import QueueState
 from drover._db.stats import QueueStats
 from drover._durations import Duration, to_seconds
 from drover._encode import encode_batch, encode_insert
+from drover._inserter import Combiner
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
@@ -117,6 +118,7 @@ class Client:
         self._ops: OpsServer | None = None
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
+        self._combiner = Combiner(self._pool)
         # Wake-ups for the client's own inserts, sent after they commit.
         self._notifier = (
             Notifier(pool=self._pool, client_id=self._id, logger=config.logger)
@@ -162,16 +164,25 @@ class Client:
         return self._pool
 
     def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:
-        """Insert one job in its own transaction and return the stored row.
+        """Insert one job, committed when this returns, and return the stored row.
 
         The database clock decides whether the job is ``available`` or
         ``scheduled`` (see :class:`InsertOpts`). The job is committed, and so
-        visible to workers, when this returns. With ``config.notify`` a
-        wake-up for its queue follows the commit: a background thread sends
-        it, shared with the other inserts of the same moment, so concurrent
-        inserts do not queue behind PostgreSQL's notification lock. Safe to
-        call from many threads at once; each call holds one pool connection
-        for one round trip.
+        visible to workers, when this returns.
+
+        Safe to call from many threads at once, and cheaper that way: calls
+        that arrive while another is in flight are combined into one
+        statement and one transaction, run by the first of them (no extra
+        thread). A combined call's job shares its transaction and
+        ``created_at`` with the others; a unique-key collision fails only its
+        own call; a database failure fails every call of the group. As with
+        any write whose reply is lost, an error does not prove the job was
+        not committed.
+
+        With ``config.notify`` a wake-up for the queue follows the commit: a
+        background thread sends it, shared with the other inserts of the same
+        moment, so concurrent inserts do not queue behind PostgreSQL's
+        notification lock.
 
         Raises:
             drover.InvalidJobArgs: ``args`` is not a JobArgs or cannot be encoded
@@ -179,10 +190,8 @@ class Client:
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        params = encode_insert(args, opts)
-        with borrow(self._pool, "insert job") as conn:
-            row = store.job_insert(conn, params, notify=False)
-        self._committed((params.queue,))
+        row = self._combiner.insert(encode_insert(args, opts))
+        self._committed((row.queue,))
         return row
 
     def insert_tx(self, conn: object, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:
@@ -212,14 +221,18 @@ class Client:
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
 
-        ``items`` holds ``JobArgs`` or ``(JobArgs, InsertOpts)`` pairs. Every item
-        is validated before anything is written; a bad item or a unique-key
-        collision (with an existing job, or between two items) writes nothing.
-        An empty batch makes no round trip. A batch without unique keys is
-        copied straight into the table (four round trips whatever its size);
-        one with unique keys goes through a staging table. The rows are
-        committed when this returns, and each queue gets one wake-up after the
-        commit (as for :meth:`insert`).
+        ``items`` holds ``JobArgs`` or ``(JobArgs, InsertOpts)`` pairs (any
+        iterable; it is read once). Every item is validated and encoded before
+        anything is sent; a bad item or a unique-key collision (with an
+        existing job, or between two items) writes nothing and consumes no
+        ids. An empty batch makes no round trip.
+
+        A batch without unique keys is copied straight into the table, four
+        round trips whatever its size; one with unique keys goes through a
+        staging table. The rows are committed when this returns, and each
+        queue gets one wake-up after the commit (as for :meth:`insert`).
+        Safe to call from several threads; each call holds one pool
+        connection.
 
         Raises:
             drover.InvalidJobArgs: an item is invalid (the message names its index).
@@ -231,7 +244,7 @@ class Client:
             return []
         with borrow(self._pool, "insert jobs") as conn:
             rows = store.job_insert_many(conn, batch, caller_tx=False, notify=False)
-        self._committed({p.queue for p in batch})
+        self._committed({row.queue for row in rows})
         return rows
 
     def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:

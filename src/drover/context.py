@@ -41,7 +41,10 @@ class JobContext:
         values: dict[str, Any] | None = None,
         _parent: JobContext | None = None,
     ) -> None:
-        self._event = threading.Event()
+        # The Event a wait() blocks on is made by the first wait(): most
+        # handlers never wait, and a context is created for every execution.
+        self._event: threading.Event | None = None
+        self._is_cancelled = False
         self._lock = threading.Lock()
         self._children: list[JobContext] = []
         self._reason: str | None = None
@@ -58,7 +61,7 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once cancelled explicitly, through a parent, or by the deadline."""
-        if self._event.is_set():
+        if self._is_cancelled:
             return True
         if self._deadline is not None and time.monotonic() >= self._deadline:
             self._cancel("deadline exceeded")
@@ -86,7 +89,13 @@ class JobContext:
         remaining = self.remaining()
         if remaining is not None:
             limit = remaining if limit is None else min(limit, remaining)
-        self._event.wait(limit)
+        with self._lock:
+            if self._event is None:
+                self._event = threading.Event()
+                if self._is_cancelled:
+                    self._event.set()
+            event = self._event
+        event.wait(limit)
         return self.cancelled
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -106,21 +115,23 @@ class JobContext:
         child = JobContext(deadline=deadline, values=self.values, _parent=self)
         with self._lock:
             self._children.append(child)
-            already = self._event.is_set()
+            already = self._is_cancelled
         if already:
             child._cancel(self._reason or "cancelled")
         return child
 
     def _cancel(self, reason: str) -> None:
         with self._lock:
-            if self._event.is_set():
+            if self._is_cancelled:
                 return
             self._reason = reason
-            self._event.set()
+            self._is_cancelled = True
+            if self._event is not None:
+                self._event.set()
             children = list(self._children)
         for child in children:
             child._cancel(reason)
 
     def __repr__(self) -> str:
-        state = f"cancelled ({self._reason})" if self._event.is_set() else "active"
+        state = f"cancelled ({self._reason})" if self._is_cancelled else "active"
         return f"<JobContext {state}>"

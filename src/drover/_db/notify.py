@@ -12,7 +12,13 @@ from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 
-__all__ = ["CHANNEL", "listen_connect", "notify_queues", "wait_notifications"]
+__all__ = [
+    "CHANNEL",
+    "listen_connect",
+    "notify_queues",
+    "notify_queues_now",
+    "wait_notifications",
+]
 
 CHANNEL = "drover"
 
@@ -49,3 +55,16 @@ def notify_queues(conn: Connection, queues: Sequence[str]) -> None:
         return
     with translate("notify listeners"), conn.cursor() as cur:
         cur.execute(query("notify_queues"), {"queues": list(queues)})
+
+
+def notify_queues_now(conn: Connection, queues: Sequence[str]) -> None:
+    """Notify ``queues`` in a transaction of its own that does not wait for its WAL flush.
+
+    ``conn`` must be in autocommit mode (a pool connection of drover's): the
+    statement is its own transaction, and its ``synchronous_commit = off``
+    ends with it.
+    """
+    if not queues:
+        return
+    with translate("notify listeners"), conn.cursor() as cur:
+        cur.execute(query("notify_queues_now"), {"queues": list(queues)})

@@ -80,10 +80,35 @@ def job_claim(conn: Connection, queue: str, limit: int, lease_seconds: float) ->
     return rows
 
 
+def _refusal(state: str | None) -> WriteResult:
+    if state is None:
+        return WriteResult.NOT_FOUND
+    if state != JobState.RUNNING.value:
+        # State is checked before attempt: a handed-back or finished job is
+        # "not running" even if it was also re-claimed since.
+        return WriteResult.NOT_RUNNING
+    return WriteResult.LEASE_LOST
+
+
+def _plain_completion(o: Outcome) -> bool:
+    return (
+        o.state is JobState.COMPLETED
+        and o.error is None
+        and o.scheduled_at is None
+        and not o.give_back
+    )
+
+
 def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[Recorded]:
-    """Write many outcomes in one statement; report per job whether its fence held."""
+    """Write many outcomes in one statement; report per job whether its fence held.
+
+    A batch of plain completions (the usual case) takes a leaner statement
+    and a second round trip only if some claim was refused.
+    """
     if not outcomes:
         return []
+    if all(_plain_completion(o) for o in outcomes):
+        return _complete_many(conn, outcomes)
     params = {
         "ids": [o.id for o in outcomes],
         "attempts": [o.attempt for o in outcomes],
@@ -101,17 +126,33 @@ def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[R
     by_claim = {(o.id, o.attempt): o for o in outcomes}
     recorded = []
     for id_, attempt, applied, state, current_attempt in rows:
-        if applied:
-            result = WriteResult.APPLIED
-        elif state is None:
-            result = WriteResult.NOT_FOUND
-        elif state != JobState.RUNNING.value:
-            # State is checked before attempt: a handed-back or finished job is
-            # "not running" even if it was also re-claimed since.
-            result = WriteResult.NOT_RUNNING
-        else:
-            result = WriteResult.LEASE_LOST
+        result = WriteResult.APPLIED if applied else _refusal(state)
         recorded.append(Recorded(by_claim[(id_, attempt)], result, state, current_attempt))
+    return recorded
+
+
+def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Recorded]:
+    with (
+        translate(f"record {len(outcomes)} job outcomes"),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        cur.execute(
+            query("job_complete_many"),
+            ([o.id for o in outcomes], [o.attempt for o in outcomes]),
+        )
+        applied = set(cur.fetchall())
+        refused = [o.id for o in outcomes if (o.id, o.attempt) not in applied]
+        current: dict[int, tuple[str, int]] = {}
+        if refused:
+            cur.execute(query("job_current_states"), (refused,))
+            current = {id_: (state, attempt) for id_, state, attempt in cur.fetchall()}
+    recorded = []
+    for o in outcomes:
+        if (o.id, o.attempt) in applied:
+            recorded.append(Recorded(o, WriteResult.APPLIED, None, None))
+        else:
+            state, attempt = current.get(o.id, (None, None))
+            recorded.append(Recorded(o, _refusal(state), state, attempt))
     return recorded
 
 

@@ -8,10 +8,11 @@ client, or the application for ``insert_tx``) owns the transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from psycopg import Cursor
 from psycopg.rows import tuple_row
 
 from drover._db.connections import Connection
@@ -21,7 +22,16 @@ from drover._db.queries import query
 from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
 
-__all__ = ["JobInsertParams", "job_get", "job_insert", "job_insert_many", "row_from_db"]
+__all__ = [
+    "JobInsertParams",
+    "decode_json",
+    "duplicate_error",
+    "job_get",
+    "job_insert",
+    "job_insert_many",
+    "job_insert_rows",
+    "row_from_db",
+]
 
 
 class JobInsertParams(NamedTuple):
@@ -78,7 +88,7 @@ def row_from_db(values: Sequence[Any]) -> JobRow:
     )
 
 
-def _duplicate(params: JobInsertParams, where: str = "") -> DuplicateJob:
+def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
     assert params.unique_key is not None
     return DuplicateJob(
         f"{where}a job of kind {params.kind!r} with unique key {params.unique_key!r} "
@@ -144,59 +154,89 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
         )
         row = cur.fetchone()
     if row is None:
-        raise _duplicate(params)
+        raise duplicate_error(params)
     id_, created_at, state, scheduled_at, _ = row
     return _new_row(params, id_, created_at, JobState(state), scheduled_at)
+
+
+def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[JobRow | None]:
+    """Insert single jobs of several callers in one statement; ``None`` where a unique key lost.
+
+    One round trip and, on an autocommit connection, one transaction for the
+    whole list. Results are in input order.
+    """
+    dumps = json.dumps
+    document = ",".join(
+        f"[{dumps(p.kind)},{dumps(p.queue)},{p.args_json},{p.max_attempts},"
+        f"{'null' if p.scheduled_at is None else dumps(p.scheduled_at.isoformat())},"
+        f"{dumps(p.unique_key)}]"
+        for p in batch
+    )
+    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_insert_rows"), (f"[{document}]",))
+        found = cur.fetchall()
+    return [
+        None if id_ is None else _new_row(p, id_, created_at, JobState(state), scheduled_at)
+        for p, (id_, created_at, state, scheduled_at) in zip(batch, found, strict=True)
+    ]
 
 
 def job_insert_many(
     conn: Connection, batch: Sequence[JobInsertParams], *, caller_tx: bool, notify: bool
 ) -> list[JobRow]:
-    """Insert a batch with COPY; rows come back in input order, ids ascending.
+    """Insert an encoded batch with COPY; rows come back in input order, ids ascending.
 
-    A batch with no unique key is copied straight into ``drover_jobs`` with
-    ids reserved beforehand (two round trips plus BEGIN/COMMIT when drover
-    owns the transaction). A batch with unique keys goes through a staging
-    table so that a collision, with an existing job or within the batch,
-    writes nothing and raises :class:`DuplicateJob`; with ``caller_tx`` that
-    runs under a savepoint, so the caller's transaction stays usable.
+    A batch with no unique key is copied straight into ``drover_jobs`` (see
+    :func:`job_copy`). A batch with unique keys goes through a staging table
+    so that a collision, with an existing job or within the batch, writes
+    nothing and raises :class:`DuplicateJob`; with ``caller_tx`` that runs
+    under a savepoint, so the caller's transaction stays usable.
     """
     if not batch:
         return []
     if any(p.unique_key is not None for p in batch):
         return _insert_many_staged(conn, batch, caller_tx=caller_tx, notify=notify)
+    timed = any(p.scheduled_at is not None for p in batch)
+    queues = sorted({p.queue for p in batch}) if notify else []
     with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
         if caller_tx:
             # No savepoint: without unique keys nothing in the batch can be
             # refused, so a failure here is a database error, which aborts the
             # caller's transaction like any failed statement would.
-            return _copy_direct(cur, batch, notify=notify)
+            return _copy_direct(cur, batch, len(batch), timed=timed, notify_queues=queues)
         with conn.transaction():
-            return _copy_direct(cur, batch, notify=notify)
+            return _copy_direct(cur, batch, len(batch), timed=timed, notify_queues=queues)
 
 
-def _copy_direct(cur: Any, batch: Sequence[JobInsertParams], *, notify: bool) -> list[JobRow]:
-    queues = sorted({p.queue for p in batch}) if notify else []
-    cur.execute(query("job_insert_batch_reserve"), (len(batch), queues))
-    now, ids, _ = cur.fetchone()
-    if not any(p.scheduled_at is not None for p in batch):
-        rows = []
+def _copy_direct(
+    cur: Cursor[Any],
+    params: Iterable[JobInsertParams],
+    count: int,
+    *,
+    timed: bool,
+    notify_queues: list[str],
+) -> list[JobRow]:
+    cur.execute(query("job_insert_batch_reserve"), (count, notify_queues))
+    now, ids, _ = cur.fetchone()  # type: ignore[misc]
+    rows: list[JobRow] = []
+    append = rows.append
+    if not timed:
         with cur.copy(query("job_insert_batch_direct")) as copy:
             write = copy.write_row
-            for id_, p in zip(ids, batch, strict=True):
+            for id_, p in zip(ids, params, strict=True):
                 write((id_, p.kind, p.queue, p.args_json, p.max_attempts))
                 # Built while the server is still busy with the rows already sent.
-                rows.append(_new_row(p, id_, now))
+                append(_new_row(p, id_, now))
         return rows
-    # The rule of job_insert, on the clock of this transaction: a missing or
-    # past time means now, and only a time after now is 'scheduled'.
-    due = [now if p.scheduled_at is None else max(p.scheduled_at, now) for p in batch]
-    states = [JobState.SCHEDULED if at > now else JobState.AVAILABLE for at in due]
-    rows = []
     with cur.copy(query("job_insert_batch_direct_timed")) as copy:
-        for id_, p, at, state in zip(ids, batch, due, states, strict=True):
-            copy.write_row((id_, p.kind, p.queue, p.args_json, p.max_attempts, at, state.value))
-            rows.append(_new_row(p, id_, now, state, at))
+        write = copy.write_row
+        for id_, p in zip(ids, params, strict=True):
+            # The rule of job_insert, on the clock of this transaction: a
+            # missing or past time means now, only a later time is scheduled.
+            at = now if p.scheduled_at is None or p.scheduled_at <= now else p.scheduled_at
+            state = JobState.SCHEDULED if at > now else JobState.AVAILABLE
+            write((id_, p.kind, p.queue, p.args_json, p.max_attempts, at, state.value))
+            append(_new_row(p, id_, now, state, at))
     return rows
 
 
@@ -248,8 +288,8 @@ def _first_duplicate(
         cur.execute(query("job_insert_batch_staged_ids"))
         for ord_, id_ in cur.fetchall():
             if id_ not in inserted:
-                return _duplicate(batch[ord_], f"item {ord_}: ")
-    return _duplicate(next(p for p in batch if p.unique_key is not None))
+                return duplicate_error(batch[ord_], f"item {ord_}: ")
+    return duplicate_error(next(p for p in batch if p.unique_key is not None))
 
 
 def job_get(conn: Connection, job_id: int) -> JobRow | None:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from drover._db.connections import ConnectionPool, borrow
-from drover._db.notify import notify_queues
+from drover._db.notify import notify_queues_now
 from drover._runtime.service import ThreadService
 
 __all__ = ["Notifier"]
@@ -27,8 +27,9 @@ class Notifier(ThreadService):
     A NOTIFY inside the inserting transaction makes PostgreSQL hold its global
     notification lock across that transaction's commit, WAL flush included,
     so concurrent notifying inserts commit one at a time. Sent here instead,
-    in a transaction of its own that writes nothing (so flushes nothing), the
-    lock is held for microseconds and the inserts keep committing in groups.
+    in a transaction of its own with ``synchronous_commit`` off, the lock is
+    held without waiting for a flush, the inserts keep committing in groups,
+    and one notification serves every insert of the moment.
 
     Guarantee: every call to :meth:`committed` is followed by a NOTIFY for
     each of its queues that *starts after the call*, so a listener woken by
@@ -80,7 +81,7 @@ class Notifier(ThreadService):
             return
         try:
             with borrow(self._pool, "notify listeners of insert", timeout=_BORROW_TIMEOUT) as conn:
-                notify_queues(conn, queues)
+                notify_queues_now(conn, queues)
             self.rounds += 1
         except Exception:
             self._log.error(
