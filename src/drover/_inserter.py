@@ -55,7 +55,7 @@ class Combiner:
     def __init__(
         self,
         pool: ConnectionPool[Any],
-        max_in_flight: int = int(__import__("os").environ.get("DROVER_K", "1")),
+        max_in_flight: int = 2,
     ) -> None:
         self._pool = pool
         self._lock = threading.Lock()
@@ -121,7 +121,6 @@ class Combiner:
                 return
             rows = store.job_insert_rows(conn, [r.params for r in group])
         self.groups += 1
-        self.grouped = getattr(self, "grouped", 0) + len(group)
         for request, row in zip(group, rows, strict=True):
             if row is None:
                 request.error = store.duplicate_error(request.params)
