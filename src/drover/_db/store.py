@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 from psycopg import Cursor
@@ -68,6 +69,34 @@ def decode_json(text: str) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
+def _number_as_stored(literal: str) -> float | int:
+    # jsonb keeps a number as numeric, with as many decimals as its literal
+    # had after the point, less its exponent: '1e23' has none and comes back
+    # as the integer 100000000000000000000000. Mirror that, so a row built
+    # from the JSON drover sent equals the row read back from the table.
+    mantissa, _, exponent = literal.lower().partition("e")
+    if not exponent:
+        return float(literal)
+    decimals = len(mantissa.partition(".")[2])
+    if decimals - int(exponent) > 0:
+        return float(literal)
+    return int(Decimal(literal))
+
+
+_scan_sent_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(  # type: ignore[attr-defined]
+    parse_float=_number_as_stored
+).scan_once
+
+
+def decode_sent_json(text: str) -> Any:
+    """The value the table will give back for JSON drover wrote (see ``_number_as_stored``)."""
+    try:
+        value, end = _scan_sent_json(text, 0)
+    except StopIteration:
+        return json.loads(text, parse_float=_number_as_stored)
+    return value if end == len(text) else json.loads(text, parse_float=_number_as_stored)
+
+
 def row_from_db(values: Sequence[Any]) -> JobRow:
     """Build a JobRow from the 13 columns every job query starts with, jsonb as text."""
     # Positional, in JobRow's field order: the claim builds one per job.
@@ -113,7 +142,7 @@ def _new_row(
         id_,
         params.kind,
         params.queue,
-        decode_json(params.args_json),
+        decode_sent_json(params.args_json),
         state,
         0,
         params.max_attempts,

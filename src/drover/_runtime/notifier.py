@@ -66,6 +66,10 @@ class Notifier(ThreadService):
             self._send(sorted(set(queues)))
         elif self._thread is None:
             self.start()
+            if self._thread is None:
+                # stop() came between our check and the start, which it
+                # refused: nobody else will send what we just queued.
+                self.run_once()
 
     def run_once(self) -> list[str]:
         """Send one round for everything pending now; returns the queues it named."""

@@ -36,8 +36,9 @@ class ThreadService(abc.ABC):
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
+        """Start the thread; a no-op if it was started before or :meth:`stop` was called."""
         with self._lock:
-            if self._thread is not None:
+            if self._thread is not None or self._stopping.is_set():
                 return
             self._thread = threading.Thread(target=self._main, name=self.thread_name, daemon=True)
             self._thread.start()
@@ -46,7 +47,10 @@ class ThreadService(abc.ABC):
         """Ask the loop to stop and wait up to ``timeout`` seconds; True once it ended."""
         self._stopping.set()
         self._wake()
-        thread = self._thread
+        with self._lock:
+            # Read under start()'s lock: a start() racing this stop either
+            # finished (and is joined here) or sees the stop and starts nothing.
+            thread = self._thread
         if thread is None or thread is threading.current_thread():
             return True
         thread.join(timeout)
