@@ -17,7 +17,14 @@ DEFAULT_MAX_ATTEMPTS = 25
 _Defaults = tuple[str, str, int]
 
 
+# Per args class, once it has been checked: classes are few and long-lived.
+_known: dict[type, _Defaults] = {}
+
+
 def _class_defaults(cls: type, where: str) -> _Defaults:
+    known = _known.get(cls)
+    if known is not None:
+        return known
     if not issubclass(cls, JobArgs):
         raise InvalidJobArgs(
             f"{where}job args must be a drover.JobArgs instance, not {cls.__qualname__}"
@@ -25,11 +32,12 @@ def _class_defaults(cls: type, where: str) -> _Defaults:
     kind = getattr(cls, "kind", None)
     if not isinstance(kind, str) or not kind:
         raise InvalidJobArgs(f"{where}{cls.__qualname__} has no job kind")
-    return (
+    known = _known[cls] = (
         kind,
         cls.default_queue or DEFAULT_QUEUE,
         cls.default_max_attempts or DEFAULT_MAX_ATTEMPTS,
     )
+    return known
 
 
 def _dump(args: JobArgs, kind: str, where: str) -> str:

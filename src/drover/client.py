@@ -12,7 +12,7 @@ import enum
 import secrets
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from types import FrameType, TracebackType
 from typing import Any, Self
 
@@ -270,7 +270,7 @@ class Client:
         with borrow(self._pool, "get job") as conn:
             return store.job_get(conn, job_id)
 
-    def _committed(self, queues: Iterable[str]) -> None:
+    def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit
         # (see Notifier for why not inside the transaction).
         if self._notifier is not None:

@@ -65,7 +65,7 @@ class Config:
       idle queue starts new work in milliseconds instead of up to
       ``poll_interval``. Polling stays the source of truth. ``insert`` and
       ``insert_many`` send it after their commit from a background thread,
-      coalesced (at most one round every 2 ms); ``insert_tx`` and
+      coalesced (at most one round every 10 ms); ``insert_tx`` and
       ``insert_many_tx`` queue it inside the caller's transaction, delivered
       at commit. Turn it off behind PgBouncer in transaction mode (LISTEN
       cannot work there) or when hundreds of processes insert with

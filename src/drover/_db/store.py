@@ -188,17 +188,21 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
     return _new_row(params, id_, created_at, JobState(state), scheduled_at)
 
 
+# json.dumps for a str, minus the encoder object json.dumps sets up per call.
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
 def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[JobRow | None]:
     """Insert single jobs of several callers in one statement; ``None`` where a unique key lost.
 
     One round trip and, on an autocommit connection, one transaction for the
     whole list. Results are in input order.
     """
-    dumps = json.dumps
+    quote = _json_string
     document = ",".join(
-        f"[{dumps(p.kind)},{dumps(p.queue)},{p.args_json},{p.max_attempts},"
-        f"{'null' if p.scheduled_at is None else dumps(p.scheduled_at.isoformat())},"
-        f"{dumps(p.unique_key)}]"
+        f"[{quote(p.kind)},{quote(p.queue)},{p.args_json},{p.max_attempts},"
+        f"{'null' if p.scheduled_at is None else quote(p.scheduled_at.isoformat())},"
+        f"{'null' if p.unique_key is None else quote(p.unique_key)}]"
         for p in batch
     )
     with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection
 from typing import Any
 
 from drover._db.connections import ConnectionPool, borrow
@@ -14,8 +14,10 @@ from drover._runtime.service import ThreadService
 __all__ = ["Notifier"]
 
 # After a round, wait this long before the next, so a stream of inserts shares
-# one NOTIFY per queue per gap instead of one per insert.
-_GAP = 0.002
+# one NOTIFY per queue per gap instead of one per insert. A round costs the
+# client a round trip and the server a commit; 10 ms caps that at 100 a
+# second, while an insert into a quiet client is still announced at once.
+_GAP = 0.010
 # How long one round may wait for a pool connection; a wake-up is only a hint
 # (workers poll), so it is dropped rather than allowed to hold up close().
 _BORROW_TIMEOUT = 2.0
@@ -34,8 +36,9 @@ class Notifier(ThreadService):
     Guarantee: every call to :meth:`committed` is followed by a NOTIFY for
     each of its queues that *starts after the call*, so a listener woken by
     it sees the committed rows. Queues named while a round is in flight wait
-    for the next round; rounds are at least 2 ms apart, so a busy client sends
-    a few hundred notifications a second at most, however fast it inserts.
+    for the next round; rounds are at least 10 ms apart, so a busy client
+    sends at most a hundred a second, however fast it inserts (and a job
+    inserted just after a round waits up to 10 ms for its wake-up).
     The thread starts with the first call. A failed round is logged at ERROR
     and its queues are dropped (workers still find the jobs by polling).
     :meth:`stop` sends what is pending before the thread ends; a call after
@@ -53,15 +56,25 @@ class Notifier(ThreadService):
         self._changed = threading.Condition()
         self.rounds = 0
 
-    def committed(self, queues: Iterable[str]) -> None:
+    def committed(self, queues: Collection[str]) -> None:
         """Ask for a wake-up on ``queues``, whose new jobs have committed."""
+        pending = self._pending
+        if len(queues) == 1 and next(iter(queues)) in pending:
+            # Already pending means not yet taken by a round, so the round
+            # that takes it starts after this call (the set is only ever
+            # changed whole under the GIL). No lock for the common case.
+            return
         with self._changed:
             # Decided under the lock the loop exits under: either the loop
             # will still see these queues, or it is gone and we send them here.
             inline = self._stopping.is_set()
             if not inline:
+                # The loop waits only while nothing is pending: wake it on
+                # the first queue, not on every insert.
+                idle = not self._pending
                 self._pending.update(queues)
-                self._changed.notify()
+                if idle:
+                    self._changed.notify()
         if inline:
             self._send(sorted(set(queues)))
         elif self._thread is None:
