@@ -31,16 +31,19 @@ REQUIRES = None
 TABLES = ["drover_jobs", "drover_queues"]
 KIND = "bench_noop"
 
+# The picked ids go to the UPDATE as an array rather than a joined CTE: once
+# psycopg prepares the statement, PostgreSQL's generic plan for the join form
+# can pick a sequential scan of the whole table per claim (see sql/queries/
+# runtime.sql, job_claim). The reference uses the same robust form as drover.
 CLAIM = """
-WITH picked AS (
+UPDATE drover_jobs j SET state = 'running', attempt = j.attempt + 1,
+       leased_until = now() + interval '60 seconds'
+WHERE j.id = ANY (ARRAY(
     SELECT id FROM drover_jobs
     WHERE state IN ('available', 'retryable', 'scheduled') AND queue = 'default'
       AND scheduled_at <= now()
     ORDER BY scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED
-)
-UPDATE drover_jobs j SET state = 'running', attempt = j.attempt + 1,
-       leased_until = now() + interval '60 seconds'
-FROM picked WHERE j.id = picked.id
+))
 RETURNING j.id, j.attempt, j.args::text
 """
 COMPLETE = """

@@ -9,7 +9,18 @@
 -- lets many clients claim concurrently without waiting on each other; each
 -- claim spends an attempt and leases the row. A paused queue yields nothing
 -- (one primary-key probe of drover_queues per claim).
-WITH picked AS (
+--
+-- The picked ids reach the UPDATE as an array (id = ANY (ARRAY(...))), not
+-- as a CTE joined back: psycopg prepares a statement after a few runs, and
+-- PostgreSQL's generic plan for the join form, not knowing the LIMIT, chose
+-- a hash join over a sequential scan of the whole table for every claim
+-- (4 ms instead of 0.3 ms at 20 000 rows). The array form is a primary-key
+-- probe per picked row whatever the plan.
+UPDATE drover_jobs j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    leased_until = now() + make_interval(secs => %(lease_seconds)s)
+WHERE j.id = ANY (ARRAY(
     SELECT id
     FROM drover_jobs
     WHERE state IN ('available', 'retryable', 'scheduled')
@@ -21,13 +32,7 @@ WITH picked AS (
     ORDER BY scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
-UPDATE drover_jobs j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    leased_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM picked
-WHERE j.id = picked.id
+))
 RETURNING j.id, j.kind, j.queue, j.args::text, j.state::text, j.attempt, j.max_attempts,
           j.errors::text, j.scheduled_at, j.leased_until, j.created_at, j.finalized_at,
           j.unique_key;
@@ -102,19 +107,17 @@ RETURNING j.id;
 -- name: job_claim_expired
 -- The rescuer's claim: running rows whose lease passed. Re-leasing them (same
 -- attempt) makes this sweep their owner until it records their outcome;
--- concurrent sweeps skip each other's rows.
-WITH expired AS (
+-- concurrent sweeps skip each other's rows. Same array form as job_claim.
+UPDATE drover_jobs j
+SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
+WHERE j.id = ANY (ARRAY(
     SELECT id
     FROM drover_jobs
     WHERE state = 'running' AND leased_until <= now()
     ORDER BY leased_until, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
-UPDATE drover_jobs j
-SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM expired
-WHERE j.id = expired.id
+))
 RETURNING j.id, j.kind, j.queue, j.args::text, j.state::text, j.attempt, j.max_attempts,
           j.errors::text, j.scheduled_at, j.leased_until, j.created_at, j.finalized_at,
           j.unique_key;

@@ -39,13 +39,14 @@ class _Request:
 class Combiner:
     """Runs ``Client.insert`` calls, combining the ones that arrive together.
 
-    A caller that finds no insert in flight runs its own, exactly as a lone
-    insert (one statement, autocommit). Callers that arrive while one is in
-    flight queue up; when it finishes, the first of them runs the whole queue
-    as one statement in one transaction (``job_insert_rows``) and hands the
-    rows out. So under concurrency the database sees a handful of round
-    trips and commits where it would have seen one per job, and every caller
-    still returns only after its own job has committed.
+    A caller that finds fewer than ``max_in_flight`` (2) inserts in flight
+    runs its own, exactly as a lone insert (one statement, autocommit).
+    Callers that arrive while all are busy queue up; when one finishes, the
+    first of them runs the whole queue as one statement in one transaction
+    (``job_insert_rows``) and hands the rows out. So under concurrency the
+    database sees a handful of round trips and commits where it would have
+    seen one per job, and every caller still returns only after its own job
+    has committed.
 
     What sharing means for a caller: its job commits in the same transaction
     as the others of its group (same ``created_at``); a unique-key collision
@@ -72,10 +73,11 @@ class Combiner:
         request = _Request(params)
         with self._lock:
             if self._in_flight < self._max_in_flight:
-                # Lead now, taking along whoever is already waiting.
+                # Lead now. Nobody can be waiting: callers queue only while
+                # every slot is taken, and a leader that finds the queue
+                # non-empty hands it over instead of giving its slot back.
                 self._in_flight += 1
-                request.group = [request, *self._queue]
-                self._queue = []
+                request.group = [request]
             else:
                 # Made under the lock, so the leader that will serve or
                 # promote this request always finds the gate to open.

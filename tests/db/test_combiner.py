@@ -89,7 +89,7 @@ def table_ids(conn: Conn) -> list[int]:
 
 
 def blocked_inserts(conn: Conn) -> int:
-    """Sessions of this database waiting for a lock on drover_jobs while running an INSERT."""
+    """Sessions of this database waiting for a lock on drover_jobs."""
     row = conn.execute(
         """
         SELECT count(*)
@@ -98,7 +98,6 @@ def blocked_inserts(conn: Conn) -> int:
           AND l.relation = 'drover_jobs'::regclass
           AND NOT l.granted
           AND a.wait_event_type = 'Lock'
-          AND a.query ILIKE '%insert into drover_jobs%'
         """
     ).fetchone()
     assert row is not None
@@ -161,6 +160,19 @@ class Forcer:
         self.threads.append(caller)
         caller.start()
         return caller
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Call ``fn`` on a thread of its own; its result, or its exception raised here.
+
+        For an insert made alone: if the combiner leaked its leadership the
+        call would wait at the gate forever, and this fails instead of hanging.
+        """
+        caller = self.start(fn)
+        if not caller.finished.wait(WAIT):
+            pytest.fail(f"{caller.name} did not return within {WAIT}s")
+        if caller.error is not None:
+            raise caller.error
+        return caller.result
 
     def _waiting(self, callers: list[Caller], condition: Callable[[], bool], what: str) -> None:
         def met() -> bool:
@@ -297,7 +309,7 @@ def test_equal_unique_keys_in_one_group_let_only_the_first_in(
     client: drover.Client, conn: Conn, forcer: Forcer
 ) -> None:
     combiner = client._combiner
-    existing = client.insert(Plain(n=-1), drover.InsertOpts(unique_key="taken"))
+    existing = forcer.run(inserting(client, Plain(n=-1), drover.InsertOpts(unique_key="taken")))
     forcer.hold()
     leaders = forcer.leaders(inserting(client, Plain(n=0)), inserting(client, Plain(n=1)))
     same = drover.InsertOpts(unique_key="same")
@@ -366,11 +378,11 @@ def boom_trigger(conn: Conn) -> None:
 @pytest.mark.usefixtures("boom_trigger")
 @pytest.mark.parametrize("position", [0, 2], ids=["boom_leads_the_group", "boom_waits"])
 def test_a_database_failure_fails_its_whole_group_and_only_it(
-    client: drover.Client, conn: Conn, forcer: Forcer, poll: Poll, position: int
+    client: drover.Client, conn: Conn, forcer: Forcer, position: int
 ) -> None:
     combiner = client._combiner
     with pytest.raises(drover.DatabaseError, match="boom refused"):
-        client.insert(Boom(n=-1))  # the trigger works on the single-row path too
+        forcer.run(inserting(client, Boom(n=-1)))  # the trigger works on the single-row path too
     forcer.hold()
     leaders = forcer.leaders(inserting(client, Plain(n=0)), inserting(client, Plain(n=1)))
     fns = [
@@ -395,8 +407,9 @@ def test_a_database_failure_fails_its_whole_group_and_only_it(
     # Only the leaders' jobs went in; nothing of the failed group did.
     assert table_ids(conn) == sorted(r.id for r in leader_rows)
 
-    # A later lone insert works, and so does a later group, with the same keys.
-    later = client.insert(Plain(n=50), drover.InsertOpts(unique_key="g1"))
+    # A later lone insert works, and so does a later group: the failed group's
+    # keys are free, except g1, which the lone insert has taken meanwhile.
+    later = forcer.run(inserting(client, Plain(n=50), drover.InsertOpts(unique_key="g1")))
     forcer.hold()
     second_leaders = forcer.leaders(inserting(client, Plain(n=2)), inserting(client, Plain(n=3)))
     regroup = forcer.enqueue(
@@ -421,18 +434,23 @@ def test_a_database_failure_fails_its_whole_group_and_only_it(
 # --- no concurrency -----------------------------------------------------------------------------
 
 
-def test_lone_inserts_take_the_single_row_path(client: drover.Client, conn: Conn) -> None:
+def test_lone_inserts_take_the_single_row_path(
+    client: drover.Client, conn: Conn, forcer: Forcer
+) -> None:
     combiner = client._combiner
     future = datetime.now(UTC) + timedelta(hours=1)
-    rows = [
-        client.insert(Plain(n=0)),
-        client.insert(Other(n=1), drover.InsertOpts(scheduled_at=future)),
-        client.insert(Plain(n=2), drover.InsertOpts(unique_key="lone")),
-        client.insert(Rich(payload=RICH), drover.InsertOpts(queue="rich_q")),
+    plan: list[tuple[drover.JobArgs, drover.InsertOpts | None]] = [
+        (Plain(n=0), None),
+        (Other(n=1), drover.InsertOpts(scheduled_at=future)),
+        (Plain(n=2), drover.InsertOpts(unique_key="lone")),
+        (Rich(payload=RICH), drover.InsertOpts(queue="rich_q")),
     ]
-    assert combiner._in_flight == 0
+    rows: list[drover.JobRow] = []
+    for args, opts in plan:
+        rows.append(forcer.run(inserting(client, args, opts)))
+        assert combiner._in_flight == 0
     with pytest.raises(drover.DuplicateJob, match="'lone'"):
-        client.insert(Plain(n=3), drover.InsertOpts(unique_key="lone"))
+        forcer.run(inserting(client, Plain(n=3), drover.InsertOpts(unique_key="lone")))
     assert combiner.groups == 0
     assert combiner._in_flight == 0
     assert combiner._queue == []
@@ -478,11 +496,7 @@ def test_many_threads_inserting_at_once(
         out = []
         for i in range(PER_THREAD):
             args, opts = _plan(t, i, future)
-            row = client.insert(args, opts)
-            assert row.args.get("n") == t * PER_THREAD + i or row.args["payload"]["n"] == (
-                t * PER_THREAD + i
-            )
-            out.append(row)
+            out.append(client.insert(args, opts))
         return out
 
     # Start every thread while the table is locked, so the first round is
@@ -507,22 +521,30 @@ def test_many_threads_inserting_at_once(
     assert combiner.groups >= 1
     assert combiner._in_flight == 0
     assert combiner._queue == []
-    by_n = {(r.args.get("n") if "n" in r.args else r.args["payload"]["n"]): r for r in rows}
-    assert sorted(by_n) == list(range(total))
-    for n, row in by_n.items():
-        if n % 5 == 1:
-            assert row.state is drover.JobState.SCHEDULED
-            assert row.scheduled_at == future + timedelta(seconds=n)
-        else:
-            assert row.state is drover.JobState.AVAILABLE
-            assert row.scheduled_at == row.created_at
-        assert row.unique_key == (f"u{n}" if n % 5 in (2, 3) else None)
+    expected: dict[str, int] = {}
+    for t, w in enumerate(workers):
+        for i, row in enumerate(w.result):
+            n = t * PER_THREAD + i
+            params = encode_insert(*_plan(t, i, future))
+            assert (row.kind, row.queue, row.max_attempts, row.unique_key) == (
+                params.kind,
+                params.queue,
+                params.max_attempts,
+                params.unique_key,
+            )
+            assert n == (row.args["payload"] if params.kind == "combiner_rich" else row.args)["n"]
+            expected[row.queue] = expected.get(row.queue, 0) + 1
+            if n % 5 == 1:
+                assert row.state is drover.JobState.SCHEDULED
+                assert row.scheduled_at == future + timedelta(seconds=n)
+            else:
+                assert row.state is drover.JobState.AVAILABLE
+                assert row.scheduled_at == row.created_at
     assert_stored(client, rows)
     assert count_jobs(conn) == total
-    counts = dict(conn.execute("SELECT queue, count(*) FROM drover_jobs GROUP BY queue").fetchall())
-    expected: dict[str, int] = {}
-    for row in rows:
-        expected[row.queue] = expected.get(row.queue, 0) + 1
+    counts: dict[str, int] = dict(
+        conn.execute("SELECT queue, count(*) FROM drover_jobs GROUP BY queue").fetchall()
+    )
     assert counts == expected
     assert set(counts) == {"default", "other_q", "q0", "q1", "q2"}
 
@@ -580,19 +602,28 @@ def test_job_insert_rows_directly(client: drover.Client, conn: Conn) -> None:
         else:
             assert row.state is drover.JobState.AVAILABLE
             assert row.scheduled_at == created
-    by_position = dict(enumerate(rows))
-    assert [by_position[i].args for i in (1, 3, 5, 6, 7, 8)] == [  # type: ignore[union-attr]
-        {"n": 1},
-        {"n": 3},
-        {"n": 5},
-        {"n": 6},
-        {"n": 7},
-        {"n": 8},
+    # Input order: each position holds its own job.
+    assert [None if r is None else r.args.get("n") for r in rows] == [
+        None,
+        1,
+        None,
+        3,
+        None,
+        5,
+        6,
+        7,
+        8,
     ]
-    assert [by_position[i].state for i in (1, 3, 8)] == [  # type: ignore[union-attr]
-        drover.JobState.SCHEDULED,
-        drover.JobState.AVAILABLE,
-        drover.JobState.SCHEDULED,
+    assert [None if r is None else r.state.value for r in rows] == [
+        "available",
+        "scheduled",
+        None,
+        "available",
+        None,
+        "available",
+        "available",
+        "available",
+        "scheduled",
     ]
     rich = rows[0]
     assert rich is not None

@@ -135,18 +135,33 @@ class Metrics:
     def middleware(self, next_handler: Handler) -> Handler:
         """Count, time and track every execution (installed by the client, inside Logging)."""
 
+        # The labelled children per queue, looked up once: labels() validates
+        # and locks on every call, and this runs for every job.
+        children: dict[str, tuple[Counter, Counter, Histogram]] = {}
+
+        def series(queue: str) -> tuple[Counter, Counter, Histogram]:
+            found = children.get(queue)
+            if found is None:
+                found = children[queue] = (
+                    self._completed.labels(queue),
+                    self._failed.labels(queue),
+                    self._duration.labels(queue),
+                )
+            return found
+
         def handle(ctx: JobContext, row: JobRow) -> None:
+            completed, failed, duration = series(row.queue)
             self._executing.inc()
             started = time.perf_counter()
             try:
                 next_handler(ctx, row)
             except BaseException:
-                self._failed.labels(row.queue).inc()
+                failed.inc()
                 raise
             else:
-                self._completed.labels(row.queue).inc()
+                completed.inc()
             finally:
-                self._duration.labels(row.queue).observe(time.perf_counter() - started)
+                duration.observe(time.perf_counter() - started)
                 self._executing.dec()
 
         return handle
