@@ -138,12 +138,11 @@ class Completer(ThreadService):
                 self._stopping.wait(_RETRY_DELAYS[attempt])
                 attempt += 1
         for recorded in results:
-            self._report(recorded)
-            self._inflight.remove(recorded.outcome.id, recorded.outcome.attempt)
+            if recorded.result is not WriteResult.APPLIED:
+                self._report(recorded)
+        self._inflight.remove_many((o.id, o.attempt) for o in batch)
 
     def _report(self, recorded: Recorded) -> None:
-        if recorded.result is WriteResult.APPLIED:
-            return
         outcome = recorded.outcome
         self._log.warning(
             "drover: job is no longer this worker's to finish, discarding this outcome",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from drover.context import JobContext
@@ -41,13 +42,22 @@ class InFlight:
 
     def remove(self, job_id: int, attempt: int) -> bool:
         with self._cond:
-            entry = self._entries.get(job_id)
-            if entry is None or entry.row.attempt != attempt:
-                return False
-            del self._entries[job_id]
-            if not self._entries:
-                self._cond.notify_all()
-            return True
+            return self._remove(job_id, attempt)
+
+    def remove_many(self, claims: Iterable[tuple[int, int]]) -> None:
+        """``remove`` for each ``(id, attempt)``, under one acquisition of the lock."""
+        with self._cond:
+            for job_id, attempt in claims:
+                self._remove(job_id, attempt)
+
+    def _remove(self, job_id: int, attempt: int) -> bool:
+        entry = self._entries.get(job_id)
+        if entry is None or entry.row.attempt != attempt:
+            return False
+        del self._entries[job_id]
+        if not self._entries:
+            self._cond.notify_all()
+        return True
 
     def held(self) -> list[tuple[int, int]]:
         """``(id, attempt)`` of every claim, sorted by id."""
