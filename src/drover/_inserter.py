@@ -86,10 +86,29 @@ class Combiner:
                 self._queue.append(request)
         if request.group is None:
             assert request.gate is not None
-            request.gate.acquire()  # until served, or promoted to lead
+            try:
+                request.gate.acquire()  # until served, or promoted to lead
+            except BaseException:
+                # Interrupted (KeyboardInterrupt in the main thread). Still
+                # queued: leave, nothing was inserted. Already taken into a
+                # group: see it through first, so that if we were handed a
+                # group to lead, its callers are not left waiting forever.
+                if self._withdraw(request):
+                    raise
+                request.gate.acquire()
+                if request.group is not None:
+                    self._lead(request.group)
+                raise
         if request.group is not None:
             self._lead(request.group)
         return request.outcome()
+
+    def _withdraw(self, request: _Request) -> bool:
+        with self._lock:
+            if request in self._queue:
+                self._queue.remove(request)
+                return True
+            return False
 
     def _lead(self, group: list[_Request]) -> None:
         leader = group[0]

@@ -650,3 +650,43 @@ def test_job_insert_rows_failure_writes_nothing(
     (row,) = store.job_insert_rows(conn, batch[:1])
     assert row is not None
     assert_stored(client, [row])
+
+
+# --- an interrupted waiter ----------------------------------------------------------------------
+
+
+def test_a_waiter_interrupted_while_queued_withdraws_and_nothing_hangs(
+    client: drover.Client, conn: Conn, forcer: Forcer, poll: Poll
+) -> None:
+    """Ctrl-C while waiting at the gate: the caller leaves, its job is not inserted.
+
+    The waiting caller is the main thread (only it receives KeyboardInterrupt);
+    a real SIGINT interrupts its blocked lock acquire.
+    """
+    import os
+    import signal
+
+    forcer.hold()
+    leaders = forcer.leaders(inserting(client, Plain(n=0)), inserting(client, Plain(n=1)))
+    (queued,) = forcer.enqueue(inserting(client, Plain(n=2)))
+    combiner = client._combiner
+
+    def interrupt_when_queued() -> None:
+        poll(lambda: len(combiner._queue) == 2, WAIT, message="main thread queued")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt_when_queued, daemon=True)
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            client.insert(Plain(n=99))
+    finally:
+        interrupter.join(JOIN_TIMEOUT)
+    # Withdrawn: the queue holds only the other waiter.
+    assert len(combiner._queue) == 1
+    forcer.finish()
+    rows = [c.row() for c in (*leaders, queued)]
+    assert sorted(r.args["n"] for r in rows) == [0, 1, 2]
+    assert count_jobs(conn) == 3
+    assert combiner._in_flight == 0
+    assert combiner._queue == []
