@@ -670,17 +670,28 @@ def test_a_waiter_interrupted_while_queued_withdraws_and_nothing_hangs(
     leaders = forcer.leaders(inserting(client, Plain(n=0)), inserting(client, Plain(n=1)))
     (queued,) = forcer.enqueue(inserting(client, Plain(n=2)))
     combiner = client._combiner
+    interrupted = threading.Event()
 
     def interrupt_when_queued() -> None:
         poll(lambda: len(combiner._queue) == 2, WAIT, message="main thread queued")
         os.kill(os.getpid(), signal.SIGINT)
+        if not interrupted.wait(WAIT):
+            # The signal did not get through: unblock the main thread so the
+            # test fails on its assertions instead of hanging the suite.
+            forcer.release()
 
+    # A shell that starts a process in the background makes it ignore SIGINT,
+    # and then Python installs no handler: install the default one here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupter = threading.Thread(target=interrupt_when_queued, daemon=True)
     interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             client.insert(Plain(n=99))
+        interrupted.set()
     finally:
+        interrupted.set()
+        signal.signal(signal.SIGINT, previous)
         interrupter.join(JOIN_TIMEOUT)
     # Withdrawn: the queue holds only the other waiter.
     assert len(combiner._queue) == 1
