@@ -463,11 +463,14 @@ class Client:
         return self._phase is _Phase.STARTED
 
     def close(self) -> None:
-        """Close the pool if the client opened it; idempotent.
+        """Send pending wake-ups, then close the pool if the client opened it; idempotent.
 
-        A pool passed in by the application is left open. Inserts after
-        ``close`` fail with :class:`drover.DatabaseError`. Closing a running
-        client without :meth:`stop` strands its jobs until their leases expire.
+        The notifier thread sends what inserts queued (waiting up to 2 s for
+        a connection, then up to 10 s for the thread) and ends. A pool passed
+        in by the application is left open, and inserts on it after ``close``
+        still work and notify inline; on the client's own pool they fail with
+        :class:`drover.DatabaseError`. Closing a running client without
+        :meth:`stop` strands its jobs until their leases expire.
         """
         with self._close_lock:
             if self._closed:
