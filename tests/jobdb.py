@@ -1,4 +1,4 @@
-"""Small helpers for reading drover_jobs in tests (importable: tests/ is on sys.path)."""
+"""Test helpers: reading drover_jobs and checking returned rows (tests/ is on sys.path)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
+
+import drover
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -63,3 +65,22 @@ def await_job_state(
 
     result: dict[str, Any] = poll(reached, 10.0, message=f"job {job_id} reaching {state} {match}")
     return result
+
+
+def typed(value: Any) -> Any:
+    """``value`` with every scalar paired with its type: ``1 == 1.0`` but not here."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
+def assert_stored(client: drover.Client, rows: list[drover.JobRow]) -> None:
+    """Each returned row equals, field for field and type for type, what ``get_job`` reads."""
+    for row in rows:
+        stored = client.get_job(row.id)
+        assert stored is not None, f"job {row.id} was not stored"
+        assert row == stored
+        assert typed(row.args) == typed(stored.args)
+        assert type(row.state) is type(stored.state) is drover.JobState

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobdb import count_jobs, db_now
+from jobdb import assert_stored, count_jobs, db_now, typed
 from psycopg import pq
 
 import drover
@@ -66,25 +66,6 @@ class Anything(drover.JobArgs, kind="paths_anything"):
 
 class Rollback(Exception):
     """Raised inside a transaction block to make it roll back."""
-
-
-def typed(value: Any) -> Any:
-    """``value`` with every scalar paired with its type: ``1 == 1.0`` but not here."""
-    if isinstance(value, dict):
-        return {k: typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [typed(v) for v in value]
-    return (type(value).__name__, value)
-
-
-def assert_stored(client: drover.Client, rows: list[drover.JobRow]) -> None:
-    """Each returned row equals, field for field and type for type, what ``get_job`` reads."""
-    for row in rows:
-        stored = client.get_job(row.id)
-        assert stored is not None, f"job {row.id} was not stored"
-        assert row == stored
-        assert typed(row.args) == typed(stored.args)
-        assert type(row.state) is type(stored.state) is drover.JobState
 
 
 def assert_due_now(row: drover.JobRow) -> None:
