@@ -75,12 +75,13 @@ ORDER BY r.ord;
 -- name: job_insert_batch_reserve
 -- A batch without unique keys is written straight into drover_jobs by COPY
 -- (job_insert_batch_direct*). This draws its ids from the table's identity
--- sequence, ascending so that the batch keeps its input order in the claim
--- order, and reads the transaction's clock, which is also what the COPY's
--- created_at default will be. With queues given, it also queues their
--- wake-ups, delivered if the transaction commits. Parameters: count, queues.
+-- sequence (the client sorts them, so that the batch keeps its input order in
+-- the claim order; sorting here cost more), and reads the transaction's clock,
+-- which is also what the COPY's created_at default will be. With queues given,
+-- it also queues their wake-ups, delivered if the transaction commits.
+-- Parameters: count, queues.
 SELECT now(),
-       array(SELECT nextval('drover_jobs_id_seq') FROM generate_series(1, %s) ORDER BY 1),
+       array(SELECT nextval('drover_jobs_id_seq') FROM generate_series(1, %s)),
        (SELECT count(pg_notify('drover', q)) FROM unnest(%s::text[]) AS q);
 
 -- name: job_insert_batch_direct

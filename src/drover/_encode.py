@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from drover._db.store import JobInsertParams
+from drover._db.store import EncodedBatch, JobInsertParams
 from drover.errors import InvalidJobArgs
 from drover.job import InsertOpts, JobArgs
 
@@ -40,6 +41,10 @@ def _class_defaults(cls: type, where: str) -> _Defaults:
     return known
 
 
+# PostgreSQL's jsonb cannot store NUL: refuse it here rather than fail mid-transaction.
+_NUL_MESSAGE = 'cannot encode args for kind "{kind}": a string contains a NUL character'
+
+
 def _dump(args: JobArgs, kind: str, where: str) -> str:
     try:
         # What model_dump_json() does with its defaults, without the keyword
@@ -48,10 +53,7 @@ def _dump(args: JobArgs, kind: str, where: str) -> str:
     except Exception as exc:  # pydantic raises several types here
         raise InvalidJobArgs(f'{where}cannot encode args for kind "{kind}": {exc}') from None
     if "\\u0000" in args_json:
-        # PostgreSQL's jsonb cannot store NUL; refuse here rather than fail mid-transaction.
-        raise InvalidJobArgs(
-            f'{where}cannot encode args for kind "{kind}": a string contains a NUL character'
-        )
+        raise InvalidJobArgs(where + _NUL_MESSAGE.format(kind=kind))
     return args_json
 
 
@@ -87,11 +89,13 @@ def encode_insert(args: object, opts: InsertOpts | None, where: str = "") -> Job
     return _apply(defaults, _dump(args, defaults[0], where), opts, where)
 
 
-def encode_batch(items: object) -> list[JobInsertParams]:
+def encode_batch(items: object) -> EncodedBatch:
     """Encode every element of an ``insert_many`` batch; the first bad one raises.
 
     Elements are ``JobArgs`` or ``(JobArgs, InsertOpts | None)`` pairs. Messages
-    name the element's index. Class checks are made once per args class.
+    name the element's index. Class checks are made once per args class. The
+    result also says which queues the batch touches and whether any item has
+    a unique key or a time, so the writer need not scan the batch again.
     """
     if isinstance(items, JobArgs | str | bytes) or not isinstance(items, Iterable):
         raise InvalidJobArgs(
@@ -100,21 +104,44 @@ def encode_batch(items: object) -> list[JobInsertParams]:
         )
     encoded: list[JobInsertParams] = []
     append = encoded.append
-    known: dict[type, _Defaults] = {}
+    # Per args class: its insert defaults and its serializer. Most batches
+    # hold one class and no options, so that case runs inline below: this
+    # loop is the whole of insert_many's per-item Python before the COPY.
+    known: dict[type, tuple[_Defaults, Callable[[Any], bytes]]] = {}
+    queues: set[str] = set()
+    unique = timed = False
+    new = tuple.__new__
     index = 0
     try:
         for index, item in enumerate(items):  # noqa: B007 - read by the except clause
-            opts: object = None
             if isinstance(item, tuple):
                 if len(item) != 2:
                     raise InvalidJobArgs(f"expected (JobArgs, InsertOpts), got a {len(item)}-tuple")
-                item, opts = item
+                args, opts = item
+                defaults = _class_defaults(type(args), "")
+                params = _apply(defaults, _dump(args, defaults[0], ""), opts, "")
+                queues.add(params.queue)
+                unique = unique or params.unique_key is not None
+                timed = timed or params.scheduled_at is not None
+                append(params)
+                continue
             cls = type(item)
-            defaults = known.get(cls)
-            if defaults is None:
-                defaults = known[cls] = _class_defaults(cls, "")
-            append(_apply(defaults, _dump(item, defaults[0], ""), opts, ""))
+            found = known.get(cls)
+            if found is None:
+                found = known[cls] = (
+                    _class_defaults(cls, ""),
+                    item.__pydantic_serializer__.to_json,
+                )
+                queues.add(found[0][1])
+            (kind, queue, max_attempts), to_json = found
+            try:
+                args_json = to_json(item).decode()
+            except Exception as exc:  # pydantic raises several types here
+                raise InvalidJobArgs(f'cannot encode args for kind "{kind}": {exc}') from None
+            if "\\u0000" in args_json:
+                raise InvalidJobArgs(_NUL_MESSAGE.format(kind=kind))
+            append(new(JobInsertParams, (kind, queue, args_json, max_attempts, None, None)))
     except InvalidJobArgs as exc:
         # Only a failure pays for formatting the position into the message.
         raise InvalidJobArgs(f"item {index}: {exc}") from None
-    return encoded
+    return EncodedBatch(encoded, queues, unique, timed)

@@ -240,11 +240,11 @@ class Client:
             drover.DatabaseError: the database refused or could not be reached.
         """
         batch = encode_batch(items)
-        if not batch:
+        if not batch.params:
             return []
         with borrow(self._pool, "insert jobs") as conn:
             rows = store.job_insert_many(conn, batch, caller_tx=False, notify=False)
-        self._committed({row.queue for row in rows})
+        self._committed(batch.queues)
         return rows
 
     def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
@@ -259,7 +259,7 @@ class Client:
         """
         batch = encode_batch(items)
         resolved = resolve_connection(conn)
-        if not batch:
+        if not batch.params:
             return []
         return store.job_insert_many(resolved, batch, caller_tx=True, notify=self._config.notify)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -129,18 +129,19 @@ class JobArgs(BaseModel):
             )
 
 
-@dataclass(frozen=True, slots=True)
-class JobRow:
+class JobRow(NamedTuple):
     """One row of ``drover_jobs`` as stored, with ``args`` still raw JSON (decoded to Python).
 
     Timestamps are timezone-aware. ``errors`` holds one entry per failed attempt:
     ``{"attempt", "at", "error", "trace"}``.
+
+    A named tuple: immutable, compared field by field, and cheap to build (a
+    claim or a bulk insert builds one per job; see ADR 0009). Read fields by
+    name; ``row._replace(...)`` and ``row._asdict()`` are the tuple's own
+    helpers. A row is a snapshot: it does not change when the job does.
     """
 
-    __module__ = "drover"
-
-    # drover._db.store builds rows positionally (a claim or a bulk insert
-    # builds one per job): keep this order in step with it.
+    # drover._db.store builds rows positionally: keep this order in step with it.
     id: int
     kind: str
     queue: str
@@ -154,6 +155,10 @@ class JobRow:
     created_at: datetime
     finalized_at: datetime | None
     unique_key: str | None
+
+
+# Documented and reported (repr, tracebacks) under the package that exports it.
+JobRow.__module__ = "drover"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -452,6 +452,50 @@ def test_insert_many_of_only_future_items_is_all_scheduled(
     assert_stored(client, rows)
 
 
+class Awkward(drover.JobArgs, kind="awk\tward\\kind\nwith\r breaks ✓"):
+    """A kind holding every character COPY's text format escapes."""
+
+    text: str
+
+
+AWKWARD_QUEUE = "q\\ueue\t\\N\n\r ✓"
+AWKWARD_TEXT = '\\N \\. \\\\ tab\t nl\n cr\r \u2028 \x7f 😀 "q"'
+
+
+@pytest.mark.parametrize("timed", [False, True], ids=["direct", "direct_timed"])
+def test_insert_many_copies_escaped_names_and_text_exactly_across_chunks(
+    client: drover.Client, conn: Conn, timed: bool
+) -> None:
+    # drover formats the COPY text itself: every field COPY would misread
+    # (backslash, tab, newline, carriage return, a lone \N or \.) must come
+    # back as sent, in a batch long enough to span several writes.
+    later = datetime.now(UTC) + timedelta(hours=2)
+    items: list[drover.InsertItem] = []
+    for i in range(2345):
+        args = Awkward(text=f"{AWKWARD_TEXT} {i}")
+        if i % 5 == 0:
+            items.append((args, drover.InsertOpts(queue=AWKWARD_QUEUE)))
+        elif timed and i % 5 == 1:
+            items.append((args, drover.InsertOpts(scheduled_at=later)))
+        else:
+            items.append(args)
+    rows = client.insert_many(items)
+
+    assert [r.args["text"] for r in rows] == [f"{AWKWARD_TEXT} {i}" for i in range(len(items))]
+    assert {r.kind for r in rows} == {Awkward.kind}
+    assert [r.queue for r in rows].count(AWKWARD_QUEUE) == 469
+    if timed:
+        assert [r.state for r in rows].count(drover.JobState.SCHEDULED) == 469
+    stored = {
+        r[0]: r[1:]
+        for r in conn.execute("SELECT id, kind, queue, args->>'text', state::text FROM drover_jobs")
+    }
+    assert len(stored) == len(items)
+    for row in rows:
+        assert stored[row.id] == (row.kind, row.queue, row.args["text"], row.state.value)
+    assert_stored(client, rows[:5] + rows[995:1005] + rows[-5:])
+
+
 # --- insert_many_tx inside the caller's transaction ---------------------------------------------
 
 TxBatch = Callable[[], list[drover.InsertItem]]

@@ -8,7 +8,7 @@ client, or the application for ``insert_tx``) owns the transaction.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
@@ -24,6 +24,7 @@ from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
 
 __all__ = [
+    "EncodedBatch",
     "JobInsertParams",
     "decode_json",
     "duplicate_error",
@@ -48,6 +49,18 @@ class JobInsertParams(NamedTuple):
     max_attempts: int
     scheduled_at: datetime | None
     unique_key: str | None
+
+
+class EncodedBatch(NamedTuple):
+    """An ``insert_many`` batch, encoded, with what the writer needs to choose its path."""
+
+    params: list[JobInsertParams]
+    queues: set[str]
+    """Every queue an item goes to."""
+    unique: bool
+    """Some item has a unique key."""
+    timed: bool
+    """Some item has a time."""
 
 
 # Set by JSONDecoder.__init__ (the C scanner when available) but not in the stubs.
@@ -97,23 +110,31 @@ def decode_sent_json(text: str) -> Any:
     return value if end == len(text) else json.loads(text, parse_float=_number_as_stored)
 
 
+# tuple.__new__ skips the named tuple's Python-level __new__: a claim or a bulk
+# insert builds one row per job.
+_tuple_new = tuple.__new__
+
+
 def row_from_db(values: Sequence[Any]) -> JobRow:
     """Build a JobRow from the 13 columns every job query starts with, jsonb as text."""
-    # Positional, in JobRow's field order: the claim builds one per job.
-    return JobRow(
-        values[0],
-        values[1],
-        values[2],
-        decode_json(values[3]),
-        JobState(values[4]),
-        values[5],
-        values[6],
-        decode_json(values[7]),
-        values[8],
-        values[9],
-        values[10],
-        values[11],
-        values[12],
+    # Positional, in JobRow's field order.
+    return _tuple_new(
+        JobRow,
+        (
+            values[0],
+            values[1],
+            values[2],
+            decode_json(values[3]),
+            JobState(values[4]),
+            values[5],
+            values[6],
+            decode_json(values[7]),
+            values[8],
+            values[9],
+            values[10],
+            values[11],
+            values[12],
+        ),
     )
 
 
@@ -137,21 +158,24 @@ def _new_row(
 ) -> JobRow:
     # A freshly inserted row holds exactly what was sent plus the column
     # defaults, so only the id and the database clock need to come back.
-    # Positional: a bulk insert builds one per item (see JobRow's field order).
-    return JobRow(
-        id_,
-        params.kind,
-        params.queue,
-        decode_sent_json(params.args_json),
-        state,
-        0,
-        params.max_attempts,
-        [],
-        created_at if scheduled_at is None else scheduled_at,
-        None,
-        created_at,
-        None,
-        params.unique_key,
+    # Positional, in JobRow's field order: a bulk insert builds one per item.
+    return _tuple_new(
+        JobRow,
+        (
+            id_,
+            params.kind,
+            params.queue,
+            decode_sent_json(params.args_json),
+            state,
+            0,
+            params.max_attempts,
+            [],
+            created_at if scheduled_at is None else scheduled_at,
+            None,
+            created_at,
+            None,
+            params.unique_key,
+        ),
     )
 
 
@@ -215,61 +239,108 @@ def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[
 
 
 def job_insert_many(
-    conn: Connection, batch: Sequence[JobInsertParams], *, caller_tx: bool, notify: bool
+    conn: Connection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
 ) -> list[JobRow]:
     """Insert an encoded batch with COPY; rows come back in input order, ids ascending.
 
     A batch with no unique key is copied straight into ``drover_jobs`` (see
-    :func:`job_copy`). A batch with unique keys goes through a staging table
+    :func:`_copy_direct`). A batch with unique keys goes through a staging table
     so that a collision, with an existing job or within the batch, writes
     nothing and raises :class:`DuplicateJob`; with ``caller_tx`` that runs
     under a savepoint, so the caller's transaction stays usable.
     """
+    batch = encoded.params
     if not batch:
         return []
-    if any(p.unique_key is not None for p in batch):
+    if encoded.unique:
         return _insert_many_staged(conn, batch, caller_tx=caller_tx, notify=notify)
-    timed = any(p.scheduled_at is not None for p in batch)
-    queues = sorted({p.queue for p in batch}) if notify else []
+    timed = encoded.timed
+    queues = sorted(encoded.queues) if notify else []
     with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
         if caller_tx:
             # No savepoint: without unique keys nothing in the batch can be
             # refused, so a failure here is a database error, which aborts the
             # caller's transaction like any failed statement would.
-            return _copy_direct(cur, batch, len(batch), timed=timed, notify_queues=queues)
+            return _copy_direct(cur, batch, timed=timed, notify_queues=queues)
         with conn.transaction():
-            return _copy_direct(cur, batch, len(batch), timed=timed, notify_queues=queues)
+            return _copy_direct(cur, batch, timed=timed, notify_queues=queues)
+
+
+# Rows per write to the COPY stream: the server starts on the first rows while
+# Python formats the next, and no batch is held twice in memory as text.
+_COPY_CHUNK = 1000
+
+
+def copy_text(value: str) -> str:
+    """``value`` escaped as a field of COPY's text format."""
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    if "\t" in value or "\n" in value or "\r" in value:
+        value = value.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return value
 
 
 def _copy_direct(
     cur: Cursor[Any],
-    params: Iterable[JobInsertParams],
-    count: int,
+    params: Sequence[JobInsertParams],
     *,
     timed: bool,
     notify_queues: list[str],
 ) -> list[JobRow]:
-    cur.execute(query("job_insert_batch_reserve"), (count, notify_queues))
+    cur.execute(query("job_insert_batch_reserve"), (len(params), notify_queues))
     now, ids, _ = cur.fetchone()  # type: ignore[misc]
+    ids.sort()
     rows: list[JobRow] = []
-    append = rows.append
-    if not timed:
-        with cur.copy(query("job_insert_batch_direct")) as copy:
-            write = copy.write_row
-            for id_, p in zip(ids, params, strict=True):
-                write((id_, p.kind, p.queue, p.args_json, p.max_attempts))
-                # Built while the server is still busy with the rows already sent.
-                append(_new_row(p, id_, now))
-        return rows
-    with cur.copy(query("job_insert_batch_direct_timed")) as copy:
-        write = copy.write_row
-        for id_, p in zip(ids, params, strict=True):
-            # The rule of job_insert, on the clock of this transaction: a
-            # missing or past time means now, only a later time is scheduled.
-            at = now if p.scheduled_at is None or p.scheduled_at <= now else p.scheduled_at
-            state = JobState.SCHEDULED if at > now else JobState.AVAILABLE
-            write((id_, p.kind, p.queue, p.args_json, p.max_attempts, at, state.value))
-            append(_new_row(p, id_, now, state, at))
+    # kind + queue, escaped, per distinct pair: a batch has few.
+    prefixes: dict[tuple[str, str], str] = {}
+    stamp = now.isoformat()
+    # The rows are formatted here rather than by write_row: one str.join per
+    # chunk instead of psycopg's per-value dumping, a third of the client's
+    # time per row. args_json is JSON from pydantic, which has no raw control
+    # characters (JSON escapes them), so only its backslashes need doubling.
+    with cur.copy(
+        query("job_insert_batch_direct_timed" if timed else "job_insert_batch_direct")
+    ) as copy:
+        for start in range(0, len(params), _COPY_CHUNK):
+            chunk = params[start : start + _COPY_CHUNK]
+            lines: list[str] = []
+            for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
+                prefix = prefixes.get((p.kind, p.queue))
+                if prefix is None:
+                    prefix = f"{copy_text(p.kind)}\t{copy_text(p.queue)}"
+                    prefixes[p.kind, p.queue] = prefix
+                args_json = p.args_json
+                if "\\" in args_json:
+                    args_json = args_json.replace("\\", "\\\\")
+                if not timed:
+                    lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\n")
+                    continue
+                # The rule of job_insert, on the clock of this transaction: a
+                # missing or past time means now, only a later time is scheduled.
+                at = p.scheduled_at
+                if at is None or at <= now:
+                    lines.append(
+                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{stamp}\tavailable\n"
+                    )
+                else:
+                    lines.append(
+                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t"
+                        f"{at.isoformat()}\tscheduled\n"
+                    )
+            copy.write("".join(lines))
+            # Built while the server is still busy with the rows just sent.
+            if timed:
+                for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
+                    at = p.scheduled_at
+                    if at is None or at <= now:
+                        rows.append(_new_row(p, id_, now))
+                    else:
+                        rows.append(_new_row(p, id_, now, JobState.SCHEDULED, at))
+            else:
+                rows += [
+                    _new_row(p, id_, now)
+                    for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True)
+                ]
     return rows
 
 
