@@ -80,6 +80,16 @@ def job_claim(conn: Connection, queue: str, limit: int, lease_seconds: float) ->
     return rows
 
 
+def int_array(values: Sequence[int]) -> str:
+    """An array literal of integers, for a ``%s::bigint[]`` or ``%s::int[]`` parameter.
+
+    psycopg dumps a list element by element in Python; for the completer's
+    round trip per handful of jobs that was most of the statement's client
+    CPU, where one join of the numbers' text is a C loop.
+    """
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 def _refusal(state: str | None) -> WriteResult:
     if state is None:
         return WriteResult.NOT_FOUND
@@ -138,7 +148,7 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
     ):
         cur.execute(
             query("job_complete_many"),
-            ([o.id for o in outcomes], [o.attempt for o in outcomes]),
+            (int_array([o.id for o in outcomes]), int_array([o.attempt for o in outcomes])),
         )
         applied = set(cur.fetchall())
         refused = [o.id for o in outcomes if (o.id, o.attempt) not in applied]
