@@ -80,7 +80,7 @@ def job_claim(conn: Connection, queue: str, limit: int, lease_seconds: float) ->
     return rows
 
 
-def int_array(values: Sequence[int]) -> str:
+def _int_array(values: Sequence[int]) -> str:
     """An array literal of integers, for a ``%s::bigint[]`` or ``%s::int[]`` parameter.
 
     psycopg dumps a list element by element in Python; for the completer's
@@ -148,7 +148,7 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
     ):
         cur.execute(
             query("job_complete_many"),
-            (int_array([o.id for o in outcomes]), int_array([o.attempt for o in outcomes])),
+            (_int_array([o.id for o in outcomes]), _int_array([o.attempt for o in outcomes])),
         )
         applied = set(cur.fetchall())
         refused = [o.id for o in outcomes if (o.id, o.attempt) not in applied]

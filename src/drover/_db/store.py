@@ -271,7 +271,7 @@ def job_insert_many(
 _COPY_CHUNK = 1000
 
 
-def copy_text(value: str) -> str:
+def _copy_text(value: str) -> str:
     """``value`` escaped as a field of COPY's text format."""
     if "\\" in value:
         value = value.replace("\\", "\\\\")
@@ -307,7 +307,7 @@ def _copy_direct(
             for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
                 prefix = prefixes.get((p.kind, p.queue))
                 if prefix is None:
-                    prefix = f"{copy_text(p.kind)}\t{copy_text(p.queue)}"
+                    prefix = f"{_copy_text(p.kind)}\t{_copy_text(p.queue)}"
                     prefixes[p.kind, p.queue] = prefix
                 args_json = p.args_json
                 if "\\" in args_json:
