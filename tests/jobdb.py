@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -84,3 +84,24 @@ def assert_stored(client: drover.Client, rows: list[drover.JobRow]) -> None:
         assert row == stored
         assert typed(row.args) == typed(stored.args)
         assert type(row.state) is type(stored.state) is drover.JobState
+
+
+def sample_row(**changes: Any) -> drover.JobRow:
+    """A plausible ``JobRow`` built in memory (no database), with ``changes`` applied."""
+    now = datetime.now(UTC)
+    row = drover.JobRow(
+        id=1,
+        kind="k",
+        queue="default",
+        args={},
+        state=drover.JobState.AVAILABLE,
+        attempt=0,
+        max_attempts=25,
+        errors=[],
+        scheduled_at=now,
+        leased_until=None,
+        created_at=now,
+        finalized_at=None,
+        unique_key=None,
+    )
+    return row._replace(**changes)

@@ -7,6 +7,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from jobdb import sample_row
 
 import drover
 
@@ -152,25 +153,6 @@ def test_middleware_returning_a_non_handler_is_refused_at_client_construction() 
         drover.Client("postgresql://unused", drover.Config(middleware=[broken]))
 
 
-def _row(attempt: int) -> drover.JobRow:
-    now = datetime.now(UTC)
-    return drover.JobRow(
-        id=1,
-        kind="k",
-        queue="default",
-        args={},
-        state=drover.JobState.RUNNING,
-        attempt=attempt,
-        max_attempts=25,
-        errors=[],
-        scheduled_at=now,
-        leased_until=now,
-        created_at=now,
-        finalized_at=None,
-        unique_key=None,
-    )
-
-
 @pytest.mark.parametrize("attempt", [1, 2, 3, 5, 10, 24])
 def test_exponential_policy_stays_within_ten_percent(attempt: int) -> None:
     policy = drover.ExponentialRetryPolicy(rng=random.Random(attempt))
@@ -186,6 +168,8 @@ def test_exponential_policy_spreads_and_grows() -> None:
     assert max(samples) - min(samples) >= 1.0
     assert min(policy.backoff(4).total_seconds() for _ in range(50)) > max(samples)
     before = datetime.now(UTC)
-    at = policy.next_retry(_row(2))
+    at = policy.next_retry(
+        sample_row(state=drover.JobState.RUNNING, attempt=2, leased_until=datetime.now(UTC))
+    )
     assert before + timedelta(seconds=14) <= at <= datetime.now(UTC) + timedelta(seconds=18)
     assert isinstance(policy, drover.RetryPolicy)

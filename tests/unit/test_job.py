@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pydantic
 import pytest
+from jobdb import sample_row
 
 import drover
 
@@ -31,33 +32,16 @@ def test_args_are_frozen() -> None:
         args.x = 2  # type: ignore[misc]
 
 
-def _row() -> drover.JobRow:
-    now = datetime.now(UTC)
-    return drover.JobRow(
-        id=7,
-        kind="k",
-        queue="default",
-        args={"a": 1},
-        state=drover.JobState.AVAILABLE,
-        attempt=0,
-        max_attempts=25,
-        errors=[],
-        scheduled_at=now,
-        leased_until=None,
-        created_at=now,
-        finalized_at=None,
-        unique_key=None,
-    )
-
-
 def test_job_rows_are_immutable_named_tuples() -> None:
-    row = _row()
+    row = sample_row(id=7, args={"a": 1})
     with pytest.raises(AttributeError):
         row.state = drover.JobState.RUNNING  # type: ignore[misc]
     assert row.state is drover.JobState.AVAILABLE
     moved = row._replace(state=drover.JobState.RUNNING, attempt=1)
     assert (moved.state, moved.attempt, moved.id) == (drover.JobState.RUNNING, 1, 7)
-    assert row == _row()._replace(scheduled_at=row.scheduled_at, created_at=row.created_at)
+    assert row == sample_row(
+        id=7, args={"a": 1}, scheduled_at=row.scheduled_at, created_at=row.created_at
+    )
     assert row._asdict()["args"] == {"a": 1}
     assert drover.JobRow.__module__ == "drover"
     assert repr(row).startswith("JobRow(id=7, kind='k', queue='default'")
