@@ -10,16 +10,14 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
-from drover._db.migrator import AppliedMigration, MigrationStatus, migrate, migration_status
-from drover._db.queries import Migration
-from drover._db.queues import QueueState
+from drover._db.migrator import migrate, migration_status
 from drover._durations import Duration
-from drover._runtime.runner import ArgsDecodeError, UnknownJobKind
 from drover.client import Client, InsertItem
 from drover.config import Config
 from drover.context import JobContext
 from drover.errors import (
     AlreadyStarted,
+    ArgsDecodeError,
     Cancel,
     ConfigError,
     DatabaseError,
@@ -37,12 +35,15 @@ from drover.errors import (
     NotStarted,
     SchemaMissing,
     Snooze,
+    UnknownJobKind,
     UnsupportedConnection,
 )
 from drover.inspector import Inspector, QueueAge, QueueDepth, Stats
 from drover.job import InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
+from drover.migrations import AppliedMigration, Migration, MigrationStatus
+from drover.queues import QueueState
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Worker, Workers

@@ -21,7 +21,6 @@ from prometheus_client import CollectorRegistry
 from drover._db import queues, store
 from drover._db.connections import ConnectionPool, borrow, pool_from, resolve_connection
 from drover._db.errors import translate
-from drover._db.queues import QueueState
 from drover._db.stats import QueueStats
 from drover._durations import Duration, to_seconds
 from drover._encode import encode_batch, encode_insert
@@ -40,6 +39,7 @@ from drover.errors import (
 from drover.job import InsertOpts, JobArgs, JobRow
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
+from drover.queues import QueueState
 
 __all__ = ["Client", "InsertItem"]
 

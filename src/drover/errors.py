@@ -6,8 +6,8 @@ Where an error is also naturally a ``ValueError`` or ``TypeError`` it subclasses
 that too, so ``except ValueError`` keeps working::
 
     DroverError                      never raised directly
-    ├── ConfigError                  (ValueError) a structural mistake in configuration
     ├── InvalidArgument              (ValueError, TypeError) a bad argument to a drover call
+    │   └── ConfigError              a Config value that is unknown, mistyped or out of range
     ├── InvalidJobArgs               (TypeError)  args that are not a JobArgs or cannot be encoded
     ├── InvalidInsertOpts            (ValueError) a bad queue, time, unique key or attempt count
     ├── UnsupportedConnection        (TypeError)  insert_tx given something it cannot use
@@ -21,6 +21,8 @@ that too, so ``except ValueError`` keeps working::
     ├── AlreadyStarted               start() on a client that was started before
     ├── NotStarted                   stop() on a client that was never started
     ├── DrainIncomplete              stop() ran out of time; unfinished jobs were handed back
+    ├── UnknownJobKind               no worker for a claimed job's kind: the attempt fails, retries
+    ├── ArgsDecodeError              a claimed job's stored args do not validate: the job is dead
     └── JobSignal                    raised by a handler to steer its job, never an error
         ├── Snooze                   run the job again later, without spending an attempt
         └── Cancel                   stop retrying: the job ends cancelled
@@ -37,6 +39,7 @@ from datetime import timedelta
 
 __all__ = [
     "AlreadyStarted",
+    "ArgsDecodeError",
     "Cancel",
     "ConfigError",
     "DatabaseError",
@@ -54,6 +57,7 @@ __all__ = [
     "NotStarted",
     "SchemaMissing",
     "Snooze",
+    "UnknownJobKind",
     "UnsupportedConnection",
 ]
 
@@ -64,16 +68,21 @@ class DroverError(Exception):
     __module__ = "drover"
 
 
-class ConfigError(DroverError, ValueError):
-    """A structural configuration mistake, e.g. a worker registered twice for one kind."""
-
-    __module__ = "drover"
-
-
 class InvalidArgument(DroverError, ValueError, TypeError):
     """An argument of the wrong type or out of range (a job id, a limit, a state, a pool).
 
     It is both a ``ValueError`` and a ``TypeError`` so either ``except`` keeps working.
+    """
+
+    __module__ = "drover"
+
+
+class ConfigError(InvalidArgument):
+    """A configuration value drover refuses: unknown, of the wrong type, or out of range.
+
+    Raised when a :class:`drover.Config` (or a :class:`drover.Workers`
+    registry) is built, so a deploy mistake stops the process before it
+    runs anything; drover never silently replaces a value it was given.
     """
 
     __module__ = "drover"
@@ -207,6 +216,26 @@ class DrainIncomplete(DroverError):
             f"shutdown deadline reached: {self.count} job(s) still running, "
             f"returned to the queue: {list(self.job_ids)}"
         )
+
+
+class UnknownJobKind(DroverError):
+    """No worker is registered for a claimed job's kind.
+
+    The attempt fails and the job is retried like any failure, so a rolling
+    deploy heals: a worker that knows the kind picks it up on a later attempt.
+    """
+
+    __module__ = "drover"
+
+
+class ArgsDecodeError(DroverError):
+    """A claimed job's stored args do not validate against its registered args class.
+
+    No retry can fix stored args, so the job goes to ``dead`` at once with the
+    validation message in its errors, whatever attempts it has left.
+    """
+
+    __module__ = "drover"
 
 
 class JobSignal(DroverError):

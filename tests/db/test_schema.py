@@ -9,8 +9,9 @@ import psycopg
 import pytest
 
 import drover
+from drover import Migration
 from drover._db import migrator
-from drover._db.queries import Migration, load_migrations, parse_migration_name
+from drover._db.queries import load_migrations, parse_migration_name
 
 EXPECTED_COLUMNS = {
     # name: (type, nullable, default)

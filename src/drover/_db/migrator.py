@@ -3,51 +3,19 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from datetime import datetime
 
 from psycopg import pq
 from psycopg.rows import tuple_row
 
 from drover._db.connections import Connection, PoolOrConninfo, borrow
 from drover._db.errors import redact, translate
-from drover._db.queries import Migration, load_migrations, query
+from drover._db.queries import load_migrations, query
 from drover.errors import MigrationError
+from drover.migrations import AppliedMigration, Migration, MigrationStatus
 
-__all__ = ["AppliedMigration", "MigrationStatus", "migrate", "migration_status"]
+__all__ = ["migrate", "migration_status"]
 
 logger = logging.getLogger("drover.migrate")
-
-
-@dataclass(frozen=True, slots=True)
-class AppliedMigration:
-    """A migration recorded in ``drover_schema_version``."""
-
-    __module__ = "drover"
-
-    version: int
-    name: str
-    applied_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class MigrationStatus:
-    """Which migrations a database has, and which it still needs."""
-
-    __module__ = "drover"
-
-    applied: tuple[AppliedMigration, ...]
-    pending: tuple[Migration, ...]
-
-    @property
-    def current_version(self) -> int:
-        """The highest applied version (0 on a database drover never touched)."""
-        return max((m.version for m in self.applied), default=0)
-
-    @property
-    def up_to_date(self) -> bool:
-        """True when nothing is pending."""
-        return not self.pending
 
 
 def _applied(conn: Connection) -> tuple[AppliedMigration, ...]:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import LiteralString
 
 from drover.errors import MigrationError
+from drover.migrations import Migration
 
-__all__ = ["Migration", "load_migrations", "query", "sql_root"]
+__all__ = ["load_migrations", "parse_migration_name", "parse_queries", "query", "sql_root"]
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
 _MIGRATION_FILE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.sql$")
@@ -89,22 +89,6 @@ def query(name: str) -> LiteralString:
         return _all_queries()[name]
     except KeyError:
         raise RuntimeError(f"drover has no query named {name!r}") from None
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """One numbered schema migration file shipped with drover."""
-
-    __module__ = "drover"
-
-    version: int
-    name: str
-    sql: str
-
-    @property
-    def label(self) -> str:
-        """``0001_create_jobs``: how logs and errors name the migration."""
-        return f"{self.version:04d}_{self.name}"
 
 
 def parse_migration_name(filename: str) -> tuple[int, str]:

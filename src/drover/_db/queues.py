@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from psycopg.rows import tuple_row
@@ -10,24 +9,9 @@ from psycopg.rows import tuple_row
 from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
+from drover.queues import QueueState
 
-__all__ = ["QueueState", "queue_list", "queue_pause", "queue_resume"]
-
-
-@dataclass(frozen=True, slots=True)
-class QueueState:
-    """A queue an operator has paused at some point (queues need no row to exist)."""
-
-    __module__ = "drover"
-
-    name: str
-    paused_at: datetime | None
-    updated_at: datetime
-
-    @property
-    def paused(self) -> bool:
-        """True while no client claims from this queue."""
-        return self.paused_at is not None
+__all__ = ["queue_list", "queue_pause", "queue_resume"]
 
 
 def queue_pause(conn: Connection, name: str) -> datetime:

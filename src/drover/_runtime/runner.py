@@ -11,26 +11,14 @@ from drover._db.runtime import Outcome
 from drover._runtime import disposition
 from drover._runtime.inflight import InFlight, Running, Slots
 from drover.context import JobContext
-from drover.errors import DroverError
+from drover.errors import ArgsDecodeError, UnknownJobKind
 from drover.job import Job, JobRow
 from drover.log import Logging, job_scope
 from drover.middleware import Handler, Middleware, compose
 from drover.retry import RetryPolicy
 from drover.worker import Workers
 
-__all__ = ["ArgsDecodeError", "Runner", "UnknownJobKind", "build_chain"]
-
-
-class UnknownJobKind(DroverError):
-    """No worker is registered for a claimed job's kind (a retryable failure)."""
-
-    __module__ = "drover"
-
-
-class ArgsDecodeError(DroverError):
-    """A claimed job's stored args do not validate against its args class (retryable)."""
-
-    __module__ = "drover"
+__all__ = ["Runner", "build_chain"]
 
 
 def _dispatcher(workers: Workers) -> Handler:
