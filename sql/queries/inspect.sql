@@ -16,7 +16,7 @@ LIMIT %(limit)s;
 -- Waiting or dead jobs only; running ones belong to a worker.
 UPDATE drover_jobs
 SET state = 'cancelled', finalized_at = now(), leased_until = NULL
-WHERE id = %(id)s AND state IN ('available', 'scheduled', 'retryable', 'dead')
+WHERE id = %(id)s AND state IN ({{states:cancellable}})
 RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
           scheduled_at, leased_until, created_at, finalized_at, unique_key;
 
@@ -25,6 +25,6 @@ RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, error
 UPDATE drover_jobs
 SET state = 'available', attempt = 0, scheduled_at = now(), leased_until = NULL,
     finalized_at = NULL
-WHERE id = %(id)s AND state = 'dead'
+WHERE id = %(id)s AND state IN ({{states:retriable}})
 RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
           scheduled_at, leased_until, created_at, finalized_at, unique_key;

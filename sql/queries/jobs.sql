@@ -3,7 +3,9 @@
 -- on the insert hot path, where each block lists its parameters in order
 -- (psycopg skips the name-to-position mapping). jsonb columns are returned as
 -- text and parsed by drover, because Django registers a text loader for jsonb
--- on its connections.
+-- on its connections. In every file here, {{states:<set>}} stands for one of
+-- the state sets defined in drover/job.py (waiting, active, terminal,
+-- cancellable, ...), expanded to quoted states when the file is loaded.
 
 -- name: job_insert_now
 -- The common case: due now, no unique key. The column defaults make the row
@@ -34,7 +36,7 @@ SELECT %s, %s, %s::jsonb, %s, due.at,
 FROM due
 ON CONFLICT (queue, kind, unique_key)
     WHERE unique_key IS NOT NULL
-      AND state IN ('available', 'scheduled', 'retryable', 'running')
+      AND state IN ({{states:active}})
     DO NOTHING
 RETURNING id, created_at, state::text, scheduled_at,
           CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;
@@ -64,7 +66,7 @@ WITH r AS MATERIALIZED (
     ORDER BY ord
     ON CONFLICT (queue, kind, unique_key)
         WHERE unique_key IS NOT NULL
-          AND state IN ('available', 'scheduled', 'retryable', 'running')
+          AND state IN ({{states:active}})
         DO NOTHING
     RETURNING id, created_at, state, scheduled_at
 )
@@ -133,7 +135,7 @@ WITH inserted AS (
     ORDER BY b.ord
     ON CONFLICT (queue, kind, unique_key)
         WHERE unique_key IS NOT NULL
-          AND state IN ('available', 'scheduled', 'retryable', 'running')
+          AND state IN ({{states:active}})
         DO NOTHING
     RETURNING id, kind, queue, args::text AS args, state::text AS state, attempt, max_attempts,
               errors::text AS errors, scheduled_at, leased_until, created_at, finalized_at,

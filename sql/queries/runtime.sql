@@ -23,7 +23,7 @@ SET state = 'running',
 WHERE j.id = ANY (ARRAY(
     SELECT id
     FROM drover_jobs
-    WHERE state IN ('available', 'retryable', 'scheduled')
+    WHERE state IN ({{states:waiting}})
       AND queue = %(queue)s
       AND scheduled_at <= now()
       AND NOT EXISTS (
@@ -55,7 +55,7 @@ updated AS (
     SET state = i.state::drover_job_state,
         attempt = CASE WHEN i.give_back THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
         scheduled_at = CASE
-            WHEN i.state IN ('retryable', 'scheduled') THEN COALESCE(i.scheduled_at, now())
+            WHEN i.state IN ({{states:waiting}}) THEN COALESCE(i.scheduled_at, now())
             ELSE j.scheduled_at
         END,
         errors = CASE
@@ -64,7 +64,7 @@ updated AS (
         END,
         leased_until = NULL,
         finalized_at = CASE
-            WHEN i.state IN ('completed', 'cancelled', 'dead') THEN now()
+            WHEN i.state IN ({{states:terminal}}) THEN now()
             ELSE NULL
         END
     FROM input i

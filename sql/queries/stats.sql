@@ -12,7 +12,7 @@ ORDER BY queue, state;
 -- history of completed and cancelled rows.
 SELECT queue, state::text, count(*)
 FROM drover_jobs
-WHERE state IN ('available', 'retryable', 'scheduled')
+WHERE state IN ({{states:waiting}})
 GROUP BY queue, state
 UNION ALL
 SELECT queue, 'running', count(*)
@@ -31,7 +31,7 @@ GROUP BY queue;
 -- database clock.
 SELECT j.queue, EXTRACT(EPOCH FROM now() - min(j.scheduled_at))::float8
 FROM drover_jobs j
-WHERE j.state IN ('available', 'retryable', 'scheduled')
+WHERE j.state IN ({{states:waiting}})
   AND j.scheduled_at <= now()
   AND NOT EXISTS (
       SELECT 1 FROM drover_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL

@@ -21,10 +21,12 @@ import drover
 from drover._db.connections import borrow
 from drover._db.embedded import embedded_postgres
 from drover._db.stats import job_counts_by_state
+from drover.job import TERMINAL_STATES
 
 __all__ = ["run_demo"]
 
 STATES = [s.value for s in drover.JobState]
+TERMINAL = {s.value for s in TERMINAL_STATES}
 
 
 class SendEmail(drover.JobArgs, kind="demo_send_email", queue="email"):
@@ -141,9 +143,7 @@ def run_demo(url: str | None, *, jobs: int, concurrency: int, out: TextIO = sys.
                 # On a terminal, redraw one line; in a log, append one per tick.
                 print(f"\r{line:<100}" if live else line, end="" if live else "\n", file=out)
                 out.flush()
-                finished = sum(
-                    n for (_, s), n in counts.items() if s in ("completed", "cancelled", "dead")
-                )
+                finished = sum(n for (_, s), n in counts.items() if s in TERMINAL)
                 if finished >= jobs:
                     break
             elapsed = time.monotonic() - started

@@ -28,6 +28,7 @@ from drover._inserter import Combiner
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
+from drover._runtime.service import ThreadService
 from drover.config import Config
 from drover.errors import (
     AlreadyStarted,
@@ -125,6 +126,8 @@ class Client:
             if config.notify
             else None
         )
+        if self._notifier is not None:
+            self._notifier.on_death = self._service_died
 
     @property
     def config(self) -> Config:
@@ -326,13 +329,14 @@ class Client:
                     config=self._config,
                     chain=self._chain,
                     publish_stats=self._publish_stats,
+                    on_death=self._service_died,
                     client_id=self._id,
                 )
+                engine.start()
             except BaseException:
                 if ops is not None:
                     ops.stop()
                 raise
-            engine.start()
             self._engine = engine
             self._phase = _Phase.STARTED
             if ops is not None:
@@ -426,6 +430,9 @@ class Client:
 
     # --- observability ----------------------------------------------------------------------
 
+    def _service_died(self, service: ThreadService) -> None:
+        self._metrics.service_died(service.kind)
+
     def _publish_stats(self, stats: QueueStats) -> None:
         self._metrics.publish_queue_stats(stats.depth, stats.oldest_age)
 
@@ -442,16 +449,24 @@ class Client:
     def ready(self) -> tuple[bool, str]:
         """What ``/readyz`` answers: ``(True, "ok")`` or ``(False, reason)``.
 
-        Ready means started, not draining, and the last queue-stats refresh
-        succeeded within two ``stats_interval`` s (a database outage turns
-        this false within two intervals, and true again after recovery). A
-        memory read; safe to call from any thread.
+        Ready means started, not draining, every background service's thread
+        still running, and the last queue-stats refresh succeeded within two
+        ``stats_interval`` s (a database outage turns this false within two
+        intervals, and true again after recovery). A service thread that died
+        makes it false for good, naming the service (``"service died:
+        fetcher"``): the client no longer does all its work and should be
+        restarted. A memory read; safe to call from any thread.
         """
         phase, engine = self._phase, self._engine
         if phase is _Phase.STOPPING or phase is _Phase.STOPPED:
             return False, "draining"
         if phase is not _Phase.STARTED or engine is None:
             return False, "not started"
+        dead = engine.dead_services()
+        if self._notifier is not None and self._notifier.died is not None:
+            dead.append(self._notifier.kind)
+        if dead:
+            return False, f"service died: {', '.join(dead)}"
         bound = 2 * self._config.stats_interval.total_seconds()
         if not engine.refresher.fresh(bound):
             return False, "queue stats stale"

@@ -12,13 +12,12 @@ from drover._db.connections import ConnectionPool, borrow, pool_from
 from drover._db.store import JobInsertParams, job_get, job_insert
 from drover._encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE
 from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
-from drover.job import MAX_KIND_LENGTH, InsertOpts, JobRow, JobState, _check_name
+from drover.job import MAX_KIND_LENGTH, PUBLISHED_STATES, InsertOpts, JobRow, JobState, _check_name
 
 __all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats"]
 
 MAX_LIST_LIMIT = 1000
 MAX_ENQUEUE_ARGS_BYTES = 1 << 20
-PUBLISHED_STATES = ("available", "scheduled", "retryable", "running", "dead")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +55,11 @@ class Stats:
     depths: list[QueueDepth]
     oldest: list[QueueAge]
     paused: list[str]
+
+
+def _queue_then_state(item: tuple[tuple[str, str], int]) -> tuple[str, int]:
+    (queue, state), _ = item
+    return queue, PUBLISHED_STATES.index(JobState(state))
 
 
 def _refuse_constant(name: str) -> None:
@@ -96,7 +100,8 @@ class Inspector:
             depths=[
                 QueueDepth(q, s, n)
                 for (q, s), n in sorted(
-                    snapshot.depth.items(), key=lambda i: (i[0][0], PUBLISHED_STATES.index(i[0][1]))
+                    snapshot.depth.items(),
+                    key=lambda i: (i[0][0], PUBLISHED_STATES.index(JobState(i[0][1]))),
                 )
                 if n
             ],

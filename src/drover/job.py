@@ -39,6 +39,36 @@ class JobState(enum.StrEnum):
     DEAD = "dead"
 
 
+# The state sets, defined once. The SQL in sql/queries names them as
+# {{states:<name>}} and drover._db.queries expands them from here when the
+# files are loaded; the partial indexes in sql/migrations spell them out, and
+# tests/db/test_states.py checks both against these tuples. Adding a state
+# means changing these tuples plus a migration.
+WAITING_STATES = (JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE)
+"""Claimable once ``scheduled_at`` is due; what the fetch index covers."""
+ACTIVE_STATES = (*WAITING_STATES, JobState.RUNNING)
+"""Waiting or running: the states in which a unique key is held."""
+TERMINAL_STATES = (JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD)
+"""Finished: ``finalized_at`` is set, retention may delete the row."""
+PUBLISHED_STATES = (*WAITING_STATES, JobState.RUNNING, JobState.DEAD)
+"""Counted by the depth gauges and ``Inspector.stats`` (completed and cancelled
+rows pile up by design and are not)."""
+CANCELLABLE_STATES = (*WAITING_STATES, JobState.DEAD)
+"""An operator may cancel these; a running job belongs to its worker."""
+RETRIABLE_STATES = (JobState.DEAD,)
+"""An operator may send these back to the queue with fresh attempts."""
+
+STATE_SETS: dict[str, tuple[JobState, ...]] = {
+    "waiting": WAITING_STATES,
+    "active": ACTIVE_STATES,
+    "terminal": TERMINAL_STATES,
+    "published": PUBLISHED_STATES,
+    "cancellable": CANCELLABLE_STATES,
+    "retriable": RETRIABLE_STATES,
+}
+"""Every named set, by the name SQL uses for it."""
+
+
 def _check_name(value: object, what: str, limit: int) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")

@@ -1,9 +1,15 @@
 """Job-aware logging: the built-in Logging middleware and a filter for your own records.
 
 drover logs on the ``drover`` logger (which has a ``NullHandler``; drover never
-configures logging for you). Job records carry flat ``extra`` keys:
-``job_id``, ``job_kind``, ``queue``, ``attempt`` and, where relevant,
-``duration_ms`` and ``error``, so structured handlers can index them.
+configures logging for you). Every record about a job names it in its text,
+so ``logging.basicConfig()`` alone shows which job it was::
+
+    WARNING:drover:job 42 (send_email, queue default, attempt 1/5) failed after 3.1 ms: ...
+
+and carries the same facts as flat ``extra`` keys for structured handlers:
+``event`` (``job_started``, ``job_failed``, ...), ``job_id``, ``job_kind``,
+``queue``, ``attempt`` and, where relevant, ``max_attempts``,
+``duration_ms`` and ``error``.
 """
 
 from __future__ import annotations
@@ -20,7 +26,11 @@ from drover.errors import describe_failure
 from drover.job import JobRow
 from drover.middleware import Handler, Middleware
 
-__all__ = ["JobLogFilter", "Logging", "job_scope"]
+__all__ = ["JOB", "JobLogFilter", "Logging", "job_args", "job_fields", "job_scope"]
+
+JOB = "job %d (%s, queue %s, attempt %d/%d)"
+"""How log text names a job; its arguments are :func:`job_args`. Formatted
+lazily by ``logging``, so a disabled level costs no string building."""
 
 _current: contextvars.ContextVar[JobRow | None] = contextvars.ContextVar(
     "drover_current_job", default=None
@@ -35,6 +45,23 @@ def job_scope(row: JobRow) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+
+
+def job_args(row: JobRow) -> tuple[int, str, str, int, int]:
+    """The arguments of :data:`JOB` for ``row``."""
+    return row.id, row.kind, row.queue, row.attempt, row.max_attempts
+
+
+def job_fields(row: JobRow, event: str) -> dict[str, Any]:
+    """The flat ``extra`` keys every job record carries, with its ``event`` name."""
+    return {
+        "event": event,
+        "job_id": row.id,
+        "job_kind": row.kind,
+        "queue": row.queue,
+        "attempt": row.attempt,
+        "max_attempts": row.max_attempts,
+    }
 
 
 def _fields(row: JobRow) -> dict[str, Any]:
@@ -70,9 +97,11 @@ class JobLogFilter(logging.Filter):
 def Logging(logger: logging.Logger | None = None) -> Middleware:
     """Middleware writing one start and one end record per execution.
 
-    INFO ``drover: job started``; then INFO ``drover: job finished`` or, when
-    the handler raised (snooze and cancel included), WARNING ``drover: job
-    failed`` with ``error``. Both carry ``duration_ms``. What happens next
+    INFO ``job 42 (kind, queue q, attempt 1/25) started`` (event
+    ``job_started``); then INFO ``... finished in 3.1 ms`` (``job_finished``)
+    or, when the handler raised (snooze and cancel included), WARNING ``...
+    failed after 3.1 ms: <error>`` (``job_failed``, with ``error``). Both
+    carry ``duration_ms``. What happens next
     (retry, dead, cancelled, snoozed) is logged separately, once, by the
     disposition. The client installs this outermost with its own logger; adding
     it to ``Config.middleware`` as well would log twice. When INFO is disabled
@@ -84,28 +113,33 @@ def Logging(logger: logging.Logger | None = None) -> Middleware:
         def handle(ctx: JobContext, row: JobRow) -> None:
             verbose = log.isEnabledFor(logging.INFO)
             if verbose:
-                log.info("drover: job started", extra=_fields(row))
+                log.info(JOB + " started", *job_args(row), extra=job_fields(row, "job_started"))
             started = time.perf_counter()
             try:
                 next_handler(ctx, row)
             except BaseException as exc:
                 if log.isEnabledFor(logging.WARNING):
+                    duration = round((time.perf_counter() - started) * 1000, 3)
+                    error = describe_failure(exc)
                     log.warning(
-                        "drover: job failed",
+                        JOB + " failed after %s ms: %s",
+                        *job_args(row),
+                        duration,
+                        error,
                         extra={
-                            **_fields(row),
-                            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                            "error": describe_failure(exc),
+                            **job_fields(row, "job_failed"),
+                            "duration_ms": duration,
+                            "error": error,
                         },
                     )
                 raise
             if verbose:
+                duration = round((time.perf_counter() - started) * 1000, 3)
                 log.info(
-                    "drover: job finished",
-                    extra={
-                        **_fields(row),
-                        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-                    },
+                    JOB + " finished in %s ms",
+                    *job_args(row),
+                    duration,
+                    extra={**job_fields(row, "job_finished"), "duration_ms": duration},
                 )
 
         return handle

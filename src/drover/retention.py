@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from drover._durations import Duration, to_seconds
 from drover.errors import ConfigError
+from drover.job import TERMINAL_STATES
 
 __all__ = ["Retention"]
 
@@ -46,5 +47,8 @@ class Retention:
 
     def by_state(self) -> dict[str, float]:
         """``{state: seconds}`` for the states that are pruned."""
-        spans = {"completed": self.completed, "cancelled": self.cancelled, "dead": self.dead}
+        # One field per terminal state, named after it (tests/db/test_states.py checks).
+        spans: dict[str, timedelta | None] = {
+            state.value: getattr(self, state.value) for state in TERMINAL_STATES
+        }
         return {s: v.total_seconds() for s, v in spans.items() if v is not None}

@@ -24,7 +24,7 @@ from jobdb import assert_stored, count_jobs, db_now, typed
 from psycopg import pq
 
 import drover
-from drover._db.store import decode_json
+from drover._db.rows import decode_json
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 

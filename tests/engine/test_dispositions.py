@@ -337,9 +337,11 @@ def _insert_undecodable(conn: Conn) -> int:
     return int(row[0])
 
 
-def test_args_that_fail_validation_are_a_retryable_failure(
+def test_args_that_fail_validation_send_the_job_dead_at_once(
     make_client: MakeClient, conn: Conn, poll: Poll
 ) -> None:
+    # No retry can fix stored args: the first attempt is the last, whatever
+    # max_attempts says, and the validation message is kept for the operator.
     workers = drover.Workers()
     calls = Counter()
 
@@ -349,8 +351,9 @@ def test_args_that_fail_validation_are_a_retryable_failure(
 
     _start(make_client, workers, retry_policy=Later())
     job_id = _insert_undecodable(conn)
-    row = await_job_state(poll, conn, job_id, "retryable")
-    assert (row["attempt"], row["finalized_at"]) == (1, None)
+    row = await_job_state(poll, conn, job_id, "dead")
+    assert row["attempt"] == 1 and row["max_attempts"] == 25
+    assert row["finalized_at"] is not None
     (entry,) = row["errors"]
     assert f'decode args for job {job_id} (kind "task"): ' in entry["error"]
     assert "not-an-int" in entry["error"] or "integer" in entry["error"]
@@ -370,7 +373,8 @@ def test_drovers_own_failure_messages_are_recorded_as_specified(
     client = _start(make_client, workers, retry_policy=Later())
     ghost = case == "unregistered-kind"
     job_id = client.insert(Ghost()).id if ghost else _insert_undecodable(conn)
-    (entry,) = await_job_state(poll, conn, job_id, "retryable")["errors"]
+    # An unknown kind is retried (a rolling deploy heals); bad args are not.
+    (entry,) = await_job_state(poll, conn, job_id, "retryable" if ghost else "dead")["errors"]
     if ghost:
         assert entry["error"] == 'no worker registered for kind "ghost"'
     else:
@@ -489,7 +493,7 @@ def test_a_broken_policy_falls_back_to_the_default_schedule(
     records = [
         r
         for r in caplog.records
-        if r.name == "drover" and r.getMessage().startswith("drover: retry policy failed")
+        if r.name == "drover" and r.getMessage().startswith("retry policy failed for job ")
     ]
     assert len(records) >= 1
     assert records[0].levelno == logging.ERROR
@@ -701,7 +705,9 @@ def _records(
     return [
         r
         for r in caplog.records
-        if r.name == "drover" and r.getMessage() == message and getattr(r, "job_id", None) == job_id
+        if r.name == "drover"
+        and getattr(r, "event", None) == message
+        and getattr(r, "job_id", None) == job_id
     ]
 
 
@@ -718,13 +724,13 @@ def test_a_dead_job_logs_an_error(
     client = _start(make_client, workers)
     job = client.insert(Task(), drover.InsertOpts(max_attempts=1))
     await_job_state(poll, conn, job.id, "dead")
-    (record,) = _records(caplog, "drover: job dead", job.id)
+    (record,) = _records(caplog, "job_dead", job.id)
     assert record.levelno == logging.ERROR
     assert getattr(record, "error", None) == "ValueError: boom"
     assert getattr(record, "attempt", None) == 1
     assert getattr(record, "max_attempts", None) == 1
     assert getattr(record, "job_kind", None) == "task"
-    assert _records(caplog, "drover: job failed, retry scheduled", job.id) == []
+    assert _records(caplog, "job_retry_scheduled", job.id) == []
 
 
 def test_a_failure_with_attempts_left_logs_a_warning(
@@ -740,21 +746,21 @@ def test_a_failure_with_attempts_left_logs_a_warning(
     client = _start(make_client, workers, retry_policy=Later())
     job = client.insert(Task())
     row = await_job_state(poll, conn, job.id, "retryable")
-    (record,) = _records(caplog, "drover: job failed, retry scheduled", job.id)
+    (record,) = _records(caplog, "job_retry_scheduled", job.id)
     assert record.levelno == logging.WARNING
     assert getattr(record, "error", None) == "ValueError: boom"
     assert getattr(record, "attempt", None) == 1
     assert getattr(record, "max_attempts", None) == 25
     retry_at = datetime.fromisoformat(getattr(record, "retry_at", ""))
     assert retry_at == row["scheduled_at"]
-    assert _records(caplog, "drover: job dead", job.id) == []
+    assert _records(caplog, "job_dead", job.id) == []
 
 
 @pytest.mark.parametrize(
     ("signal", "message", "level", "state"),
     [
-        (drover.Snooze(3600), "drover: job snoozed", logging.INFO, "scheduled"),
-        (drover.Cancel("no"), "drover: job cancelled", logging.WARNING, "cancelled"),
+        (drover.Snooze(3600), "job_snoozed", logging.INFO, "scheduled"),
+        (drover.Cancel("no"), "job_cancelled", logging.WARNING, "cancelled"),
     ],
     ids=["snooze", "cancel"],
 )
@@ -780,4 +786,4 @@ def test_signals_log_their_disposition_once(
     await_job_state(poll, conn, job.id, state)
     (record,) = _records(caplog, message, job.id)
     assert record.levelno == level
-    assert _records(caplog, "drover: job failed, retry scheduled", job.id) == []
+    assert _records(caplog, "job_retry_scheduled", job.id) == []

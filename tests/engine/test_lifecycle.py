@@ -291,8 +291,8 @@ def test_second_clean_stop_returns_none_without_draining_again(
     client.stop(timeout=5)  # returns (None) rather than raising
     client.stop()  # returns (None) rather than raising
     assert time.monotonic() - started < 0.5
-    assert len(_messages(caplog, "drover: worker pool stopping")) == 1
-    assert len(_messages(caplog, "drover: worker pool stopped")) == 1
+    assert len(_messages(caplog, "worker pool stopping")) == 1
+    assert len(_messages(caplog, "worker pool stopped")) == 1
 
 
 def test_second_stop_after_drain_incomplete_raises_the_same_verdict_quickly(
@@ -319,7 +319,7 @@ def test_second_stop_after_drain_incomplete_raises_the_same_verdict_quickly(
     assert second.value is first.value
     assert third.value is first.value
     assert first.value.job_ids == (job.id,)
-    assert len(_messages(caplog, "drover: worker pool stopping")) == 1
+    assert len(_messages(caplog, "worker pool stopping")) == 1
     # Not handed back twice: exactly one shutdown entry.
     assert len(_row(conn, job.id)["errors"]) == 1
     gate.release_all()
@@ -438,7 +438,7 @@ def test_stop_budget_expiry_hands_jobs_back(
     poll(lambda: len(gate.finished) == 2, message="abandoned handlers finished")
     assert gate.saw_cancelled == dict.fromkeys(ids, True), "contexts were not cancelled"
     poll(
-        lambda: len(_messages(caplog, "discarding this outcome")) == 2,
+        lambda: len(_messages(caplog, "no longer this worker's to finish")) == 2,
         message="late outcomes discarded",
     )
     for job_id in ids:

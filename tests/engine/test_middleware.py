@@ -29,13 +29,13 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 MakeClient = Callable[..., drover.Client]
 Poll = Callable[..., Any]
 
-STARTED = "drover: job started"
-FINISHED = "drover: job finished"
-FAILED = "drover: job failed"
-RETRY = "drover: job failed, retry scheduled"
-DEAD = "drover: job dead"
-SNOOZED = "drover: job snoozed"
-CANCELLED = "drover: job cancelled"
+STARTED = "job_started"
+FINISHED = "job_finished"
+FAILED = "job_failed"
+RETRY = "job_retry_scheduled"
+DEAD = "job_dead"
+SNOOZED = "job_snoozed"
+CANCELLED = "job_cancelled"
 HANDBACK = "drover: worker shut down before this attempt finished"
 
 
@@ -81,7 +81,11 @@ def _job_records(
 
 
 def _shape(records: list[logging.LogRecord]) -> list[tuple[str, int]]:
-    return [(r.getMessage(), r.levelno) for r in records]
+    """Each record's ``event`` and level, after checking its text names the job."""
+    for r in records:
+        job = f"job {r.job_id} ({r.job_kind}, queue {r.queue}, attempt {r.attempt}/"
+        assert r.getMessage().startswith(job), r.getMessage()
+    return [(r.event, r.levelno) for r in records]
 
 
 def _assert_job_fields(record: logging.LogRecord, job_id: int, queue: str = "default") -> None:
@@ -129,6 +133,27 @@ def test_a_successful_execution_logs_one_start_and_one_finish(
     assert not hasattr(started, "duration_ms")
     _assert_duration(finished, at_least_ms=50.0)  # milliseconds, not seconds
     assert not hasattr(finished, "error")
+
+
+def test_default_log_format_names_the_job_once_without_a_doubled_prefix(
+    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What logging.basicConfig() prints: LEVEL:logger:message, nothing of extra.
+    caplog.set_level(logging.INFO, logger="drover")
+    workers = drover.Workers()
+    _failing_worker(workers, ValueError("boom"))
+    client = _start(make_client, workers, queues={"mail": 1})
+    job = client.insert(Task(), drover.InsertOpts(queue="mail", max_attempts=2))
+    await_job_state(poll, conn, job.id, "retryable")
+    formatter = logging.Formatter(logging.BASIC_FORMAT)
+    lines = [formatter.format(r) for r in _job_records(caplog, job.id)]
+    named = f"drover:job {job.id} (task, queue mail, attempt 1/2)"
+    assert lines[0] == f"INFO:{named} started"
+    assert lines[1].startswith(f"WARNING:{named} failed after ")
+    assert lines[1].endswith(" ms: ValueError: boom")
+    assert lines[2].startswith(f"WARNING:{named} failed, retry scheduled at ")
+    every = "\n".join(formatter.format(r) for r in caplog.records)
+    assert "drover:drover" not in every
 
 
 def test_a_failing_execution_logs_start_failure_and_one_disposition(

@@ -45,6 +45,7 @@ FAMILIES = {
     "drover_pool_concurrency": "gauge",
     "drover_queue_depth": "gauge",
     "drover_oldest_job_age_seconds": "gauge",
+    "drover_service_deaths": "counter",
 }
 BUCKETS = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf,
@@ -457,16 +458,16 @@ def test_executing_gauge_follows_running_handlers(
     assert scrape.value("drover_jobs_completed_total", queue="default") == 2
 
 
-@pytest.mark.parametrize(("configured", "effective"), [(1, 1), (7, 7), (0, 10)])
-def test_pool_concurrency_gauge_is_the_effective_concurrency(
-    make_client: MakeClient, configured: int, effective: int
+@pytest.mark.parametrize("configured", [1, 7, 64])
+def test_pool_concurrency_gauge_is_the_configured_concurrency(
+    make_client: MakeClient, configured: int
 ) -> None:
     client = _start(make_client, concurrency=configured)
-    assert client.config.concurrency == effective
-    assert _scrape(client).value("drover_pool_concurrency") == effective
+    assert client.config.concurrency == configured
+    assert _scrape(client).value("drover_pool_concurrency") == configured
 
 
-def test_only_the_seven_drover_families_are_exposed(
+def test_only_drovers_own_families_are_exposed(
     make_client: MakeClient, conn: Conn, poll: Poll
 ) -> None:
     client = _start(make_client, workers=_workers(), stats_interval=0.1)
@@ -488,6 +489,7 @@ def test_only_the_seven_drover_families_are_exposed(
         "drover_pool_concurrency": set(),
         "drover_queue_depth": {"queue", "state"},
         "drover_oldest_job_age_seconds": {"queue"},
+        "drover_service_deaths": {"service"},
     }
 
 
@@ -832,7 +834,7 @@ def test_failed_refreshes_are_logged_and_retried_until_the_database_is_back(
         return sum(
             r.name == "drover"
             and r.levelno == logging.WARNING
-            and r.getMessage().startswith("drover: refresh queue stats failed")
+            and r.getMessage().startswith("refresh queue stats failed")
             for r in caplog.records
         )
 
@@ -925,25 +927,11 @@ def test_two_clients_with_default_registries_each_count_their_own(
 # --- configuration -----------------------------------------------------------------------------
 
 
-def test_a_negative_stats_interval_warns_and_uses_the_default(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.WARNING, logger="drover")
-    config = drover.Config(stats_interval=-1)
-    assert config.stats_interval == timedelta(seconds=15)
-    warnings = [r for r in caplog.records if r.name == "drover"]
-    assert [r.levelno for r in warnings] == [logging.WARNING]
-    assert warnings[0].getMessage().startswith("drover: stats interval must be positive")
-
-
-def test_a_zero_stats_interval_silently_uses_the_default(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="drover")
-    assert drover.Config(stats_interval=0).stats_interval == timedelta(seconds=15)
-    assert drover.Config().stats_interval == timedelta(seconds=15)
+@pytest.mark.parametrize("interval", [0, -1, timedelta(seconds=-3)])
+def test_a_stats_interval_that_is_not_positive_is_refused(interval: float | timedelta) -> None:
+    with pytest.raises(drover.ConfigError, match="Config.stats_interval must be positive"):
+        drover.Config(stats_interval=interval)
     assert drover.Config(stats_interval=0.25).stats_interval == timedelta(seconds=0.25)
-    assert [r for r in caplog.records if r.name == "drover"] == []
 
 
 @pytest.mark.parametrize("addr", ["nonsense", "127.0.0.1:", "127.0.0.1:99999", "host:port"])

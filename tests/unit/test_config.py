@@ -1,4 +1,4 @@
-"""Config: defaults, warn-and-correct tuning, structural mistakes refused."""
+"""Config: defaults, and every unknown, mistyped or out-of-range value refused."""
 
 from __future__ import annotations
 
@@ -43,64 +43,70 @@ def test_durations_accept_timedelta_or_seconds() -> None:
 
 def test_config_is_immutable() -> None:
     c = drover.Config()
-    with pytest.raises(AttributeError, match="immutable"):
+    with pytest.raises(AttributeError, match="cannot assign to field 'concurrency'"):
         c.concurrency = 3  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
-    ("fields", "message", "check"),
+    ("fields", "match"),
     [
-        ({"concurrency": 0}, "concurrency must be at least one", ("concurrency", 10)),
-        ({"concurrency": -5}, "concurrency must be at least one", ("concurrency", 10)),
-        ({"lease_duration": 0}, "lease_duration must be at least 1 ms", ("lease_duration", 60)),
+        ({"concurrency": 0}, r"Config.concurrency must be at least 1, not 0"),
+        ({"concurrency": -5}, r"Config.concurrency must be at least 1, not -5"),
+        ({"lease_duration": 0}, r"Config.lease_duration must be at least 1 ms, not 0s"),
+        ({"lease_duration": 0.0005}, r"Config.lease_duration must be at least 1 ms"),
         (
             {"lease_duration": 10, "heartbeat_interval": 10},
-            "heartbeat interval must be shorter than the lease",
-            ("heartbeat_interval", 10 / 3),
+            r"Config.heartbeat_interval must be positive and shorter than the lease \(10s\)",
         ),
-        ({"queues": {"a": 0}}, "queue weight must be at least one", ("queues", {"a": 1})),
+        ({"heartbeat_interval": 0}, r"Config.heartbeat_interval must be positive"),
+        ({"heartbeat_interval": -1}, r"Config.heartbeat_interval must be positive"),
+        ({"poll_interval": 0}, r"Config.poll_interval must be positive, not 0s"),
+        ({"poll_interval": -1}, r"Config.poll_interval must be positive, not -1s"),
+        ({"rescue_interval": -1}, r"Config.rescue_interval must be positive"),
+        ({"prune_interval": 0}, r"Config.prune_interval must be positive"),
+        ({"shutdown_timeout": -3}, r"Config.shutdown_timeout must not be negative, not -3s"),
+        ({"queues": {}}, r"Config.queues must name at least one queue"),
+        ({"queues": {"a": 0}}, r"Config.queues\['a'\]: weight must be between 1 and 100000, not 0"),
         (
-            {"queues": {"a": 10**9}},
-            "queue weight is above the maximum",
-            ("queues", {"a": 100_000}),
+            {"queues": {"ok": 1, "bulk": 10**9}},
+            r"Config.queues\['bulk'\]: weight must be between 1 and 100000, not 1000000000",
         ),
+        ({"poll_interval": 1e300}, r"Config.poll_interval is too large"),
     ],
 )
-def test_tuning_values_are_corrected_with_a_warning(
-    caplog: pytest.LogCaptureFixture,
-    fields: dict[str, object],
-    message: str,
-    check: tuple[str, object],
+def test_out_of_range_values_are_refused_naming_the_field(
+    caplog: pytest.LogCaptureFixture, fields: dict[str, object], match: str
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="drover"):
-        c = drover.Config(**fields)  # type: ignore[arg-type]
-    assert any(message in r.getMessage() for r in caplog.records), caplog.text
-    name, expected = check
-    value = getattr(c, name)
-    if isinstance(value, timedelta):
-        assert value.total_seconds() == pytest.approx(expected)
-    elif name == "queues":
-        assert dict(value) == expected
-    else:
-        assert value == expected
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(drover.ConfigError, match=match) as raised:
+        drover.Config(**fields)  # type: ignore[arg-type]
+    assert isinstance(raised.value, drover.InvalidArgument)
+    assert caplog.records == [], "a refused value is an error, not a log line"
 
 
-@pytest.mark.parametrize(
-    ("fields", "check"),
-    [
-        ({"poll_interval": 0}, ("poll_interval", 1.0)),
-        ({"poll_interval": -1}, ("poll_interval", 1.0)),
-        ({"heartbeat_interval": 0, "lease_duration": 9}, ("heartbeat_interval", 3.0)),
-        ({"rescue_interval": -1, "lease_duration": 9}, ("rescue_interval", 9.0)),
-        ({"shutdown_timeout": -3}, ("shutdown_timeout", 0.0)),
-    ],
-)
-def test_non_positive_values_mean_the_default(
-    fields: dict[str, object], check: tuple[str, float]
-) -> None:
-    c = drover.Config(**fields)  # type: ignore[arg-type]
-    name, expected = check
-    assert getattr(c, name).total_seconds() == pytest.approx(expected)
+def test_replace_checks_again_and_keeps_the_rest() -> None:
+    base = drover.Config(concurrency=4, queues={"b": 2, "a": 1}, lease_duration=30)
+    changed = base.replace(concurrency=8)
+    assert changed.concurrency == 8
+    assert list(changed.queues) == ["a", "b"]
+    assert changed.lease_duration == timedelta(seconds=30)
+    assert changed.heartbeat_interval == timedelta(seconds=10)
+    with pytest.raises(drover.ConfigError, match="concurrency must be at least 1"):
+        base.replace(concurrency=0)
+    with pytest.raises(drover.ConfigError, match="unknown Config field.*concurency"):
+        base.replace(concurency=3)
+
+
+def test_queues_read_back_sorted_and_read_only() -> None:
+    c = drover.Config(queues={"b": 2, "a": 1})
+    assert list(c.queues.items()) == [("a", 1), ("b", 2)]
+    with pytest.raises(TypeError):
+        c.queues["c"] = 3  # type: ignore[index]
+
+
+def test_positional_arguments_are_refused() -> None:
+    with pytest.raises(drover.ConfigError, match="keyword arguments only"):
+        drover.Config(5)  # type: ignore[misc]
 
 
 def _not_callable() -> object:

@@ -11,9 +11,10 @@ from psycopg.rows import tuple_row
 from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
-from drover._db.store import job_get, row_from_db
+from drover._db.rows import row_from_db
+from drover._db.store import job_get
 from drover.errors import DatabaseError, DuplicateJob, InvalidTransition, NotFound
-from drover.job import JobRow, JobState
+from drover.job import CANCELLABLE_STATES, RETRIABLE_STATES, JobRow, JobState
 
 __all__ = ["CANCEL", "RETRY", "OperatorAction", "job_list", "job_operator_transition"]
 
@@ -29,9 +30,9 @@ class OperatorAction:
 
 
 CANCEL = OperatorAction(
-    "cancel", "job_cancel", ("available", "scheduled", "retryable", "dead"), "cancellable"
+    "cancel", "job_cancel", tuple(s.value for s in CANCELLABLE_STATES), "cancellable"
 )
-RETRY = OperatorAction("retry", "job_retry", ("dead",), "dead")
+RETRY = OperatorAction("retry", "job_retry", tuple(s.value for s in RETRIABLE_STATES), "dead")
 
 
 def job_list(

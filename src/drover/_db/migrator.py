@@ -100,7 +100,7 @@ def migrate(source: PoolOrConninfo | Connection) -> list[Migration]:
             )
         while (migration := _apply_next(conn, migrations)) is not None:
             logger.info(
-                "drover: applied migration %s",
+                "applied migration %s",
                 migration.label,
                 extra={"migration": migration.label},
             )

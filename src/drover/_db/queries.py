@@ -17,11 +17,20 @@ from pathlib import Path
 from typing import LiteralString
 
 from drover.errors import MigrationError
+from drover.job import STATE_SETS
 from drover.migrations import Migration
 
-__all__ = ["load_migrations", "parse_migration_name", "parse_queries", "query", "sql_root"]
+__all__ = [
+    "expand_state_sets",
+    "load_migrations",
+    "parse_migration_name",
+    "parse_queries",
+    "query",
+    "sql_root",
+]
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
+_STATE_SET = re.compile(r"\{\{states:([a-z_]+)\}\}")
 _MIGRATION_FILE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.sql$")
 
 
@@ -47,6 +56,25 @@ def _strip_comments(block: str) -> LiteralString:
     return text
 
 
+def expand_state_sets(sql: LiteralString, source: str) -> LiteralString:
+    """Replace each ``{{states:<name>}}`` with that set's quoted states, comma-separated.
+
+    The sets are :data:`drover.job.STATE_SETS`, so a predicate such as
+    ``state IN ({{states:waiting}})`` always lists the states Python means.
+    """
+
+    def quoted(match: re.Match[str]) -> str:
+        states = STATE_SETS.get(match.group(1))
+        if states is None:
+            known = ", ".join(sorted(STATE_SETS))
+            raise RuntimeError(f"{source}: unknown state set {match.group(0)!r}; known: {known}")
+        return ", ".join(f"'{state.value}'" for state in states)
+
+    # The replacement text is drover's own enum values, never input.
+    expanded: LiteralString = _STATE_SET.sub(quoted, sql)
+    return expanded
+
+
 def parse_queries(text: str, source: str) -> dict[str, LiteralString]:
     """Split a queries file into ``{name: sql}`` on ``-- name: x`` lines."""
     named: dict[str, LiteralString] = {}
@@ -56,7 +84,7 @@ def parse_queries(text: str, source: str) -> dict[str, LiteralString]:
         match = _NAME_LINE.match(line.strip())
         if match:
             if current is not None:
-                named[current] = _strip_comments("\n".join(body))
+                named[current] = expand_state_sets(_strip_comments("\n".join(body)), source)
             current = match.group(1)
             if current in named:
                 raise RuntimeError(f"{source}: query {current!r} is defined twice")
@@ -64,7 +92,7 @@ def parse_queries(text: str, source: str) -> dict[str, LiteralString]:
         elif current is not None:
             body.append(line)
     if current is not None:
-        named[current] = _strip_comments("\n".join(body))
+        named[current] = expand_state_sets(_strip_comments("\n".join(body)), source)
     return named
 
 

@@ -19,7 +19,7 @@ from psycopg.rows import tuple_row
 from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
-from drover._db.store import row_from_db
+from drover._db.rows import row_from_db
 from drover.job import JobRow, JobState
 
 __all__ = [

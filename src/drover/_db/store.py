@@ -1,8 +1,9 @@
 """Job queries: the Python side of ``sql/queries/jobs.sql``.
 
-Every function takes the connection to run on and returns drover types. None
-of them commits, rolls back or changes session settings: the caller (the
-client, or the application for ``insert_tx``) owns the transaction.
+Every function takes the connection to run on and returns drover types (built
+by :mod:`drover._db.rows`). None of them commits, rolls back or changes
+session settings: the caller (the client, or the application for
+``insert_tx``) owns the transaction.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, NamedTuple
 
 from psycopg import Cursor
@@ -20,19 +20,18 @@ from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.notify import notify_queues
 from drover._db.queries import query
+from drover._db.rows import new_row, row_from_db
 from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
 
 __all__ = [
     "EncodedBatch",
     "JobInsertParams",
-    "decode_json",
     "duplicate_error",
     "job_get",
     "job_insert",
     "job_insert_many",
     "job_insert_rows",
-    "row_from_db",
 ]
 
 
@@ -63,81 +62,6 @@ class EncodedBatch(NamedTuple):
     """Some item has a time."""
 
 
-# Set by JSONDecoder.__init__ (the C scanner when available) but not in the stubs.
-_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def decode_json(text: str) -> Any:
-    """``json.loads`` for the JSON drover reads back (jsonb as text, or its own encoding).
-
-    Calls the decoder's C scanner directly: ``json.loads`` spends most of its
-    time, for a small document, on the whitespace checks around it, and a
-    claim or a bulk insert decodes one per job. Anything the scanner does not
-    consume whole goes through ``json.loads``, which raises as usual.
-    """
-    try:
-        value, end = _scan_json(text, 0)
-    except StopIteration:
-        return json.loads(text)
-    return value if end == len(text) else json.loads(text)
-
-
-def _number_as_stored(literal: str) -> float | int:
-    # jsonb keeps a number as numeric, with as many decimals as its literal
-    # had after the point, less its exponent: '1e23' has none and comes back
-    # as the integer 100000000000000000000000. Mirror that, so a row built
-    # from the JSON drover sent equals the row read back from the table.
-    mantissa, _, exponent = literal.lower().partition("e")
-    if not exponent:
-        return float(literal)
-    decimals = len(mantissa.partition(".")[2])
-    if decimals - int(exponent) > 0:
-        return float(literal)
-    return int(Decimal(literal))
-
-
-_scan_sent_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(  # type: ignore[attr-defined]
-    parse_float=_number_as_stored
-).scan_once
-
-
-def decode_sent_json(text: str) -> Any:
-    """The value the table will give back for JSON drover wrote (see ``_number_as_stored``)."""
-    try:
-        value, end = _scan_sent_json(text, 0)
-    except StopIteration:
-        return json.loads(text, parse_float=_number_as_stored)
-    return value if end == len(text) else json.loads(text, parse_float=_number_as_stored)
-
-
-# tuple.__new__ skips the named tuple's Python-level __new__: a claim or a bulk
-# insert builds one row per job.
-_tuple_new = tuple.__new__
-
-
-def row_from_db(values: Sequence[Any]) -> JobRow:
-    """Build a JobRow from the 13 columns every job query starts with, jsonb as text."""
-    # Positional, in JobRow's field order.
-    return _tuple_new(
-        JobRow,
-        (
-            values[0],
-            values[1],
-            values[2],
-            decode_json(values[3]),
-            JobState(values[4]),
-            values[5],
-            values[6],
-            decode_json(values[7]),
-            values[8],
-            values[9],
-            values[10],
-            values[11],
-            values[12],
-        ),
-    )
-
-
 def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
     assert params.unique_key is not None
     return DuplicateJob(
@@ -146,36 +70,6 @@ def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
         queue=params.queue,
         kind=params.kind,
         unique_key=params.unique_key,
-    )
-
-
-def _new_row(
-    params: JobInsertParams,
-    id_: int,
-    created_at: datetime,
-    state: JobState = JobState.AVAILABLE,
-    scheduled_at: datetime | None = None,
-) -> JobRow:
-    # A freshly inserted row holds exactly what was sent plus the column
-    # defaults, so only the id and the database clock need to come back.
-    # Positional, in JobRow's field order: a bulk insert builds one per item.
-    return _tuple_new(
-        JobRow,
-        (
-            id_,
-            params.kind,
-            params.queue,
-            decode_sent_json(params.args_json),
-            state,
-            0,
-            params.max_attempts,
-            [],
-            created_at if scheduled_at is None else scheduled_at,
-            None,
-            created_at,
-            None,
-            params.unique_key,
-        ),
     )
 
 
@@ -192,7 +86,7 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
                 (params.kind, params.queue, params.args_json, params.max_attempts, notify),
             )
             id_, created_at, _ = cur.fetchone()  # type: ignore[misc]
-            return _new_row(params, id_, created_at)
+            return new_row(params, id_, created_at)
         cur.execute(
             query("job_insert"),
             (
@@ -209,7 +103,7 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
     if row is None:
         raise duplicate_error(params)
     id_, created_at, state, scheduled_at, _ = row
-    return _new_row(params, id_, created_at, JobState(state), scheduled_at)
+    return new_row(params, id_, created_at, JobState(state), scheduled_at)
 
 
 # json.dumps for a str, minus the encoder object json.dumps sets up per call.
@@ -233,7 +127,7 @@ def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[
         cur.execute(query("job_insert_rows"), (f"[{document}]",))
         found = cur.fetchall()
     return [
-        None if id_ is None else _new_row(p, id_, created_at, JobState(state), scheduled_at)
+        None if id_ is None else new_row(p, id_, created_at, JobState(state), scheduled_at)
         for p, (id_, created_at, state, scheduled_at) in zip(batch, found, strict=True)
     ]
 
@@ -333,12 +227,12 @@ def _copy_direct(
                 for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
                     at = p.scheduled_at
                     if at is None or at <= now:
-                        rows.append(_new_row(p, id_, now))
+                        rows.append(new_row(p, id_, now))
                     else:
-                        rows.append(_new_row(p, id_, now, JobState.SCHEDULED, at))
+                        rows.append(new_row(p, id_, now, JobState.SCHEDULED, at))
             else:
                 rows += [
-                    _new_row(p, id_, now)
+                    new_row(p, id_, now)
                     for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True)
                 ]
     return rows

@@ -19,6 +19,11 @@ MAX_BATCH = 1000
 _RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
+def _ids(batch: list[Outcome]) -> str:
+    shown = ", ".join(str(o.id) for o in batch[:20])
+    return shown if len(batch) <= 20 else f"{shown} and {len(batch) - 20} more"
+
+
 class Completer(ThreadService):
     """Collects outcomes from pool threads and writes whatever has accumulated in one statement.
 
@@ -54,10 +59,25 @@ class Completer(ThreadService):
                 self._queue.put(outcome)
                 return
         self._log.warning(
-            "drover: job is no longer this worker's to finish, discarding this outcome",
-            extra={"job_id": outcome.id, "attempt": outcome.attempt, "reason": "client stopped"},
+            "job %d attempt %d is no longer this worker's to finish (client stopped); "
+            "discarding its %s outcome",
+            outcome.id,
+            outcome.attempt,
+            outcome.state.value,
+            extra={
+                "event": "outcome_discarded",
+                "job_id": outcome.id,
+                "attempt": outcome.attempt,
+                "outcome": outcome.state.value,
+                "reason": "client stopped",
+            },
         )
         self._inflight.remove(outcome.id, outcome.attempt)
+
+    def join_timeout(self, budget: float | None) -> float | None:
+        # Every queued outcome is written before the thread ends (its own
+        # retries are bounded once stopping), so wait for it without limit.
+        return None
 
     def _wake(self) -> None:
         self._queue.put(None)
@@ -96,8 +116,9 @@ class Completer(ThreadService):
                     # Never let the completer die: untrack the batch so a drain
                     # cannot wait on it forever; the rescuer recovers the rows.
                     self._log.error(
-                        "drover: finalize job failed unexpectedly; leaving the jobs "
+                        "recording the outcomes of jobs %s failed unexpectedly; leaving them "
                         "running for the rescuer",
+                        _ids(batch),
                         extra={"jobs": [o.id for o in batch]},
                         exc_info=True,
                     )
@@ -123,7 +144,9 @@ class Completer(ThreadService):
             except DroverError:
                 if attempt >= len(_RETRY_DELAYS) or (self._stopping.is_set() and attempt >= 2):
                     self._log.error(
-                        "drover: finalize job failed; leaving the jobs running for the rescuer",
+                        "recording the outcomes of jobs %s failed; leaving them running for "
+                        "the rescuer",
+                        _ids(batch),
                         extra={"jobs": [o.id for o in batch]},
                         exc_info=True,
                     )
@@ -131,7 +154,10 @@ class Completer(ThreadService):
                         self._inflight.remove(outcome.id, outcome.attempt)
                     return
                 self._log.error(
-                    "drover: finalize job failed; retrying",
+                    "recording the outcomes of %d job(s) failed; retry %d in %ss",
+                    len(batch),
+                    attempt + 1,
+                    _RETRY_DELAYS[attempt],
                     extra={"jobs": len(batch), "retry": attempt + 1},
                     exc_info=True,
                 )
@@ -145,8 +171,16 @@ class Completer(ThreadService):
     def _report(self, recorded: Recorded) -> None:
         outcome = recorded.outcome
         self._log.warning(
-            "drover: job is no longer this worker's to finish, discarding this outcome",
+            "job %d attempt %d is no longer this worker's to finish (%s; it is now %s, "
+            "attempt %s); discarding its %s outcome",
+            outcome.id,
+            outcome.attempt,
+            recorded.result.value,
+            recorded.current_state,
+            recorded.current_attempt,
+            outcome.state.value,
             extra={
+                "event": "outcome_discarded",
                 "job_id": outcome.id,
                 "attempt": outcome.attempt,
                 "outcome": outcome.state.value,

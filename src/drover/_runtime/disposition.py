@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from drover._db.runtime import Outcome
-from drover.errors import Cancel, Snooze
+from drover.errors import ArgsDecodeError, Cancel, Snooze
 from drover.errors import describe_failure as describe
 from drover.job import JobRow, JobState
+from drover.log import JOB, job_args, job_fields
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 
 __all__ = [
@@ -25,18 +26,12 @@ __all__ = [
     "failed",
     "find_signal",
     "handed_back",
-    "job_fields",
 ]
 
 RESCUE_MESSAGE = "drover: lease expired, worker presumed dead"
 HANDBACK_MESSAGE = "drover: worker shut down before this attempt finished"
 
 _fallback_policy = ExponentialRetryPolicy()
-
-
-def job_fields(row: JobRow) -> dict[str, Any]:
-    """The flat ``extra`` keys every job log record carries."""
-    return {"job_id": row.id, "job_kind": row.kind, "queue": row.queue, "attempt": row.attempt}
 
 
 def _timestamp(moment: datetime) -> str:
@@ -87,8 +82,10 @@ def _retry_at(row: JobRow, policy: RetryPolicy, log: logging.Logger) -> datetime
             raise TypeError(f"next_retry returned {at!r}, not a timezone-aware datetime")
     except Exception as exc:
         log.error(
-            "drover: retry policy failed, falling back to the default schedule",
-            extra={**job_fields(row), "error": describe(exc)},
+            "retry policy failed for " + JOB + "; falling back to the default schedule: %s",
+            *job_args(row),
+            describe(exc),
+            extra={**job_fields(row, "retry_policy_failed"), "error": describe(exc)},
             exc_info=True,
         )
         at = _fallback_policy.next_retry(row)
@@ -109,13 +106,19 @@ def failed(
     Order (the same for handlers and the rescuer): a Cancel in the chain ends
     the job cancelled; a Snooze schedules it again with the attempt given back;
     otherwise the failure is recorded and the job is dead once its attempts are
-    used up, else retryable at the policy's time.
+    used up, or at once when no retry can help (stored args that do not
+    validate: :class:`drover.ArgsDecodeError`), else retryable at the policy's
+    time.
     """
-    fields = job_fields(row)
     signal = find_signal(exc) if exc is not None else None
     if isinstance(signal, Snooze):
         run_at = datetime.now(UTC) + signal.delay
-        log.info("drover: job snoozed", extra={**fields, "run_at": run_at.isoformat()})
+        log.info(
+            JOB + " snoozed until %s",
+            *job_args(row),
+            run_at.isoformat(),
+            extra={**job_fields(row, "job_snoozed"), "run_at": run_at.isoformat()},
+        )
         return Outcome(row.id, row.attempt, JobState.SCHEDULED, run_at, give_back=True)
     text = message if message is not None else describe(exc) if exc is not None else "failed"
     trace = None
@@ -125,23 +128,33 @@ def failed(
         # The reason lives on the chained Cancel; keep it next to the outer message.
         text = f"{text} ({describe(signal)})"
     entry = error_entry(row, text, trace)
+    permanent = isinstance(exc, ArgsDecodeError)
     if isinstance(signal, Cancel):
-        log.warning("drover: job cancelled", extra={**fields, "error": text})
+        log.warning(
+            JOB + " cancelled: %s",
+            *job_args(row),
+            text,
+            extra={**job_fields(row, "job_cancelled"), "error": text},
+        )
         return Outcome(row.id, row.attempt, JobState.CANCELLED, error=entry)
-    if row.attempt >= row.max_attempts:
+    if permanent or row.attempt >= row.max_attempts:
         log.error(
-            "drover: job dead",
-            extra={**fields, "error": text, "max_attempts": row.max_attempts},
+            JOB + " dead: %s",
+            *job_args(row),
+            text,
+            extra={**job_fields(row, "job_dead"), "error": text},
         )
         return Outcome(row.id, row.attempt, JobState.DEAD, error=entry)
     retry_at = _retry_at(row, policy, log)
     log.warning(
-        "drover: job failed, retry scheduled",
+        JOB + " failed, retry scheduled at %s: %s",
+        *job_args(row),
+        retry_at.isoformat(),
+        text,
         extra={
-            **fields,
+            **job_fields(row, "job_retry_scheduled"),
             "error": text,
             "retry_at": retry_at.isoformat(),
-            "max_attempts": row.max_attempts,
         },
     )
     return Outcome(row.id, row.attempt, JobState.RETRYABLE, retry_at, error=entry)

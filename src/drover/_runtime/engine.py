@@ -20,8 +20,10 @@ from drover._runtime.pruner import Pruner
 from drover._runtime.refresher import StatsRefresher
 from drover._runtime.rescuer import Rescuer
 from drover._runtime.runner import Runner
+from drover._runtime.service import ThreadService
 from drover.config import Config
 from drover.errors import DrainIncomplete, DroverError
+from drover.log import JOB, job_args, job_fields
 from drover.middleware import Handler
 
 __all__ = ["Engine"]
@@ -30,11 +32,14 @@ __all__ = ["Engine"]
 class Engine:
     """The machinery behind a started client.
 
-    Threads, in start order: the completer, the heartbeat, the rescuer, the
-    job pool (``concurrency`` threads, created on demand) and last the
-    fetcher, so nothing is claimed before everything that handles a claim
-    runs. :meth:`stop` tears them down in the order that loses nothing (see
-    its docstring).
+    :attr:`services` lists the background loops in start order: the
+    completer, the heartbeat, the rescuer, the stats refresher, the pruner
+    and the listener (when configured), and last the fetcher, so nothing is
+    claimed before everything that handles a claim runs. The job pool
+    (``concurrency`` threads) is created on demand. :meth:`start` starts them
+    in that order and, if one fails to start, stops those already running;
+    :meth:`stop` stops them in reverse order, draining after the intake
+    services (see its docstring).
     """
 
     def __init__(
@@ -44,6 +49,7 @@ class Engine:
         config: Config,
         chain: Handler,
         publish_stats: Callable[[QueueStats], None],
+        on_death: Callable[[ThreadService], None],
         client_id: str,
     ) -> None:
         self._pool = pool
@@ -120,6 +126,22 @@ class Engine:
             logger=self._log,
         )
 
+        self.services: list[ThreadService] = [
+            self.completer,
+            self.heartbeat,
+            self.rescuer,
+            self.refresher,
+            *([self.pruner] if self.pruner is not None else []),
+            *([self.listener] if self.listener is not None else []),
+            self.fetcher,
+        ]
+        for service in self.services:
+            service.on_death = on_death
+
+    def dead_services(self) -> list[str]:
+        """The kinds of the services whose thread ended on its own, in start order."""
+        return [s.kind for s in self.services if s.died is not None]
+
     def _dispatch(self, running: Running) -> None:
         # The fetcher only claims for idle slots, so a pool thread is free for
         # this job: nothing waits in the executor's queue while the database
@@ -127,18 +149,22 @@ class Engine:
         self.executor.submit(self.runner.run, running)
 
     def start(self) -> None:
-        self.completer.start()
-        self.heartbeat.start()
-        self.rescuer.start()
-        self.refresher.start()
-        if self.pruner is not None:
-            self.pruner.start()
-        if self.listener is not None:
-            self.listener.start()
-        self.fetcher.start()
+        """Start every service in order; on failure stop the started ones and re-raise."""
+        started: list[ThreadService] = []
+        try:
+            for service in self.services:
+                service.start()
+                started.append(service)
+        except BaseException:
+            for service in reversed(started):
+                service.stop()
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            raise
         c = self._config
         self._log.info(
-            "drover: worker pool started",
+            "worker pool started: concurrency %d, queues %s",
+            c.concurrency,
+            ",".join(f"{q}={w}" for q, w in c.queues.items()),
             extra={
                 "queues": ",".join(f"{q}={w}" for q, w in c.queues.items()),
                 "concurrency": c.concurrency,
@@ -155,37 +181,37 @@ class Engine:
     def stop(self, timeout: float | None) -> DrainIncomplete | None:
         """Stop claiming, drain, hand back what did not finish, then stop the services.
 
-        1. The fetcher stops: no claim starts after this.
+        1. The intake services (fetcher, listener) stop: no claim starts after this.
         2. Wait up to ``timeout`` for every in-flight job to record its outcome
            (the completer and heartbeat keep running meanwhile).
         3. Out of time: cancel the unfinished jobs' contexts and return them to
            the queue in one fenced statement, claimable at once.
-        4. The completer writes what is queued; the heartbeat and rescuer stop;
-           the pool threads are released (abandoned handlers are not waited for).
+        4. The other services stop in reverse start order, the completer last
+           (it writes what is queued); the pool threads are released
+           (abandoned handlers are not waited for).
         """
-        self._log.info("drover: worker pool stopping")
+        self._log.info("worker pool stopping")
         started = time.monotonic()
-        # Normally instant; bounded so a claim stuck on an unresponsive database
-        # cannot hold stop() forever (a late claim is untracked and rescued).
-        self.fetcher.stop(timeout=None if timeout is None else max(timeout, 5.0))
-        if self.listener is not None:
-            self.listener.stop()
+        # Intake first (reverse start order puts the fetcher and the listener
+        # there): no claim starts after this.
+        for service in reversed(self.services):
+            if service.intake:
+                service.stop(timeout=service.join_timeout(timeout))
         remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
         verdict: DrainIncomplete | None = None
         escalated = not self.inflight.wait_empty(remaining)
         if escalated:
             verdict = self._hand_back()
-        self.completer.stop(timeout=None)
-        self.heartbeat.stop()
-        self.rescuer.stop()
-        self.refresher.stop()
-        if self.pruner is not None:
-            self.pruner.stop()
+        # Then the rest, in reverse start order: the completer, first started,
+        # stops last and writes whatever outcomes are still queued.
+        for service in reversed(self.services):
+            if not service.intake:
+                service.stop(timeout=service.join_timeout(timeout))
         # After the budget ran out, never wait for pool threads: a handler that
         # ignores cancellation (even one whose job finished or was taken over)
         # would hold stop() hostage.
         self.executor.shutdown(wait=not escalated, cancel_futures=True)
-        self._log.info("drover: worker pool stopped")
+        self._log.info("worker pool stopped")
         return verdict
 
     def _hand_back(self) -> DrainIncomplete | None:
@@ -195,7 +221,9 @@ class Engine:
         for running in unfinished:
             running.context.cancel("shutdown")
         self._log.warning(
-            "drover: shutdown deadline reached with jobs still running",
+            "shutdown deadline reached with %d job(s) still running: %s",
+            len(unfinished),
+            ", ".join(str(r.row.id) for r in unfinished),
             extra={"jobs": [r.row.id for r in unfinished]},
         )
         outcomes = [disposition.handed_back(r.row) for r in unfinished]
@@ -204,7 +232,8 @@ class Engine:
                 results = job_record_outcomes(conn, outcomes)
         except DroverError:
             self._log.error(
-                "drover: return jobs to the queue failed; the rescuer will recover them",
+                "returning jobs %s to the queue failed; the rescuer will recover them",
+                ", ".join(str(o.id) for o in outcomes),
                 extra={"jobs": [o.id for o in outcomes]},
                 exc_info=True,
             )
@@ -213,14 +242,21 @@ class Engine:
         # meantime: it is not incomplete. One whose write failed is, and stays
         # running for the rescuer.
         moved_on: set[int] = set()
+        rows = {r.row.id: r.row for r in unfinished}
         for recorded in results:
-            fields = {"job_id": recorded.outcome.id, "attempt": recorded.outcome.attempt}
+            row = rows[recorded.outcome.id]
             if recorded.result is WriteResult.APPLIED:
-                self._log.warning("drover: returned an unfinished job to the queue", extra=fields)
+                self._log.warning(
+                    "returned unfinished " + JOB + " to the queue",
+                    *job_args(row),
+                    extra=job_fields(row, "job_handed_back"),
+                )
             else:
                 moved_on.add(recorded.outcome.id)
                 self._log.debug(
-                    "drover: job finished before it could be returned to the queue", extra=fields
+                    JOB + " finished before it could be returned to the queue",
+                    *job_args(row),
+                    extra=job_fields(row, "job_finished_before_hand_back"),
                 )
         for running in unfinished:
             self.inflight.remove(running.row.id, running.row.attempt)

@@ -13,6 +13,7 @@ from drover._db.runtime import job_claim
 from drover._runtime.inflight import InFlight, Running, Slots
 from drover._runtime.service import ThreadService
 from drover.context import JobContext
+from drover.log import JOB, job_args, job_fields
 
 __all__ = ["Fetcher", "weighted_order"]
 
@@ -59,6 +60,7 @@ class Fetcher(ThreadService):
     """
 
     kind = "fetcher"
+    intake = True
 
     def __init__(
         self,
@@ -87,6 +89,12 @@ class Fetcher(ThreadService):
         self.claims = 0
         """Claim round trips made (for tests and stats)."""
 
+    def join_timeout(self, budget: float | None) -> float | None:
+        # Normally instant; bounded so a claim stuck on an unresponsive
+        # database cannot hold stop() forever (a late claim is untracked and
+        # rescued after its lease).
+        return None if budget is None else max(budget, 5.0)
+
     def wake(self) -> None:
         """Cut the current poll sleep short (new work was inserted)."""
         self._wakeup.set()
@@ -106,7 +114,7 @@ class Fetcher(ThreadService):
             except Exception:
                 # Backstop (claims and dispatch handle their own errors): never let
                 # the claim loop die; log, back off one poll interval, go on.
-                self._log.error("drover: fetch round failed", exc_info=True)
+                self._log.error("fetch round failed", exc_info=True)
             finally:
                 self._slots.give_back(taken - claimed)
             if claimed == 0 or failed:
@@ -130,7 +138,9 @@ class Fetcher(ThreadService):
                     rows = job_claim(conn, queue, wanted - claimed, self._lease)
                 self.claims += 1
             except Exception:  # DroverError from the database, or anything unforeseen
-                self._log.error("drover: fetch jobs failed", extra={"queue": queue}, exc_info=True)
+                self._log.error(
+                    "fetch jobs from queue %s failed", queue, extra={"queue": queue}, exc_info=True
+                )
                 return claimed, True
             for row in rows:
                 running = Running(row, JobContext())
@@ -143,8 +153,9 @@ class Fetcher(ThreadService):
                     self._inflight.remove(row.id, row.attempt)
                     self._slots.give_back()
                     self._log.error(
-                        "drover: could not dispatch a claimed job; it will be rescued",
-                        extra={"job_id": row.id, "attempt": row.attempt},
+                        "could not dispatch claimed " + JOB + "; it will be rescued",
+                        *job_args(row),
+                        extra=job_fields(row, "dispatch_failed"),
                         exc_info=True,
                     )
             claimed += len(rows)

@@ -29,6 +29,7 @@ class Listener(ThreadService):
     """
 
     kind = "listener"
+    intake = True
 
     def __init__(
         self,
@@ -70,7 +71,8 @@ class Listener(ThreadService):
                 if self._stopping.is_set():
                     break
                 self._log.error(
-                    "drover: listen for job notifications failed; reconnecting",
+                    "listen for job notifications failed; reconnecting in %ss",
+                    backoff,
                     extra={"retry_in": backoff},
                     exc_info=True,
                 )
@@ -97,4 +99,4 @@ class Listener(ThreadService):
             try:
                 conn.close()
             except Exception:
-                self._log.debug("drover: closing the listen connection failed", exc_info=True)
+                self._log.debug("closing the listen connection failed", exc_info=True)

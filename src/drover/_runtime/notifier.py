@@ -102,7 +102,9 @@ class Notifier(ThreadService):
             self.rounds += 1
         except Exception:
             self._log.error(
-                "drover: notify listeners of insert failed; workers will find the jobs by polling",
+                "notify listeners of insert failed (queues %s); "
+                "workers will find the jobs by polling",
+                ",".join(queues),
                 extra={"queues": queues},
                 exc_info=True,
             )

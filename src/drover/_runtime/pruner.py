@@ -55,5 +55,5 @@ class Pruner(PeriodicService):
                 if count < BATCH:
                     break
         if deleted:
-            self._log.info("drover: pruned finished jobs", extra={"deleted": deleted})
+            self._log.info("pruned %d finished jobs", deleted, extra={"deleted": deleted})
         return deleted

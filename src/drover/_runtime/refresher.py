@@ -59,5 +59,5 @@ class StatsRefresher(PeriodicService):
         try:
             self.run_once()
         except Exception:
-            self._log.warning("drover: refresh queue stats failed", exc_info=True)
+            self._log.warning("refresh queue stats failed", exc_info=True)
         super()._loop()

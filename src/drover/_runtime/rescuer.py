@@ -9,6 +9,7 @@ from drover._db.connections import ConnectionPool, borrow
 from drover._db.runtime import WriteResult, job_claim_expired, job_record_outcomes
 from drover._runtime import disposition
 from drover._runtime.service import PeriodicService
+from drover.log import JOB, job_args, job_fields
 from drover.retry import RetryPolicy
 
 __all__ = ["Rescuer"]
@@ -56,8 +57,9 @@ class Rescuer(PeriodicService):
                 outcomes = []
                 for row in rows:
                     self._log.warning(
-                        "drover: job lease expired, worker presumed dead",
-                        extra={**disposition.job_fields(row), "max_attempts": row.max_attempts},
+                        JOB + " lease expired, worker presumed dead",
+                        *job_args(row),
+                        extra=job_fields(row, "job_lease_expired"),
                     )
                     outcomes.append(
                         disposition.failed(

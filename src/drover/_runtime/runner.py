@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pydantic
 
@@ -13,7 +13,7 @@ from drover._runtime.inflight import InFlight, Running, Slots
 from drover.context import JobContext
 from drover.errors import ArgsDecodeError, UnknownJobKind
 from drover.job import Job, JobRow
-from drover.log import Logging, job_scope
+from drover.log import JOB, Logging, job_args, job_fields, job_scope
 from drover.middleware import Handler, Middleware, compose
 from drover.retry import RetryPolicy
 from drover.worker import Workers
@@ -55,7 +55,7 @@ def _dispatcher(workers: Workers) -> Handler:
 
 def build_chain(
     workers: Workers,
-    middleware: tuple[Middleware, ...],
+    middleware: Sequence[Middleware],
     logger: logging.Logger,
     metrics: Middleware,
 ) -> Handler:
@@ -105,8 +105,9 @@ class Runner:
                 outcome = disposition.completed(row)
         except BaseException:
             self._log.critical(
-                "drover: could not decide a job's outcome; the rescuer will retry it",
-                extra=disposition.job_fields(row),
+                "could not decide the outcome of " + JOB + "; the rescuer will retry it",
+                *job_args(row),
+                extra=job_fields(row, "outcome_undecided"),
                 exc_info=True,
             )
         finally:

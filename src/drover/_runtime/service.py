@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import logging
 import threading
+from collections.abc import Callable
 
 __all__ = ["PeriodicService", "ThreadService"]
 
@@ -14,11 +15,17 @@ class ThreadService(abc.ABC):
 
     ``start`` and ``stop`` are idempotent; ``stop`` tolerates a service that was
     never started. Subclasses implement :meth:`_loop`, which must return soon
-    after ``self._stopping`` is set, and must never let an exception escape: the
-    base class logs one that does and the thread ends, which ``alive`` reports.
+    after ``self._stopping`` is set, and must never let an exception escape.
+    If one does (or the loop returns before it was asked to stop), the base
+    class logs it at CRITICAL, records it in :attr:`died` and calls the
+    ``on_death`` hook, so the client can report it (``/readyz``, a metric)
+    instead of running on without the loop.
     """
 
     kind: str = "service"
+    intake: bool = False
+    """True for services that bring work in (the fetcher, the listener): the
+    engine stops them before it drains, the others after."""
 
     def __init__(self, *, client_id: str, logger: logging.Logger) -> None:
         self._client_id = client_id
@@ -26,6 +33,10 @@ class ThreadService(abc.ABC):
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.died: str | None = None
+        """Why the loop ended on its own (an exception's description), else None."""
+        self.on_death: Callable[[ThreadService], None] | None = None
+        """Called once, on the dying thread, after :attr:`died` is set."""
 
     @property
     def thread_name(self) -> str:
@@ -43,6 +54,10 @@ class ThreadService(abc.ABC):
             self._thread = threading.Thread(target=self._main, name=self.thread_name, daemon=True)
             self._thread.start()
 
+    def join_timeout(self, budget: float | None) -> float | None:
+        """How long the engine waits for this thread at stop, given the drain budget."""
+        return 10.0
+
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Ask the loop to stop and wait up to ``timeout`` seconds; True once it ended."""
         self._stopping.set()
@@ -56,7 +71,9 @@ class ThreadService(abc.ABC):
         thread.join(timeout)
         if thread.is_alive():
             self._log.warning(
-                "drover: background thread did not stop in time",
+                "background thread %s did not stop within %ss",
+                thread.name,
+                timeout,
                 extra={"thread_name": thread.name, "timeout": timeout},
             )
             return False
@@ -68,12 +85,34 @@ class ThreadService(abc.ABC):
     def _main(self) -> None:
         try:
             self._loop()
-        except BaseException:
+        except BaseException as exc:
             self._log.critical(
-                "drover: background thread died",
-                extra={"thread_name": self.thread_name},
+                "background thread %s died; its service (%s) no longer runs",
+                self.thread_name,
+                self.kind,
+                extra={"thread_name": self.thread_name, "service": self.kind},
                 exc_info=True,
             )
+            self._died(f"{type(exc).__qualname__}: {exc}" if str(exc) else type(exc).__qualname__)
+        else:
+            if not self._stopping.is_set():
+                self._log.critical(
+                    "background thread %s ended before it was stopped; "
+                    "its service (%s) no longer runs",
+                    self.thread_name,
+                    self.kind,
+                    extra={"thread_name": self.thread_name, "service": self.kind},
+                )
+                self._died("its loop returned before stop")
+
+    def _died(self, reason: str) -> None:
+        self.died = reason
+        hook = self.on_death
+        if hook is not None:
+            try:
+                hook(self)
+            except Exception:
+                self._log.exception("reporting the death of %s failed", self.thread_name)
 
     @abc.abstractmethod
     def _loop(self) -> None: ...
@@ -99,7 +138,9 @@ class PeriodicService(ThreadService):
             except Exception:
                 self._log.log(
                     self.failure_level,
-                    f"drover: {self.action} failed; trying again next interval",
+                    "%s failed; trying again in %ss",
+                    self.action,
+                    self._interval,
                     extra={"thread_name": self.thread_name, "action": self.action},
                     exc_info=True,
                 )

@@ -1,4 +1,4 @@
-"""drover's seven metric families on a per-client registry."""
+"""drover's metric families on a per-client registry."""
 
 from __future__ import annotations
 
@@ -9,17 +9,21 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from drover import job
 from drover.context import JobContext
 from drover.errors import ConfigError
 from drover.job import JobRow
 from drover.middleware import Handler
 
-__all__ = ["DURATION_BUCKETS", "PUBLISHED_STATES", "Metrics"]
+__all__ = ["DURATION_BUCKETS", "PUBLISHED_STATES", "SERVICES", "Metrics"]
 
 DURATION_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 )  # fmt: skip
-PUBLISHED_STATES = ("available", "scheduled", "retryable", "running", "dead")
+PUBLISHED_STATES = tuple(state.value for state in job.PUBLISHED_STATES)
+SERVICES = (
+    "completer", "heartbeat", "rescuer", "refresher", "pruner", "listener", "fetcher", "notifier",
+)  # fmt: skip
 
 
 class _QueueGauges(Collector):
@@ -75,7 +79,8 @@ class Metrics:
     as failed), one ``drover_job_duration_seconds`` observation, and
     ``drover_jobs_executing`` up then down. From the stats refresher:
     ``drover_queue_depth`` and ``drover_oldest_job_age_seconds``. Constant:
-    ``drover_pool_concurrency``. Job kind is never a label.
+    ``drover_pool_concurrency``. When a background thread dies:
+    ``drover_service_deaths_total{service}``. Job kind is never a label.
     """
 
     def __init__(
@@ -112,6 +117,12 @@ class Metrics:
                 "Configured pool size; compare with drover_jobs_executing for saturation.",
                 registry=registry,
             )
+            self._deaths = Counter(
+                "drover_service_deaths",
+                "Background service threads that ended on their own (the client is not ready).",
+                ["service"],
+                registry=registry,
+            )
             self._queues = _QueueGauges(queues)
             registry.register(self._queues)
         except ValueError as exc:
@@ -120,6 +131,8 @@ class Metrics:
                 f"its own registry ({exc})"
             ) from None
         concurrency_gauge.set(concurrency)
+        for service in SERVICES:
+            self._deaths.labels(service)
         # Configured queues show 0 from the first scrape instead of a missing series.
         for queue in queues:
             self._completed.labels(queue)
@@ -131,6 +144,10 @@ class Metrics:
     ) -> None:
         """Replace the depth and age series with a fresh refresh."""
         self._queues.publish(depth, ages)
+
+    def service_died(self, service: str) -> None:
+        """Count a background service whose thread ended on its own."""
+        self._deaths.labels(service).inc()
 
     def middleware(self, next_handler: Handler) -> Handler:
         """Count, time and track every execution (installed by the client, inside Logging)."""

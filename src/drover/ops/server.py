@@ -9,18 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from drover._address import parse_address
 from drover.errors import ConfigError
 
-__all__ = ["OpsServer", "parse_address"]
-
-
-def parse_address(addr: str) -> tuple[str, int]:
-    """``"127.0.0.1:9090"`` → ``("127.0.0.1", 9090)``; ``"[::1]:9090"`` for IPv6."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"Config.ops_addr must look like host:port, not {addr!r}")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
+__all__ = ["OpsServer"]
 
 
 class _Server(ThreadingHTTPServer):
@@ -83,7 +75,7 @@ class OpsServer:
             do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed
 
             def log_message(self, format: str, *args: object) -> None:
-                log.debug("drover: ops request: " + format, *args)
+                log.debug("ops request: " + format, *args)
 
         try:
             self._server = _Server((host, port), Handler)
