@@ -43,7 +43,7 @@ from drover.job import InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
 from drover.migrations import AppliedMigration, Migration, MigrationStatus
-from drover.queues import QueueState
+from drover.queues import QueueState, QueueSummary
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Worker, Workers
@@ -95,6 +95,7 @@ __all__ = [
     "QueueAge",
     "QueueDepth",
     "QueueState",
+    "QueueSummary",
     "Retention",
     "RetryPolicy",
     "SchemaMissing",

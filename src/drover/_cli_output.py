@@ -8,9 +8,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from drover.inspector import Stats
-from drover.job import JobRow
+from drover.job import PUBLISHED_STATES, JobRow
+from drover.queues import QueueSummary
 
-__all__ = ["job_block", "job_dict", "stats_dict", "table", "timestamp", "to_json"]
+__all__ = [
+    "QUEUE_STATES",
+    "job_block",
+    "job_dict",
+    "queue_dict",
+    "stats_dict",
+    "table",
+    "timestamp",
+    "to_json",
+]
+
+QUEUE_STATES = tuple(s.value for s in PUBLISHED_STATES)
 
 
 def timestamp(moment: datetime | None) -> str | None:
@@ -44,6 +56,17 @@ def stats_dict(stats: Stats) -> dict[str, Any]:
         "depths": [{"queue": d.queue, "state": d.state, "count": d.count} for d in stats.depths],
         "oldest": [{"queue": a.queue, "age_seconds": a.age_seconds} for a in stats.oldest],
         "paused": list(stats.paused),
+    }
+
+
+def queue_dict(summary: QueueSummary) -> dict[str, Any]:
+    """A queue as stable snake_case keys."""
+    return {
+        "name": summary.name,
+        "paused": summary.paused,
+        "paused_at": timestamp(summary.paused_at),
+        "counts": dict(summary.counts),
+        "oldest_age_seconds": summary.oldest_age_seconds,
     }
 
 

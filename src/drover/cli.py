@@ -26,6 +26,7 @@ from drover._cli_common import (
     usage,
 )
 from drover._cli_run import bench_command, demo_command, worker_command
+from drover.queues import check_queue_name
 
 __all__ = ["app", "main"]
 
@@ -41,6 +42,10 @@ app = typer.Typer(
 )
 jobs_app = typer.Typer(help="List and show jobs.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(jobs_app, name="jobs")
+queues_app = typer.Typer(
+    help="List, pause and resume queues.", no_args_is_help=True, rich_markup_mode=None
+)
+app.add_typer(queues_app, name="queues")
 
 
 def _print_version(value: bool) -> None:
@@ -175,11 +180,67 @@ def cancel_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar
     emit(g, f"cancelled job {row.id}\n{out.job_block(row)}", out.job_dict(row))
 
 
-def _check_queue(queue: str) -> None:
+def _check_queue(queue: str, what: str = "--queue") -> None:
     try:
-        drover.InsertOpts(queue=queue)
+        check_queue_name(queue)
     except drover.InvalidInsertOpts as exc:
-        usage(str(exc).replace("InsertOpts.queue", "--queue"))
+        usage(str(exc).replace("queue name", what))
+
+
+# --- queues ------------------------------------------------------------------------------------
+
+
+@queues_app.command("list")
+def queues_list_command(ctx: typer.Context) -> None:
+    """Queues with waiting, running or dead jobs or a pause record, and whether each is paused."""
+    g = get_globals(ctx)
+    with open_inspector(g) as inspector:
+        summaries = inspector.queues()
+    human = out.table(
+        ["QUEUE", "PAUSED_SINCE", *(s.upper() for s in out.QUEUE_STATES), "OLDEST_AGE_SECONDS"],
+        [
+            (
+                q.name,
+                out.timestamp(q.paused_at) or "-",
+                *(q.counts[s] for s in out.QUEUE_STATES),
+                "-" if q.oldest_age_seconds is None else f"{q.oldest_age_seconds:.3f}",
+            )
+            for q in summaries
+        ],
+    )
+    emit(g, human, [out.queue_dict(q) for q in summaries])
+
+
+@queues_app.command("pause")
+def queues_pause_command(
+    ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME")
+) -> None:
+    """Stop every worker from claiming from NAME (running jobs finish); idempotent."""
+    g = get_globals(ctx)
+    _check_queue(name, "queue NAME")
+    with open_inspector(g) as inspector:
+        state = inspector.pause_queue(name)
+    emit(
+        g,
+        f"paused queue {state.name} (since {out.timestamp(state.paused_at)})",
+        {"name": state.name, "paused": True, "paused_at": out.timestamp(state.paused_at)},
+    )
+
+
+@queues_app.command("resume")
+def queues_resume_command(
+    ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME")
+) -> None:
+    """Let workers claim from NAME again; a queue that is not paused is left as it is."""
+    g = get_globals(ctx)
+    _check_queue(name, "queue NAME")
+    with open_inspector(g) as inspector:
+        resumed = inspector.resume_queue(name)
+    emit(
+        g,
+        f"resumed queue {name}" if resumed else f"queue {name} was not paused",
+        {"name": name, "paused": False, "resumed": resumed},
+    )
 
 
 @app.command("enqueue")

@@ -34,28 +34,17 @@ from drover.errors import (
     AlreadyStarted,
     DroverError,
     InvalidArgument,
-    InvalidInsertOpts,
     NotStarted,
 )
 from drover.job import InsertOpts, JobArgs, JobRow
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
-from drover.queues import QueueState
+from drover.queues import QueueState, check_queue_name
 
 __all__ = ["Client", "InsertItem"]
 
 InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
 """An element of ``insert_many``: args alone, or ``(args, opts)``."""
-
-
-def _queue_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise InvalidInsertOpts(f"queue name must be a str, not {type(name).__name__}")
-    try:
-        InsertOpts(queue=name)
-    except InvalidInsertOpts as exc:
-        raise InvalidInsertOpts(str(exc).replace("InsertOpts.queue", "queue name")) from None
-    return name
 
 
 class _Phase(enum.Enum):
@@ -136,25 +125,31 @@ class Client:
 
     # --- queues -----------------------------------------------------------------------------
 
-    def pause_queue(self, name: str) -> None:
+    def pause_queue(self, name: str) -> QueueState:
         """Stop every client from claiming jobs from ``name``, until :meth:`resume_queue`.
 
         Persisted in the database (``drover_queues``), so it applies to all
         clients on this database, including ones started later, from their next
         claim (within one poll interval). Jobs already running finish normally;
-        inserts into a paused queue are accepted and wait. Idempotent.
+        inserts into a paused queue are accepted and wait. Idempotent: pausing
+        a paused queue keeps its first ``paused_at``. Returns the queue's state.
         """
-        queue = _queue_name(name)
+        queue = check_queue_name(name)
         with borrow(self._pool, "pause queue") as conn:
-            queues.queue_pause(conn, queue)
+            return queues.queue_pause(conn, queue)
 
-    def resume_queue(self, name: str) -> None:
-        """Let clients claim from ``name`` again; resuming a queue that is not paused is a no-op."""
-        queue = _queue_name(name)
+    def resume_queue(self, name: str) -> bool:
+        """Let clients claim from ``name`` again; False if it was not paused (a no-op).
+
+        Listening clients (``Config.notify``) are woken at once; others pick
+        the queue up within one poll interval.
+        """
+        queue = check_queue_name(name)
         with borrow(self._pool, "resume queue") as conn:
             resumed = queues.queue_resume(conn, queue)
         if resumed:
             self._nudge()
+        return resumed
 
     def queue_states(self) -> list[QueueState]:
         """Every queue ever paused, by name; ``QueueState.paused`` tells whether it still is."""

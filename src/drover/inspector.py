@@ -13,6 +13,7 @@ from drover._db.store import JobInsertParams, job_get, job_insert
 from drover._encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE
 from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
 from drover.job import MAX_KIND_LENGTH, PUBLISHED_STATES, InsertOpts, JobRow, JobState, _check_name
+from drover.queues import QueueState, QueueSummary, check_queue_name
 
 __all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats"]
 
@@ -76,7 +77,7 @@ def _job_id(job_id: object) -> int:
 
 
 class Inspector:
-    """Operator access to jobs: stats, listing, enqueue, cancel and retry.
+    """Operator access to jobs and queues: stats, listing, enqueue, cancel, retry, pause.
 
     No worker pool and no start/stop. ``pool_or_conninfo`` is a
     ``psycopg_pool.ConnectionPool`` (borrowed, never closed) or a conninfo
@@ -108,6 +109,55 @@ class Inspector:
             oldest=[QueueAge(q, a) for q, a in sorted(snapshot.oldest_age.items())],
             paused=paused,
         )
+
+    def queues(self) -> list[QueueSummary]:
+        """Every queue with a waiting, running or dead job or a pause record, by name.
+
+        Each carries whether it is paused (and since when), its count in each
+        published state and the age of its oldest job claimable now. Read in
+        one connection; like :meth:`stats`, the counts are served by partial
+        indexes and never scan finished jobs.
+        """
+        with borrow(self._pool, "list queues") as conn:
+            snapshot = stats.queue_stats(conn)
+            pauses = {q.name: q for q in queues.queue_list(conn)}
+        names = sorted({q for q, _ in snapshot.depth} | set(snapshot.oldest_age) | set(pauses))
+        return [
+            QueueSummary(
+                name=name,
+                paused_at=pauses[name].paused_at if name in pauses else None,
+                counts={s.value: snapshot.depth.get((name, s.value), 0) for s in PUBLISHED_STATES},
+                oldest_age_seconds=snapshot.oldest_age.get(name),
+            )
+            for name in names
+        ]
+
+    def pause_queue(self, name: str) -> QueueState:
+        """Stop every client from claiming from ``name`` (see :meth:`Client.pause_queue`).
+
+        Idempotent; returns the queue's state. Takes effect on each client's
+        next claim, within one poll interval; running jobs finish normally.
+
+        Raises:
+            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
+        """
+        queue = check_queue_name(name)
+        with borrow(self._pool, "pause queue") as conn:
+            return queues.queue_pause(conn, queue)
+
+    def resume_queue(self, name: str) -> bool:
+        """Let clients claim from ``name`` again; False if it was not paused.
+
+        Wakes listening clients at once (a notification on the queue), so the
+        jobs that waited during the pause start without waiting out a poll
+        interval.
+
+        Raises:
+            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
+        """
+        queue = check_queue_name(name)
+        with borrow(self._pool, "resume queue") as conn:
+            return queues.queue_resume(conn, queue)
 
     def list_jobs(
         self, queue: str | None = None, state: JobState | str | None = None, limit: int = 100

@@ -80,6 +80,9 @@ DATA_COMMANDS = [
     ["retry", "1"],
     ["cancel", "1"],
     ["enqueue", "--kind", "task"],
+    ["queues", "list"],
+    ["queues", "pause", "q"],
+    ["queues", "resume", "q"],
 ]
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from psycopg.rows import tuple_row
 
 from drover._db.connections import Connection
@@ -14,18 +12,17 @@ from drover.queues import QueueState
 __all__ = ["queue_list", "queue_pause", "queue_resume"]
 
 
-def queue_pause(conn: Connection, name: str) -> datetime:
+def queue_pause(conn: Connection, name: str) -> QueueState:
     """Pause ``name`` (idempotent: an already paused queue keeps its first pause time)."""
     with translate(f"pause queue {name!r}"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("queue_pause"), {"name": name})
         row = cur.fetchone()
     assert row is not None
-    paused_at: datetime = row[0]
-    return paused_at
+    return QueueState(*row)
 
 
 def queue_resume(conn: Connection, name: str) -> bool:
-    """Resume ``name``; False when it was not paused."""
+    """Resume ``name`` and wake listening clients; False when it was not paused."""
     with translate(f"resume queue {name!r}"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("queue_resume"), {"name": name})
         return cur.fetchone() is not None
