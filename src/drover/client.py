@@ -19,8 +19,14 @@ from typing import Any, Self
 from prometheus_client import CollectorRegistry
 
 from drover._db import queues, store
-from drover._db.connections import ConnectionPool, borrow, pool_from, resolve_connection
-from drover._db.errors import translate
+from drover._db.connections import (
+    ConnectionPool,
+    borrow,
+    describe_target,
+    pool_from,
+    resolve_connection,
+)
+from drover._db.migrator import migration_status
 from drover._db.stats import QueueStats
 from drover._durations import Duration, to_seconds
 from drover._encode import encode_batch, encode_insert
@@ -35,6 +41,7 @@ from drover.errors import (
     DroverError,
     InvalidArgument,
     NotStarted,
+    SchemaMissing,
 )
 from drover.job import InsertOpts, JobArgs, JobRow
 from drover.ops.metrics import Metrics
@@ -288,13 +295,17 @@ class Client:
     def start(self) -> None:
         """Start running jobs; returns as soon as the pool is running.
 
-        For a pool the client owns, waits (up to the pool's timeout) for a
-        first connection so a wrong URL fails here, not in a background thread.
+        First borrows one connection and reads the schema version, so a wrong
+        URL, a refused login or a database that was never migrated fails here,
+        with its real cause, before any thread starts; the client then stays
+        startable.
 
         Raises:
             drover.AlreadyStarted: the client was started before (even if stopped since).
-            drover.DatabaseError: the client's own pool could not connect; the
-                client stays startable.
+            drover.SchemaMissing: drover's tables are missing or older than
+                this drover; run ``drover migrate``.
+            drover.DatabaseError: the database could not be reached or refused
+                the connection (the message carries the server's reason).
         """
         with self._lifecycle:
             if self._phase is not _Phase.NEW:
@@ -314,9 +325,7 @@ class Client:
                     logger=self._config.logger,
                 )
             try:
-                if self._owns_pool:
-                    with translate("start"):
-                        self._pool.wait(timeout=self._pool.timeout)
+                self._check_schema()
                 # Built and launched under the lock, so a stop() racing this start
                 # either sees NEW (and refuses) or a fully running engine.
                 engine = Engine(
@@ -337,6 +346,29 @@ class Client:
             if ops is not None:
                 ops.start()
                 self._ops = ops
+
+    def _check_schema(self) -> None:
+        # One connection, one read: a wrong URL, a refused login or a missing
+        # schema fails start() with its real cause, before any thread starts.
+        with borrow(self._pool, "start") as conn:
+            status = migration_status(conn)
+        if status.up_to_date:
+            return
+        target = (
+            describe_target(self._pool.conninfo)
+            if isinstance(self._pool.conninfo, str)
+            else "the database"
+        )
+        if not status.applied:
+            raise SchemaMissing(
+                f"start: drover's schema is missing from {target}: run `drover migrate` "
+                "(or drover.migrate(url)) before starting workers"
+            )
+        raise SchemaMissing(
+            f"start: the schema at {target} is at version {status.current_version} but this "
+            f"drover needs {status.pending[-1].version}: run `drover migrate` "
+            "(or drover.migrate(url)) before starting workers"
+        )
 
     def stop(self, timeout: Duration | None = None) -> None:
         """Stop claiming, drain in-flight jobs, and return once each recorded its outcome.

@@ -8,19 +8,23 @@ imported by drover.
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Iterator
-from typing import Any, TypeAlias
+from typing import Any, Self, TypeAlias
 
 import psycopg
 from psycopg import pq
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from drover._db.errors import translate
-from drover.errors import InvalidArgument, NotInTransaction, UnsupportedConnection
+from drover._db.errors import redact, translate
+from drover.errors import DatabaseError, InvalidArgument, NotInTransaction, UnsupportedConnection
 
 __all__ = [
+    "ConnectAttempts",
     "Connection",
     "ConnectionPool",
+    "OwnedPool",
     "PoolOrConninfo",
     "borrow",
     "check_conninfo",
@@ -41,9 +45,83 @@ def _autocommit(conn: Connection) -> None:
     conn.autocommit = True
 
 
-def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> ConnectionPool[Any]:
+# While a pool has not yet shown it can connect, a borrower waits in slices of
+# this long and checks between them whether the pool's last attempt failed, so
+# a refused connection surfaces in a fraction of a second, not after the
+# pool's whole timeout.
+_SLICE = 0.05
+
+
+class ConnectAttempts:
+    """What the latest connection attempts of one pool said, for borrowers to report.
+
+    Written by the pool's worker threads (through the pool's connection
+    class), read by borrowers; each write replaces whole attributes under a
+    lock, and a reader needs only a consistent enough view to choose between
+    waiting and failing.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+        """The exception of the latest failed attempt (kept after a success)."""
+        self.failed_at: float | None = None
+        self.succeeded_at: float | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.error = exc
+            self.failed_at = time.monotonic()
+
+    def succeeded(self) -> None:
+        with self._lock:
+            self.succeeded_at = time.monotonic()
+
+    @property
+    def up(self) -> bool:
+        """The latest attempt succeeded."""
+        ok, failed = self.succeeded_at, self.failed_at
+        return ok is not None and (failed is None or ok >= failed)
+
+    @property
+    def down(self) -> bool:
+        """The latest attempt failed: the database refuses or cannot be reached."""
+        ok, failed = self.succeeded_at, self.failed_at
+        return failed is not None and (ok is None or failed > ok)
+
+
+class OwnedPool(ConnectionPool[Any]):
+    """A pool drover opened itself: it records how its connection attempts end.
+
+    psycopg_pool connects in background threads and only logs why an attempt
+    failed; a borrower would wait out the whole pool timeout and learn only
+    that no connection came. Recording the attempts lets :func:`borrow` fail
+    as soon as the server refuses, with the server's reason.
+    """
+
+    def __init__(self, conninfo: str, **kwargs: Any) -> None:
+        self.attempts = ConnectAttempts()
+        self.target = describe_target(conninfo)
+        """``host:port/dbname``: how messages name the database (never the password)."""
+        attempts = self.attempts
+
+        class RecordingConnection(psycopg.Connection[Any]):
+            @classmethod
+            def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+                try:
+                    conn = super().connect(conninfo, **kwargs)
+                except BaseException as exc:
+                    attempts.failed(exc)
+                    raise
+                attempts.succeeded()
+                return conn
+
+        super().__init__(conninfo, connection_class=RecordingConnection, **kwargs)
+
+
+def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> OwnedPool:
     """Open a pool that drover owns (and will close)."""
-    return ConnectionPool(
+    return OwnedPool(
         conninfo,
         min_size=1,
         max_size=max(1, max_size),
@@ -52,6 +130,43 @@ def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> Con
         name=name,
         timeout=30.0,
     )
+
+
+def _cannot_connect(pool: OwnedPool, action: str) -> DatabaseError:
+    cause = pool.attempts.error
+    reason = redact(str(cause).strip()) if cause is not None else "unknown reason"
+    error = DatabaseError(f"{action}: cannot connect to the database at {pool.target}: {reason}")
+    error.__cause__ = cause
+    return error
+
+
+def _getconn(pool: OwnedPool, timeout: float | None, action: str) -> Connection:
+    """A connection from ``pool``, failing at once (with the reason) while it cannot connect."""
+    budget = pool.timeout if timeout is None else timeout
+    attempts = pool.attempts
+    deadline = time.monotonic() + budget
+    while True:
+        if attempts.down:
+            raise _cannot_connect(pool, action)
+        remaining = deadline - time.monotonic()
+        try:
+            # Once the pool has connected, wait in one piece (fair to other
+            # waiters); until then, in slices that look at the attempts.
+            conn: Connection = pool.getconn(
+                timeout=max(0.001, remaining if attempts.up else min(_SLICE, remaining))
+            )
+            return conn
+        except PoolTimeout:
+            if attempts.down:
+                error = _cannot_connect(pool, action)
+                raise error from error.__cause__
+            if time.monotonic() < deadline:
+                continue
+            stats = pool.get_stats()
+            raise DatabaseError(
+                f"{action}: no database connection became available within {budget:g}s "
+                f"({stats.get('pool_size', 0)} open, all in use; max_size is {pool.max_size})"
+            ) from None
 
 
 @contextlib.contextmanager
@@ -67,6 +182,16 @@ def borrow(
     """
     if isinstance(source, psycopg.Connection):
         yield source
+    elif isinstance(source, OwnedPool):
+        with translate(action):
+            conn = _getconn(source, timeout, action)
+            try:
+                # Commits on success and rolls back on an error, as the pool's
+                # own connection() does; a pool connection is not closed.
+                with conn:
+                    yield conn
+            finally:
+                source.putconn(conn)
     elif isinstance(source, ConnectionPool):
         with translate(action), source.connection(timeout=timeout) as conn:
             yield conn
@@ -179,10 +304,19 @@ def describe_target(conninfo: str) -> str:
 
 
 def pool_from(source: object, *, who: str, max_size: int) -> tuple[ConnectionPool[Any], bool]:
-    """``(pool, owned)``: the caller's pool as is, or a new one opened from a conninfo string."""
+    """``(pool, owned)``: the caller's pool as is, or a new one opened from a conninfo string.
+
+    A conninfo string is parsed first, so a malformed one is an
+    :class:`drover.InvalidArgument` here (without the password), not a
+    connection failure later.
+    """
     if isinstance(source, str):
         if not source.strip():
             raise InvalidArgument(f"{who} needs a conninfo string or URL; got an empty string")
+        try:
+            check_conninfo(source)
+        except ValueError as exc:
+            raise InvalidArgument(f"{who}: {exc}") from None
         return open_pool(source, max_size=max_size), True
     if isinstance(source, ConnectionPool):
         return source, False

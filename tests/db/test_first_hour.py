@@ -1,0 +1,142 @@
+"""What a new user hits first (a wrong URL, a database never migrated) fails fast, saying why."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import psycopg
+import pytest
+from conftest import url_for
+
+import drover
+from drover._db.migrator import _apply_next
+from drover._db.queries import load_migrations
+
+MakeClient = Callable[..., drover.Client]
+PASSWORD = "s3cret-pw"
+REFUSED = f"postgresql://drover:{PASSWORD}@127.0.0.1:1/nowhere?connect_timeout=5"
+FAST = 5.0
+"""Far below the pool's 30 s timeout, which is what a caller used to wait."""
+
+
+class Hello(drover.JobArgs, kind="first_hour_hello"):
+    pass
+
+
+def _timed(call: Callable[[], object]) -> tuple[BaseException, float]:
+    started = time.monotonic()
+    with pytest.raises(drover.DroverError) as raised:
+        call()
+    return raised.value, time.monotonic() - started
+
+
+def test_insert_against_a_refusing_server_fails_at_once_with_the_reason() -> None:
+    client = drover.Client(REFUSED)
+    try:
+        error, elapsed = _timed(lambda: client.insert(Hello()))
+        assert isinstance(error, drover.DatabaseError)
+        assert elapsed < FAST, f"took {elapsed:.1f}s"
+        text = str(error)
+        assert "cannot connect to the database at 127.0.0.1:1/nowhere" in text
+        assert "refused" in text.lower()  # the server's own reason, not a pool timeout
+        assert PASSWORD not in text
+        assert isinstance(error.__cause__, psycopg.OperationalError)
+        # Every later call fails the same way, just as fast.
+        again, elapsed = _timed(lambda: client.insert(Hello()))
+        assert elapsed < FAST and "refused" in str(again).lower()
+    finally:
+        client.close()
+
+
+def test_start_against_a_refusing_server_fails_at_once_and_starts_nothing() -> None:
+    client = drover.Client(REFUSED)
+    try:
+        error, elapsed = _timed(client.start)
+        assert isinstance(error, drover.DatabaseError) and elapsed < FAST
+        assert str(error).startswith("start: cannot connect to the database at 127.0.0.1:1/")
+        assert not client.running
+        assert client.ready() == (False, "not started")
+    finally:
+        client.close()
+
+
+def test_an_unresolvable_port_fails_fast_with_the_reason() -> None:
+    client = drover.Client(f"postgresql://drover:{PASSWORD}@localhost:notaport/db")
+    try:
+        error, elapsed = _timed(lambda: client.insert(Hello()))
+        assert isinstance(error, drover.DatabaseError) and elapsed < FAST
+        assert "localhost:notaport/db" in str(error) and PASSWORD not in str(error)
+    finally:
+        client.close()
+
+
+def test_an_unknown_database_names_it(pg_server: str) -> None:
+    client = drover.Client(url_for(pg_server, "drover_no_such_db"))
+    try:
+        error, elapsed = _timed(lambda: client.insert(Hello()))
+        assert isinstance(error, drover.DatabaseError) and elapsed < FAST
+        assert 'database "drover_no_such_db" does not exist' in str(error)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "conninfo",
+    [
+        f"host=localhost password={PASSWORD} nonsense_option=1",
+        f"dbname='unterminated password={PASSWORD}",
+    ],
+)
+def test_a_malformed_url_is_refused_when_the_client_is_built(conninfo: str) -> None:
+    with pytest.raises(drover.InvalidArgument, match="database URL cannot be parsed") as raised:
+        drover.Client(conninfo)
+    assert PASSWORD not in str(raised.value)
+
+
+def test_start_on_a_database_never_migrated_refuses_naming_drover_migrate(
+    empty_db_url: str,
+) -> None:
+    client = drover.Client(empty_db_url)
+    try:
+        with pytest.raises(drover.SchemaMissing, match="run `drover migrate`") as raised:
+            client.start()
+        assert "schema is missing" in str(raised.value)
+        assert not client.running  # and no drover-* thread runs (the autouse check)
+        # Still startable once the schema is there.
+        drover.migrate(empty_db_url)
+        client.start()
+        assert client.running
+        client.stop(timeout=5)
+    finally:
+        client.close()
+
+
+def test_start_on_an_outdated_schema_refuses_with_both_versions(empty_db_url: str) -> None:
+    migrations = load_migrations()
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        assert _apply_next(conn, migrations[:1]) == migrations[0]
+
+    def enter(client: drover.Client) -> None:
+        with client:
+            pytest.fail("the with block must not be entered")
+
+    for start in (drover.Client.start, enter):
+        client = drover.Client(empty_db_url)
+        try:
+            with pytest.raises(drover.SchemaMissing) as raised:
+                start(client)
+            text = str(raised.value)
+            assert f"at version {migrations[0].version}" in text
+            assert f"needs {migrations[-1].version}" in text
+        finally:
+            client.close()
+
+
+def test_insert_on_a_database_never_migrated_is_schema_missing(empty_db_url: str) -> None:
+    client = drover.Client(empty_db_url)
+    try:
+        with pytest.raises(drover.SchemaMissing, match="drover migrate"):
+            client.insert(Hello())
+    finally:
+        client.close()
