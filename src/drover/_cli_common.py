@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +24,9 @@ __all__ = [
     "fail",
     "get_globals",
     "given_url",
+    "load_client",
+    "load_object",
+    "load_workers",
     "open_inspector",
     "url_of",
     "usage",
@@ -41,6 +46,56 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 def usage(message: str) -> NoReturn:
     fail(message, code=2)
+
+
+def load_object(spec: str, what: str) -> Any:
+    """Import ``module:attribute`` (dotted attributes allowed); usage errors name ``what``."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        usage(f"{what} must look like module:attribute, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`, find the project's own modules
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        usage(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}")
+    try:
+        target: Any = module
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except AttributeError:
+        usage(f"{module_name!r} has no attribute {attribute!r}")
+    return target
+
+
+def load_client(spec: str) -> drover.Client:
+    """The Client an APP spec names: the attribute itself or what calling it returns."""
+    target = load_object(spec, "APP")
+    if not isinstance(target, drover.Client) and callable(target):
+        try:
+            target = target()
+        except drover.DroverError as exc:
+            fail(f"{spec} failed: {exc}")
+    if not isinstance(target, drover.Client):
+        usage(f"{spec} is not a drover.Client or a function returning one")
+    return target
+
+
+def load_workers(spec: str) -> drover.Workers:
+    """The job kinds an ``--app`` spec names: a Workers registry, a Client's, or a factory's."""
+    target = load_object(spec, "--app")
+    if not isinstance(target, drover.Client | drover.Workers) and callable(target):
+        try:
+            target = target()
+        except drover.DroverError as exc:
+            fail(f"{spec} failed: {exc}")
+    if isinstance(target, drover.Client):
+        workers = target.config.workers
+        target.close()  # only its registry is wanted; its pool is not
+        return workers
+    if not isinstance(target, drover.Workers):
+        usage(f"{spec} is not a drover.Client, a drover.Workers or a function returning one")
+    return target
 
 
 def get_globals(ctx: typer.Context) -> Globals:
@@ -79,7 +134,7 @@ def database_error(url: str, exc: drover.DatabaseError) -> NoReturn:
 
 
 @contextmanager
-def open_inspector(g: Globals) -> Iterator[drover.Inspector]:
+def open_inspector(g: Globals, workers: drover.Workers | None = None) -> Iterator[drover.Inspector]:
     """Check the database answers and carries drover's current schema, then open an Inspector."""
     url = url_of(g)
     try:
@@ -94,7 +149,7 @@ def open_inspector(g: Globals) -> Iterator[drover.Inspector]:
             f"the database schema is at version {status.current_version} but this drover "
             f"needs {latest}: run `drover migrate`"
         )
-    inspector = drover.Inspector(url)
+    inspector = drover.Inspector(url, workers=workers)
     try:
         yield inspector
     except drover.DatabaseError as exc:

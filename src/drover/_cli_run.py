@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from typing import Any
 
 import typer
@@ -17,37 +14,12 @@ from drover._cli_common import (
     fail,
     get_globals,
     given_url,
+    load_client,
     url_of,
     usage,
 )
 
 __all__ = ["bench_command", "demo_command", "worker_command"]
-
-
-def _load_client(spec: str) -> drover.Client:
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        usage(f"APP must look like module:attribute, not {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`, find the project's own modules
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        usage(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}")
-    try:
-        target: Any = module
-        for part in attribute.split("."):
-            target = getattr(target, part)
-    except AttributeError:
-        usage(f"{module_name!r} has no attribute {attribute!r}")
-    if not isinstance(target, drover.Client) and callable(target):
-        try:
-            target = target()
-        except drover.DroverError as exc:
-            fail(f"{spec} failed: {exc}")
-    if not isinstance(target, drover.Client):
-        usage(f"{spec} is not a drover.Client or a function returning one")
-    return target
 
 
 def _parse_queues(text: str) -> dict[str, int]:
@@ -72,7 +44,7 @@ def worker_command(
     ),
 ) -> None:
     """Run a Client from your code until SIGINT/SIGTERM, then drain it."""
-    client = _load_client(app_spec)
+    client = load_client(app_spec)
     changes: dict[str, Any] = {}
     if concurrency is not None:
         changes["concurrency"] = concurrency

@@ -21,6 +21,7 @@ from drover._cli_common import (
     emit,
     fail,
     get_globals,
+    load_workers,
     open_inspector,
     url_of,
     usage,
@@ -247,15 +248,27 @@ def queues_resume_command(
 def enqueue_command(
     ctx: typer.Context,
     kind: str = typer.Option(..., "--kind", help="The job kind (selects the worker)."),
-    queue: str = typer.Option("default", "--queue", help="The queue."),
+    queue: str | None = typer.Option(
+        None, "--queue", help="The queue (default: the kind's class default, else 'default')."
+    ),
     args: str = typer.Option("{}", "--args", help="The job's args as JSON."),
     at: str | None = typer.Option(
         None, "--at", help="Run no earlier than this ISO-8601 time (with a time zone)."
     ),
+    max_attempts: int | None = typer.Option(
+        None, "--max-attempts", min=1, max=2**31 - 1, help="Executions before the job is dead."
+    ),
+    app_spec: str | None = typer.Option(
+        None,
+        "--app",
+        help="module:attribute of your Client or Workers: known kinds get their args "
+        "validated and their class's queue and max_attempts defaults.",
+    ),
 ) -> None:
     """Insert a job by kind with JSON args."""
     g = get_globals(ctx)
-    _check_queue(queue)
+    if queue is not None:
+        _check_queue(queue)
     scheduled_at = None
     if at is not None:
         try:
@@ -269,11 +282,14 @@ def enqueue_command(
         drover.Inspector.validate_enqueue(kind, args)
     except drover.InvalidJobArgs as exc:
         usage(str(exc))
-    with open_inspector(g) as inspector:
+    workers = load_workers(app_spec) if app_spec is not None else None
+    if workers is not None and kind not in workers:
+        known = ", ".join(workers.kinds()) or "none"
+        usage(f"--app {app_spec} has no worker for kind {kind!r} (it knows: {known})")
+    opts = drover.InsertOpts(queue=queue, scheduled_at=scheduled_at, max_attempts=max_attempts)
+    with open_inspector(g, workers) as inspector:
         try:
-            row = inspector.enqueue(
-                kind, args, drover.InsertOpts(queue=queue, scheduled_at=scheduled_at)
-            )
+            row = inspector.enqueue(kind, args, opts)
         except drover.InvalidJobArgs as exc:
             usage(str(exc))
     emit(
@@ -356,6 +372,8 @@ _VALUE_OPTIONS = {
     "--jobs",
     "--mode",
     "--batch",
+    "--max-attempts",
+    "--app",
 }
 
 

@@ -7,13 +7,24 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
+import pydantic
+
 from drover._db import inspect, queues, stats
 from drover._db.connections import ConnectionPool, borrow, pool_from
 from drover._db.store import JobInsertParams, job_get, job_insert
-from drover._encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE
+from drover._encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
 from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
-from drover.job import MAX_KIND_LENGTH, PUBLISHED_STATES, InsertOpts, JobRow, JobState, _check_name
+from drover.job import (
+    MAX_KIND_LENGTH,
+    PUBLISHED_STATES,
+    InsertOpts,
+    JobArgs,
+    JobRow,
+    JobState,
+    _check_name,
+)
 from drover.queues import QueueState, QueueSummary, check_queue_name
+from drover.worker import Workers
 
 __all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats"]
 
@@ -68,6 +79,15 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _validated(args_type: type[JobArgs], kind: str, args_json: str) -> JobArgs:
+    try:
+        return args_type.model_validate_json(args_json)
+    except pydantic.ValidationError as exc:
+        raise InvalidJobArgs(
+            f"args for kind {kind!r} do not validate as {args_type.__qualname__}: {exc}"
+        ) from None
+
+
 def _job_id(job_id: object) -> int:
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise InvalidArgument(f"job id must be an int, not {type(job_id).__name__}")
@@ -82,6 +102,9 @@ class Inspector:
     No worker pool and no start/stop. ``pool_or_conninfo`` is a
     ``psycopg_pool.ConnectionPool`` (borrowed, never closed) or a conninfo
     string (a small pool is opened and closed by :meth:`close` / ``with``).
+    ``workers``, when given, is the registry of the application's job kinds:
+    :meth:`enqueue` then validates args of a known kind against its class
+    and applies the class's defaults.
     Thread-safe. Operator writes are conditioned on the job's state, so they
     are safe against a worker finishing the same job at the same moment: one
     of the two wins and the other is refused.
@@ -89,7 +112,14 @@ class Inspector:
 
     __module__ = "drover"
 
-    def __init__(self, pool_or_conninfo: ConnectionPool[Any] | str) -> None:
+    def __init__(
+        self, pool_or_conninfo: ConnectionPool[Any] | str, *, workers: Workers | None = None
+    ) -> None:
+        if workers is not None and not isinstance(workers, Workers):
+            raise InvalidArgument(
+                f"Inspector workers must be a drover.Workers, not {type(workers).__name__}"
+            )
+        self._workers = workers
         self._pool, self._owns_pool = pool_from(pool_or_conninfo, who="Inspector", max_size=2)
 
     def stats(self) -> Stats:
@@ -225,25 +255,35 @@ class Inspector:
         return checked_kind, canonical
 
     def enqueue(self, kind: str, args_json: str, opts: InsertOpts | None = None) -> JobRow:
-        """Insert a job by kind with raw JSON args (any JSON value), for operators and scripts.
+        """Insert a job by kind with raw JSON args, for operators and scripts.
 
         Validation happens before anything is written: an empty kind, args
         that are not JSON, contain a NUL character or exceed 1 MiB are
-        refused with :class:`drover.InvalidJobArgs`. Honours ``opts``
-        (queue, time, unique key, attempts) and wakes listening workers.
+        refused with :class:`drover.InvalidJobArgs`. When the Inspector was
+        given a ``workers`` registry that knows ``kind``, the args must also
+        validate as that kind's args class (the pydantic message says why
+        not), are stored as :meth:`Client.insert` would store them, and the
+        class's ``queue`` and ``max_attempts`` defaults apply where ``opts``
+        leaves them unset; for an unknown kind any JSON value is accepted,
+        with queue ``default`` and 25 attempts. Honours ``opts`` (queue,
+        time, unique key, attempts) and wakes listening workers.
         """
         checked_kind, canonical = self.validate_enqueue(kind, args_json)
         if opts is not None and not isinstance(opts, InsertOpts):
             raise InvalidJobArgs(f"opts must be a drover.InsertOpts, not {type(opts).__name__}")
-        opts = opts or InsertOpts()
-        params = JobInsertParams(
-            kind=checked_kind,
-            queue=opts.queue or DEFAULT_QUEUE,
-            args_json=canonical,
-            max_attempts=opts.max_attempts or DEFAULT_MAX_ATTEMPTS,
-            scheduled_at=opts.scheduled_at,
-            unique_key=opts.unique_key or None,
-        )
+        entry = self._workers.get(checked_kind) if self._workers is not None else None
+        if entry is not None:
+            params = encode_insert(_validated(entry[0], checked_kind, canonical), opts)
+        else:
+            opts = opts or InsertOpts()
+            params = JobInsertParams(
+                kind=checked_kind,
+                queue=opts.queue or DEFAULT_QUEUE,
+                args_json=canonical,
+                max_attempts=opts.max_attempts or DEFAULT_MAX_ATTEMPTS,
+                scheduled_at=opts.scheduled_at,
+                unique_key=opts.unique_key or None,
+            )
         with borrow(self._pool, "enqueue job") as conn:
             return job_insert(conn, params, notify=True)
 

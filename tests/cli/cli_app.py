@@ -3,7 +3,8 @@
 ``python -m drover worker cli_app:client`` (run with ``tests/cli`` as the
 working directory and ``DATABASE_URL`` set) works ``cli_ping`` jobs: each one
 completes at once. ``cli_app:make_client`` is the factory form.
-``NOT_A_CLIENT`` is an attribute the CLI must refuse as an APP.
+``NOT_A_CLIENT`` is an attribute the CLI must refuse as an APP. ``cli_mail``
+has class defaults (queue ``mail``, 3 attempts) for ``drover enqueue --app``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,19 @@ class Ping(drover.JobArgs, kind="cli_ping"):
     note: str = ""
 
 
+class Mail(drover.JobArgs, kind="cli_mail", queue="mail", max_attempts=3):
+    """A kind with class defaults, for ``drover enqueue --app``."""
+
+    to: str
+    template: str = "welcome"
+
+
 workers = drover.Workers()
+
+
+@workers.register
+def mail(job: drover.Job[Mail]) -> None:
+    """Complete at once."""
 
 
 @workers.register

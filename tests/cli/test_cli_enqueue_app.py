@@ -1,0 +1,82 @@
+"""``drover enqueue --app``: the application's registry gives validation and class defaults.
+
+Run as real processes: importing ``cli_app`` opens a client on ``DATABASE_URL``,
+which must not outlive one command (nor leak into this test process).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from jobdb import table_snapshot
+from test_cli import one_line, run
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+CLI_DIR = Path(__file__).resolve().parent
+
+
+def enqueue(url: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``drover --json enqueue ARGV`` from the directory holding ``cli_app.py``."""
+    return run("--json", "enqueue", *argv, url=url, cwd=CLI_DIR)
+
+
+def stored(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    row: dict[str, Any] = json.loads(result.stdout)
+    return row
+
+
+@pytest.mark.parametrize("spec", ["cli_app:workers", "cli_app:client", "cli_app:make_client"])
+def test_a_known_kind_gets_its_class_defaults(db_url: str, conn: Conn, spec: str) -> None:
+    row = stored(enqueue(db_url, "--kind", "cli_mail", "--app", spec, "--args", '{"to": "a@b"}'))
+    assert (row["queue"], row["max_attempts"]) == ("mail", 3)
+    assert row["args"] == {"to": "a@b", "template": "welcome"}
+    in_table = conn.execute(
+        "SELECT queue, max_attempts, args FROM drover_jobs WHERE id = %s", (row["id"],)
+    ).fetchone()
+    assert in_table == ("mail", 3, {"to": "a@b", "template": "welcome"})
+
+
+def test_flags_win_over_the_class_defaults(db_url: str) -> None:
+    argv = ["--kind", "cli_mail", "--app", "cli_app:workers", "--args", '{"to": "x@y"}']
+    row = stored(enqueue(db_url, *argv, "--queue", "urgent", "--max-attempts", "7"))
+    assert (row["queue"], row["max_attempts"]) == ("urgent", 7)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--kind", "cli_mail", "--args", "{}"], "do not validate as Mail"),
+        (["--kind", "cli_mail", "--args", '{"to": 5}'], "Input should be a valid string"),
+        (
+            ["--kind", "cli_mial"],
+            "has no worker for kind 'cli_mial' (it knows: cli_mail, cli_ping)",
+        ),
+        (["--kind", "cli_mail", "--app", "cli_app"], "--app must look like module:attribute"),
+        (["--kind", "k", "--app", "no_such_module:x"], "cannot import 'no_such_module'"),
+        (["--kind", "k", "--app", "cli_app:nope"], "has no attribute 'nope'"),
+        (["--kind", "k", "--app", "cli_app:NOT_A_CLIENT"], "is not a drover.Client, a drover.W"),
+    ],
+)
+def test_what_the_app_refuses_is_a_usage_error_that_writes_nothing(
+    db_url: str, conn: Conn, argv: list[str], message: str
+) -> None:
+    if "--app" not in argv:
+        argv = [*argv, "--app", "cli_app:workers"]
+    before = table_snapshot(conn)
+    result = enqueue(db_url, *argv)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert message in result.stderr
+    if "validate" not in message and "valid string" not in message:
+        one_line(result.stderr)
+    assert table_snapshot(conn) == before
+
+
+def test_without_app_the_queue_is_default_and_the_args_raw(db_url: str) -> None:
+    row = stored(enqueue(db_url, "--kind", "cli_mail"))
+    assert (row["queue"], row["max_attempts"], row["args"]) == ("default", 25, {})
