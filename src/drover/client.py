@@ -26,7 +26,7 @@ from drover._db.connections import (
     pool_from,
     resolve_connection,
 )
-from drover._db.migrator import migration_status
+from drover._db.migrator import require_current_schema
 from drover._db.stats import QueueStats
 from drover._durations import Duration, to_seconds
 from drover._encode import encode_batch, encode_insert
@@ -41,7 +41,6 @@ from drover.errors import (
     DroverError,
     InvalidArgument,
     NotStarted,
-    SchemaMissing,
 )
 from drover.job import InsertOpts, JobArgs, JobRow
 from drover.ops.metrics import Metrics
@@ -350,25 +349,10 @@ class Client:
     def _check_schema(self) -> None:
         # One connection, one read: a wrong URL, a refused login or a missing
         # schema fails start() with its real cause, before any thread starts.
+        conninfo = self._pool.conninfo
+        target = describe_target(conninfo) if isinstance(conninfo, str) else "the database"
         with borrow(self._pool, "start") as conn:
-            status = migration_status(conn)
-        if status.up_to_date:
-            return
-        target = (
-            describe_target(self._pool.conninfo)
-            if isinstance(self._pool.conninfo, str)
-            else "the database"
-        )
-        if not status.applied:
-            raise SchemaMissing(
-                f"start: drover's schema is missing from {target}: run `drover migrate` "
-                "(or drover.migrate(url)) before starting workers"
-            )
-        raise SchemaMissing(
-            f"start: the schema at {target} is at version {status.current_version} but this "
-            f"drover needs {status.pending[-1].version}: run `drover migrate` "
-            "(or drover.migrate(url)) before starting workers"
-        )
+            require_current_schema(conn, target, "start")
 
     def stop(self, timeout: Duration | None = None) -> None:
         """Stop claiming, drain in-flight jobs, and return once each recorded its outcome.

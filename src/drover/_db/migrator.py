@@ -10,10 +10,10 @@ from psycopg.rows import tuple_row
 from drover._db.connections import Connection, PoolOrConninfo, borrow
 from drover._db.errors import redact, translate
 from drover._db.queries import load_migrations, query
-from drover.errors import MigrationError
+from drover.errors import MigrationError, SchemaMissing
 from drover.migrations import AppliedMigration, Migration, MigrationStatus
 
-__all__ = ["migrate", "migration_status"]
+__all__ = ["migrate", "migration_status", "require_current_schema"]
 
 logger = logging.getLogger("drover.migrate")
 
@@ -47,6 +47,27 @@ def migration_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
             conn.rollback()  # we only read; leave the connection as idle as we found it
     done = {m.version for m in applied}
     return MigrationStatus(applied, tuple(m for m in migrations if m.version not in done))
+
+
+def require_current_schema(conn: Connection, target: str, action: str) -> None:
+    """Raise :class:`drover.SchemaMissing` unless every migration is applied on ``conn``.
+
+    The message names ``target`` (``host:port/db``), both versions when the
+    schema is behind, and ``drover migrate``.
+    """
+    status = migration_status(conn)
+    if status.up_to_date:
+        return
+    if not status.applied:
+        raise SchemaMissing(
+            f"{action}: drover's schema is missing from {target}: run `drover migrate` "
+            "(or drover.migrate(url)) before starting workers"
+        )
+    raise SchemaMissing(
+        f"{action}: the schema at {target} is at version {status.current_version} but this "
+        f"drover needs {status.pending[-1].version}: run `drover migrate` "
+        "(or drover.migrate(url)) before starting workers"
+    )
 
 
 def _apply_next(conn: Connection, migrations: tuple[Migration, ...]) -> Migration | None:
