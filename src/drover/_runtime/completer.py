@@ -58,20 +58,7 @@ class Completer(ThreadService):
             if self._accepting:
                 self._queue.put(outcome)
                 return
-        self._log.warning(
-            "job %d attempt %d is no longer this worker's to finish (client stopped); "
-            "discarding its %s outcome",
-            outcome.id,
-            outcome.attempt,
-            outcome.state.value,
-            extra={
-                "event": "outcome_discarded",
-                "job_id": outcome.id,
-                "attempt": outcome.attempt,
-                "outcome": outcome.state.value,
-                "reason": "client stopped",
-            },
-        )
+        self._discarded(outcome, "client stopped")
         self._inflight.remove(outcome.id, outcome.attempt)
 
     def join_timeout(self, budget: float | None) -> float | None:
@@ -169,23 +156,29 @@ class Completer(ThreadService):
         self._inflight.remove_many((o.id, o.attempt) for o in batch)
 
     def _report(self, recorded: Recorded) -> None:
-        outcome = recorded.outcome
+        self._discarded(
+            recorded.outcome,
+            f"{recorded.result.value}; it is now {recorded.current_state}, "
+            f"attempt {recorded.current_attempt}",
+            reason=recorded.result.value,
+            current_state=recorded.current_state,
+            current_attempt=recorded.current_attempt,
+        )
+
+    def _discarded(self, outcome: Outcome, why: str, **fields: Any) -> None:
         self._log.warning(
-            "job %d attempt %d is no longer this worker's to finish (%s; it is now %s, "
-            "attempt %s); discarding its %s outcome",
+            "job %d attempt %d is no longer this worker's to finish (%s); "
+            "discarding its %s outcome",
             outcome.id,
             outcome.attempt,
-            recorded.result.value,
-            recorded.current_state,
-            recorded.current_attempt,
+            why,
             outcome.state.value,
             extra={
                 "event": "outcome_discarded",
                 "job_id": outcome.id,
                 "attempt": outcome.attempt,
                 "outcome": outcome.state.value,
-                "reason": recorded.result.value,
-                "current_state": recorded.current_state,
-                "current_attempt": recorded.current_attempt,
+                "reason": why,
+                **fields,
             },
         )
