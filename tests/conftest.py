@@ -32,7 +32,7 @@ from drover._db.embedded import embedded_postgres
 
 def _docker_answers() -> bool:
     try:
-        import docker  # type: ignore[import-untyped]
+        import docker
 
         docker.from_env(timeout=2).ping()
     except Exception:

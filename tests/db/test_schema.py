@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import cast
 
 import psycopg
 import pytest
@@ -249,7 +250,8 @@ def test_queues_table(conn: psycopg.Connection[tuple[object, ...]]) -> None:
 def test_jobs_table_autovacuum_settings(conn: psycopg.Connection[tuple[object, ...]]) -> None:
     row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'drover_jobs'").fetchone()
     assert row is not None
-    options = dict(str(o).split("=") for o in row[0])
+    reloptions = cast(list[str], row[0])
+    options = dict(o.split("=", 1) for o in reloptions)
     assert options["autovacuum_vacuum_scale_factor"] == "0.02"
     assert options["autovacuum_analyze_scale_factor"] == "0.02"
     assert options["autovacuum_vacuum_insert_scale_factor"] == "0.02"

@@ -83,9 +83,13 @@ def _job_records(
 def _shape(records: list[logging.LogRecord]) -> list[tuple[str, int]]:
     """Each record's ``event`` and level, after checking its text names the job."""
     for r in records:
-        job = f"job {r.job_id} ({r.job_kind}, queue {r.queue}, attempt {r.attempt}/"
+        fields = vars(r)
+        job = (
+            f"job {fields['job_id']} ({fields['job_kind']}, queue {fields['queue']}, "
+            f"attempt {fields['attempt']}/"
+        )
         assert r.getMessage().startswith(job), r.getMessage()
-    return [(r.event, r.levelno) for r in records]
+    return [(vars(r)["event"], r.levelno) for r in records]
 
 
 def _assert_job_fields(record: logging.LogRecord, job_id: int, queue: str = "default") -> None:

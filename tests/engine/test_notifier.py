@@ -451,7 +451,7 @@ def test_a_failed_round_is_logged_and_the_next_one_is_sent(
     (record,) = poll(failure_logged, DEADLINE, message="the failed round logged at ERROR")
     assert record.exc_info is not None
     assert isinstance(record.exc_info[1], drover.DatabaseError)
-    assert record.queues == ["lost"]  # type: ignore[attr-defined]
+    assert getattr(record, "queues", None) == ["lost"]
     # The insert itself stood; the thread lives on.
     assert client.get_job(first.id) is not None
     assert job_visible(conn, first.id)

@@ -106,7 +106,7 @@ def test_queues_read_back_sorted_and_read_only() -> None:
 
 def test_positional_arguments_are_refused() -> None:
     with pytest.raises(drover.ConfigError, match="keyword arguments only"):
-        drover.Config(5)  # type: ignore[misc]
+        drover.Config(5)  # type: ignore[call-arg, arg-type]
 
 
 def _not_callable() -> object:

@@ -51,14 +51,14 @@ def test_job_rows_are_immutable_named_tuples() -> None:
 def test_missing_or_empty_kind_fails_at_class_definition(kwargs: dict[str, str]) -> None:
     with pytest.raises(TypeError, match="kind"):
 
-        class NoKind(drover.JobArgs, **kwargs):  # type: ignore[call-arg]
+        class NoKind(drover.JobArgs, **kwargs):
             pass
 
 
 def test_non_string_kind_fails_at_class_definition() -> None:
     with pytest.raises(TypeError, match="must be a str"):
 
-        class BadKind(drover.JobArgs, kind=3):  # type: ignore[arg-type]
+        class BadKind(drover.JobArgs, kind=3):
             pass
 
 
@@ -69,7 +69,7 @@ def test_non_string_kind_fails_at_class_definition() -> None:
 def test_bad_class_defaults_fail_at_class_definition(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(TypeError, match=match):
 
-        class Bad(drover.JobArgs, kind="bad", **kwargs):  # type: ignore[arg-type]
+        class Bad(drover.JobArgs, kind="bad", **kwargs):
             pass
 
 

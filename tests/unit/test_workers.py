@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import pytest
 
 import drover
+
+A = TypeVar("A", bound=drover.JobArgs)
 
 
 class SendEmail(drover.JobArgs, kind="send_email"):
@@ -25,7 +28,7 @@ class SendEmailWorker(drover.Worker[SendEmail]):
         self.seen.append(job.args.to)
 
 
-def _job(args: drover.JobArgs) -> drover.Job[drover.JobArgs]:
+def _job(args: A) -> drover.Job[A]:
     return drover.Job(
         id=1,
         kind=args.kind,
@@ -63,7 +66,7 @@ def test_function_worker_from_annotation() -> None:
     assert found[0] is Resize
     found[1].work(_job(Resize(image_id=9)))
     assert calls == [9]
-    resize(_job(Resize(image_id=3)))  # type: ignore[arg-type]  # still a plain function
+    resize(_job(Resize(image_id=3)))  # still a plain function
     assert calls == [9, 3]
 
 
@@ -96,14 +99,14 @@ def test_function_without_a_job_annotation_is_refused() -> None:
     workers = drover.Workers()
     with pytest.raises(drover.ConfigError, match=r"drover.Job\[YourArgs\]"):
 
-        @workers.register
+        @workers.register  # type: ignore[arg-type]
         def untyped(job: int) -> None:
             pass
 
     with pytest.raises(drover.ConfigError, match="exactly one annotated parameter"):
 
-        @workers.register
-        def nothing() -> None:  # type: ignore[type-var]
+        @workers.register  # type: ignore[arg-type]
+        def nothing() -> None:
             pass
 
 
