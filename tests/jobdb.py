@@ -76,11 +76,19 @@ def typed(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
+def invisible(client: drover.Client, job_id: int) -> bool:
+    """True when ``client`` (another connection) cannot see the job: ``get_job`` raises NotFound."""
+    try:
+        client.get_job(job_id)
+    except drover.NotFound:
+        return True
+    return False
+
+
 def assert_stored(client: drover.Client, rows: list[drover.JobRow]) -> None:
     """Each returned row equals, field for field and type for type, what ``get_job`` reads."""
     for row in rows:
-        stored = client.get_job(row.id)
-        assert stored is not None, f"job {row.id} was not stored"
+        stored = client.get_job(row.id)  # NotFound if it was not stored
         assert row == stored
         assert typed(row.args) == typed(stored.args)
         assert type(row.state) is type(stored.state) is drover.JobState

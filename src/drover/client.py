@@ -40,6 +40,7 @@ from drover.errors import (
     AlreadyStarted,
     DroverError,
     InvalidArgument,
+    NotFound,
     NotStarted,
 )
 from drover.job import InsertOpts, JobArgs, JobRow
@@ -267,12 +268,22 @@ class Client:
             return []
         return store.job_insert_many(resolved, batch, caller_tx=True, notify=self._config.notify)
 
-    def get_job(self, job_id: int) -> JobRow | None:
-        """The job's current row, or ``None`` when no job has that id."""
+    def get_job(self, job_id: int) -> JobRow:
+        """The job's current row, read now (a snapshot; it does not follow the job).
+
+        Raises:
+            drover.NotFound: no job has that id (it never existed, or retention
+                deleted it), as :meth:`drover.Inspector.get_job` does.
+            drover.InvalidArgument: ``job_id`` is not an int.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
         if isinstance(job_id, bool) or not isinstance(job_id, int):
             raise InvalidArgument(f"job_id must be an int, not {type(job_id).__qualname__}")
         with borrow(self._pool, "get job") as conn:
-            return store.job_get(conn, job_id)
+            row = store.job_get(conn, job_id)
+        if row is None:
+            raise NotFound(f"job {job_id} does not exist")
+        return row
 
     def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit

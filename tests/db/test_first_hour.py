@@ -140,3 +140,18 @@ def test_insert_on_a_database_never_migrated_is_schema_missing(empty_db_url: str
             client.insert(Hello())
     finally:
         client.close()
+
+
+def test_client_get_job_of_a_missing_job_is_not_found_as_in_the_inspector(db_url: str) -> None:
+    client = drover.Client(db_url)
+    try:
+        row = client.insert(Hello())
+        assert client.get_job(row.id) == row
+        with pytest.raises(drover.NotFound, match=f"job {row.id + 1} does not exist"):
+            client.get_job(row.id + 1)
+        with drover.Inspector(db_url) as inspector, pytest.raises(drover.NotFound):
+            inspector.get_job(row.id + 1)
+        with pytest.raises(drover.InvalidArgument, match="job_id must be an int"):
+            client.get_job("1")  # type: ignore[arg-type]
+    finally:
+        client.close()

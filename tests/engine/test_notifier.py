@@ -453,7 +453,7 @@ def test_a_failed_round_is_logged_and_the_next_one_is_sent(
     assert isinstance(record.exc_info[1], drover.DatabaseError)
     assert getattr(record, "queues", None) == ["lost"]
     # The insert itself stood; the thread lives on.
-    assert client.get_job(first.id) is not None
+    assert client.get_job(first.id).id == first.id
     assert job_visible(conn, first.id)
     assert notifier_threads() == [f"drover-notifier-{client._id}"]
 

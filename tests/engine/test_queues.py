@@ -218,7 +218,6 @@ def test_a_scheduled_job_waits_for_its_time_then_runs_without_a_promoter(
     # Nothing promoted it: it was claimed straight from 'scheduled' by ordinary polling.
     assert fetcher.claims >= 3
     row = worker.get_job(job.id)
-    assert row is not None
     assert (row.attempt, row.scheduled_at) == (1, wanted)
     worker.stop(timeout=5)
 
@@ -243,7 +242,6 @@ def test_a_queue_nobody_works_is_not_an_error(
     poll(lambda: fetcher.claims >= after + 3, message="a few more empty rounds")
 
     row = worker.get_job(orphan.id)
-    assert row is not None
     assert (row.state, row.attempt, row.errors) == (drover.JobState.AVAILABLE, 0, [])
     assert recorder.ran_ids() == {served.id}
     worker.stop(timeout=5)
