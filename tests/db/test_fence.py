@@ -235,31 +235,39 @@ def test_claim_never_takes_running_or_terminal_rows(
     assert _get(conn, job.id).attempt == 0
 
 
-def test_two_concurrent_claimers_take_every_row_exactly_once(
-    client: drover.Client, conn: Conn, db_url: str
-) -> None:
-    ids = {row.id for row in client.insert_many([Task(n=i) for i in range(25)])}
+def _race(db_url: str, take: Callable[[Conn], list[JobRow]], name: str) -> list[int]:
+    """Two threads on their own connections call ``take`` until it returns nothing.
+
+    Started together on a barrier; returns every id either took, in the order taken.
+    """
     barrier = threading.Barrier(2)
-    claimed: list[list[int]] = [[], []]
+    taken: list[list[int]] = [[], []]
     failures: list[BaseException] = []
 
-    def claimer(slot: int) -> None:
+    def racer(slot: int) -> None:
         try:
             with psycopg.connect(db_url, autocommit=True) as own:
                 barrier.wait(timeout=10)
-                while rows := job_claim(own, "default", 3, LEASE):
-                    claimed[slot].extend(r.id for r in rows)
+                while rows := take(own):
+                    taken[slot].extend(r.id for r in rows)
         except BaseException as exc:
             failures.append(exc)
 
-    threads = [threading.Thread(target=claimer, args=(i,), name=f"claimer-{i}") for i in (0, 1)]
+    threads = [threading.Thread(target=racer, args=(i,), name=f"{name}-{i}") for i in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=30)
     assert not failures
     assert not any(t.is_alive() for t in threads)
-    everything = claimed[0] + claimed[1]
+    return taken[0] + taken[1]
+
+
+def test_two_concurrent_claimers_take_every_row_exactly_once(
+    client: drover.Client, conn: Conn, db_url: str
+) -> None:
+    ids = {row.id for row in client.insert_many([Task(n=i) for i in range(25)])}
+    everything = _race(db_url, lambda own: job_claim(own, "default", 3, LEASE), "claimer")
     assert len(everything) == 25
     assert set(everything) == ids
     rows = conn.execute("SELECT state::text, attempt FROM drover_jobs").fetchall()
@@ -567,27 +575,7 @@ def test_two_concurrent_sweeps_never_take_the_same_row(
     ids = {r.id for r in job_claim(conn, "default", 25, LEASE)}
     assert len(ids) == 25
     conn.execute("UPDATE drover_jobs SET leased_until = now() - interval '1 second'")
-    barrier = threading.Barrier(2)
-    swept: list[list[int]] = [[], []]
-    failures: list[BaseException] = []
-
-    def sweeper(slot: int) -> None:
-        try:
-            with psycopg.connect(db_url, autocommit=True) as own:
-                barrier.wait(timeout=10)
-                while rows := job_claim_expired(own, 2, LEASE):
-                    swept[slot].extend(r.id for r in rows)
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=sweeper, args=(i,), name=f"sweeper-{i}") for i in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert not failures
-    assert not any(t.is_alive() for t in threads)
-    everything = swept[0] + swept[1]
+    everything = _race(db_url, lambda own: job_claim_expired(own, 2, LEASE), "sweeper")
     assert len(everything) == 25
     assert set(everything) == ids
     rows = conn.execute(

@@ -570,33 +570,47 @@ def test_the_worker_sees_the_claimed_rows_fields(
 # --- middleware -----------------------------------------------------------------------------------
 
 
-def test_middleware_that_swallows_the_error_completes_the_job(
-    make_client: MakeClient, conn: Conn, poll: Poll
-) -> None:
-    workers = drover.Workers()
-    calls = Counter()
+def _swallow(next_handler: drover.Handler) -> drover.Handler:
+    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+        with contextlib.suppress(ValueError):
+            next_handler(ctx, row)
 
-    @workers.register(args=Task)
-    def fail(job: drover.Job[Task]) -> None:
-        calls.bump()
-        raise ValueError("swallowed")
-
-    def swallow(next_handler: drover.Handler) -> drover.Handler:
-        def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
-            with contextlib.suppress(ValueError):
-                next_handler(ctx, row)
-
-        return handle
-
-    client = _start(make_client, workers, middleware=[swallow])
-    job = client.insert(Task())
-    row = await_job_state(poll, conn, job.id, "completed")
-    assert (row["attempt"], row["errors"]) == (1, [])
-    assert calls.value == 1
+    return handle
 
 
-def test_middleware_that_refuses_fails_the_attempt_and_the_worker_never_runs(
-    make_client: MakeClient, conn: Conn, poll: Poll
+def _refuse(next_handler: drover.Handler) -> drover.Handler:
+    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+        raise PermissionError(f"refused job {row.id}")
+
+    return handle
+
+
+def _twice(next_handler: drover.Handler) -> drover.Handler:
+    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+        next_handler(ctx, row)
+        next_handler(ctx, row)
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("middleware", "worker_fails", "state", "error", "worker_calls"),
+    [
+        pytest.param(_swallow, True, "completed", None, 1, id="swallowing-completes"),
+        pytest.param(_refuse, False, "retryable", "PermissionError: refused job {id}", 0,
+                     id="refusing-fails-and-the-worker-never-runs"),
+        pytest.param(_twice, False, "completed", None, 2, id="calling-next-twice"),
+    ],
+)  # fmt: skip
+def test_what_middleware_does_with_the_call_decides_the_outcome(
+    make_client: MakeClient,
+    conn: Conn,
+    poll: Poll,
+    middleware: drover.Middleware,
+    worker_fails: bool,
+    state: str,
+    error: str | None,
+    worker_calls: int,
 ) -> None:
     workers = drover.Workers()
     calls = Counter()
@@ -604,42 +618,16 @@ def test_middleware_that_refuses_fails_the_attempt_and_the_worker_never_runs(
     @workers.register(args=Task)
     def work(job: drover.Job[Task]) -> None:
         calls.bump()
+        if worker_fails:
+            raise ValueError("swallowed")
 
-    def refuse(next_handler: drover.Handler) -> drover.Handler:
-        def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
-            raise PermissionError(f"refused job {row.id}")
-
-        return handle
-
-    client = _start(make_client, workers, middleware=[refuse], retry_policy=Later())
+    client = _start(make_client, workers, middleware=[middleware], retry_policy=Later())
     job = client.insert(Task())
-    row = await_job_state(poll, conn, job.id, "retryable")
-    assert [(e["attempt"], e["error"]) for e in row["errors"]] == [
-        (1, f"PermissionError: refused job {job.id}")
-    ]
-    assert calls.value == 0
-
-
-def test_middleware_may_call_next_twice(make_client: MakeClient, conn: Conn, poll: Poll) -> None:
-    workers = drover.Workers()
-    calls = Counter()
-
-    @workers.register(args=Task)
-    def work(job: drover.Job[Task]) -> None:
-        calls.bump()
-
-    def twice(next_handler: drover.Handler) -> drover.Handler:
-        def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
-            next_handler(ctx, row)
-            next_handler(ctx, row)
-
-        return handle
-
-    client = _start(make_client, workers, middleware=[twice])
-    job = client.insert(Task())
-    row = await_job_state(poll, conn, job.id, "completed")
-    assert (row["attempt"], row["errors"]) == (1, [])
-    assert calls.value == 2
+    row = await_job_state(poll, conn, job.id, state)
+    expected = [] if error is None else [(1, error.format(id=job.id))]
+    assert row["attempt"] == 1
+    assert [(e["attempt"], e["error"]) for e in row["errors"]] == expected
+    assert calls.value == worker_calls
 
 
 def test_values_set_by_middleware_reach_the_worker(
@@ -711,79 +699,48 @@ def _records(
     ]
 
 
-def test_a_dead_job_logs_an_error(
-    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="drover")
-    workers = drover.Workers()
-
-    @workers.register(args=Task)
-    def fail(job: drover.Job[Task]) -> None:
-        raise ValueError("boom")
-
-    client = _start(make_client, workers)
-    job = client.insert(Task(), drover.InsertOpts(max_attempts=1))
-    await_job_state(poll, conn, job.id, "dead")
-    (record,) = _records(caplog, "job_dead", job.id)
-    assert record.levelno == logging.ERROR
-    assert getattr(record, "error", None) == "ValueError: boom"
-    assert getattr(record, "attempt", None) == 1
-    assert getattr(record, "max_attempts", None) == 1
-    assert getattr(record, "job_kind", None) == "task"
-    assert _records(caplog, "job_retry_scheduled", job.id) == []
-
-
-def test_a_failure_with_attempts_left_logs_a_warning(
-    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="drover")
-    workers = drover.Workers()
-
-    @workers.register(args=Task)
-    def fail(job: drover.Job[Task]) -> None:
-        raise ValueError("boom")
-
-    client = _start(make_client, workers, retry_policy=Later())
-    job = client.insert(Task())
-    row = await_job_state(poll, conn, job.id, "retryable")
-    (record,) = _records(caplog, "job_retry_scheduled", job.id)
-    assert record.levelno == logging.WARNING
-    assert getattr(record, "error", None) == "ValueError: boom"
-    assert getattr(record, "attempt", None) == 1
-    assert getattr(record, "max_attempts", None) == 25
-    retry_at = datetime.fromisoformat(getattr(record, "retry_at", ""))
-    assert retry_at == row["scheduled_at"]
-    assert _records(caplog, "job_dead", job.id) == []
-
-
 @pytest.mark.parametrize(
-    ("signal", "message", "level", "state"),
+    ("raised", "max_attempts", "state", "event", "level", "error"),
     [
-        (drover.Snooze(3600), "job_snoozed", logging.INFO, "scheduled"),
-        (drover.Cancel("no"), "job_cancelled", logging.WARNING, "cancelled"),
+        pytest.param(ValueError("boom"), 1, "dead", "job_dead", logging.ERROR,
+                     "ValueError: boom", id="dead"),
+        pytest.param(ValueError("boom"), 25, "retryable", "job_retry_scheduled",
+                     logging.WARNING, "ValueError: boom", id="retry"),
+        pytest.param(drover.Snooze(3600), 25, "scheduled", "job_snoozed", logging.INFO,
+                     None, id="snooze"),
+        pytest.param(drover.Cancel("no"), 25, "cancelled", "job_cancelled", logging.WARNING,
+                     "job cancelled by handler: no", id="cancel"),
     ],
-    ids=["snooze", "cancel"],
-)
-def test_signals_log_their_disposition_once(
+)  # fmt: skip
+def test_each_disposition_is_logged_once_at_its_level(
     make_client: MakeClient,
     conn: Conn,
     poll: Poll,
     caplog: pytest.LogCaptureFixture,
-    signal: drover.JobSignal,
-    message: str,
-    level: int,
+    raised: BaseException,
+    max_attempts: int,
     state: str,
+    event: str,
+    level: int,
+    error: str | None,
 ) -> None:
     caplog.set_level(logging.INFO, logger="drover")
     workers = drover.Workers()
 
     @workers.register(args=Task)
-    def steer(job: drover.Job[Task]) -> None:
-        raise signal
+    def fail(job: drover.Job[Task]) -> None:
+        raise raised
 
-    client = _start(make_client, workers)
-    job = client.insert(Task())
-    await_job_state(poll, conn, job.id, state)
-    (record,) = _records(caplog, message, job.id)
+    client = _start(make_client, workers, retry_policy=Later())
+    job = client.insert(Task(), drover.InsertOpts(max_attempts=max_attempts))
+    row = await_job_state(poll, conn, job.id, state)
+    (record,) = _records(caplog, event, job.id)
     assert record.levelno == level
-    assert _records(caplog, "job_retry_scheduled", job.id) == []
+    assert getattr(record, "error", None) == error
+    assert getattr(record, "attempt", None) == 1
+    assert getattr(record, "max_attempts", None) == max_attempts
+    assert getattr(record, "job_kind", None) == "task"
+    others = {"job_dead", "job_retry_scheduled", "job_snoozed", "job_cancelled"} - {event}
+    assert [r for r in caplog.records if getattr(r, "event", None) in others] == []
+    if event == "job_retry_scheduled":
+        assert datetime.fromisoformat(getattr(record, "retry_at", "")) == row["scheduled_at"]

@@ -553,15 +553,15 @@ def _race_start_and_stop(pool: psycopg_pool.ConnectionPool[Any]) -> str:
     return outcome
 
 
+def _application_pool(db_url: str, name: str, max_size: int) -> psycopg_pool.ConnectionPool[Any]:
+    """A pool the application owns and hands to a client (which must never close it)."""
+    return psycopg_pool.ConnectionPool(
+        db_url, min_size=1, max_size=max_size, name=name, kwargs={"autocommit": True}, open=True
+    )
+
+
 def test_concurrent_start_and_stop_never_corrupt_state(db_url: str) -> None:
-    with psycopg_pool.ConnectionPool(
-        db_url,
-        min_size=1,
-        max_size=4,
-        name="lifecycle-race",
-        kwargs={"autocommit": True},
-        open=True,
-    ) as pool:
+    with _application_pool(db_url, "lifecycle-race", max_size=4) as pool:
         outcomes = [_race_start_and_stop(pool) for _ in range(50)]
         assert not pool.closed, "a borrowed pool must stay open"
     assert len(outcomes) == 50
@@ -855,14 +855,7 @@ def test_stop_closes_an_owned_pool(make_client: MakeClient) -> None:
 
 
 def test_stop_leaves_a_borrowed_pool_open(db_url: str) -> None:
-    with psycopg_pool.ConnectionPool(
-        db_url,
-        min_size=1,
-        max_size=2,
-        name="lifecycle-borrowed",
-        kwargs={"autocommit": True},
-        open=True,
-    ) as pool:
+    with _application_pool(db_url, "lifecycle-borrowed", max_size=2) as pool:
         client = drover.Client(pool, drover.Config(poll_interval=0.05))
         client.start()
         client.stop(timeout=5)

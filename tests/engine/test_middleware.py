@@ -160,86 +160,45 @@ def test_default_log_format_names_the_job_once_without_a_doubled_prefix(
     assert "drover:drover" not in every
 
 
-def test_a_failing_execution_logs_start_failure_and_one_disposition(
-    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="drover")
-    workers = drover.Workers()
-    _failing_worker(workers, ValueError("boom"))
-    client = _start(make_client, workers)
-    job = client.insert(Task())
-    await_job_state(poll, conn, job.id, "retryable")
-    records = _job_records(caplog, job.id)
-    assert _shape(records) == [
-        (STARTED, logging.INFO),
-        (FAILED, logging.WARNING),
-        (RETRY, logging.WARNING),
-    ]
-    _, failed, retry = records
-    _assert_job_fields(failed, job.id)
-    assert getattr(failed, "error", None) == "ValueError: boom"
-    _assert_duration(failed)
-    assert getattr(retry, "error", None) == "ValueError: boom"
-
-
-def test_a_job_failing_its_last_attempt_logs_dead_once_at_error(
-    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="drover")
-    workers = drover.Workers()
-    _failing_worker(workers, ValueError("last"))
-    client = _start(make_client, workers)
-    job = client.insert(Task(), drover.InsertOpts(max_attempts=1))
-    await_job_state(poll, conn, job.id, "dead")
-    records = _job_records(caplog, job.id)
-    assert _shape(records) == [
-        (STARTED, logging.INFO),
-        (FAILED, logging.WARNING),
-        (DEAD, logging.ERROR),
-    ]
-    assert getattr(records[1], "error", None) == "ValueError: last"
-    _assert_duration(records[1])
-    assert getattr(records[2], "error", None) == "ValueError: last"
-
-
 @pytest.mark.parametrize(
-    ("signal", "state", "error", "disposition"),
+    ("raised", "max_attempts", "state", "error", "disposition", "disposition_error"),
     [
-        (
-            drover.Snooze(3600),
-            "scheduled",
-            "job snoozed for 1:00:00",
-            (SNOOZED, logging.INFO),
-        ),
-        (
-            drover.Cancel("no"),
-            "cancelled",
-            "job cancelled by handler: no",
-            (CANCELLED, logging.WARNING),
-        ),
+        pytest.param(ValueError("boom"), 25, "retryable", "ValueError: boom",
+                     (RETRY, logging.WARNING), "ValueError: boom", id="retry"),
+        pytest.param(ValueError("last"), 1, "dead", "ValueError: last",
+                     (DEAD, logging.ERROR), "ValueError: last", id="dead-at-error"),
+        pytest.param(drover.Snooze(3600), 25, "scheduled", "job snoozed for 1:00:00",
+                     (SNOOZED, logging.INFO), None, id="snooze"),
+        pytest.param(drover.Cancel("no"), 25, "cancelled", "job cancelled by handler: no",
+                     (CANCELLED, logging.WARNING), "job cancelled by handler: no", id="cancel"),
     ],
-    ids=["snooze", "cancel"],
-)
-def test_signals_are_a_failed_execution_for_logging_and_log_their_disposition_once(
+)  # fmt: skip
+def test_a_failed_execution_logs_start_failure_and_its_disposition_once(
     make_client: MakeClient,
     conn: Conn,
     poll: Poll,
     caplog: pytest.LogCaptureFixture,
-    signal: drover.JobSignal,
+    raised: BaseException,
+    max_attempts: int,
     state: str,
     error: str,
     disposition: tuple[str, int],
+    disposition_error: str | None,
 ) -> None:
+    # Signals (snooze, cancel) are a failed execution for logging, too.
     caplog.set_level(logging.INFO, logger="drover")
     workers = drover.Workers()
-    _failing_worker(workers, signal)
+    _failing_worker(workers, raised)
     client = _start(make_client, workers)
-    job = client.insert(Task())
+    job = client.insert(Task(), drover.InsertOpts(max_attempts=max_attempts))
     await_job_state(poll, conn, job.id, state)
     records = _job_records(caplog, job.id)
     assert _shape(records) == [(STARTED, logging.INFO), (FAILED, logging.WARNING), disposition]
-    assert getattr(records[1], "error", None) == error
-    _assert_duration(records[1])
+    _, failed, decided = records
+    _assert_job_fields(failed, job.id)
+    assert getattr(failed, "error", None) == error
+    _assert_duration(failed)
+    assert getattr(decided, "error", None) == disposition_error
 
 
 # --- 2. Logging cannot be configured away ---------------------------------------------------------
@@ -566,42 +525,42 @@ class _Observe:
         assert 0.1 <= self.seen["waited"] < 5.0, self.seen["waited"]
 
 
-@pytest.mark.parametrize("timeout", [0.2, timedelta(seconds=0.2)], ids=["seconds", "timedelta"])
-def test_timeout_cancels_the_context_and_a_returning_handler_completes(
-    make_client: MakeClient, conn: Conn, poll: Poll, timeout: float | timedelta
+@pytest.mark.parametrize(
+    ("timeout", "fail", "state"),
+    [
+        pytest.param(0.2, False, "completed", id="seconds-returning-handler-completes"),
+        pytest.param(timedelta(seconds=0.2), False, "completed", id="timedelta"),
+        pytest.param(0.2, True, "retryable", id="the-handlers-own-error-is-kept"),
+    ],
+)
+def test_timeout_cancels_the_context_and_the_handler_decides_the_outcome(
+    make_client: MakeClient,
+    conn: Conn,
+    poll: Poll,
+    timeout: float | timedelta,
+    fail: bool,
+    state: str,
 ) -> None:
     workers = drover.Workers()
     observe = _Observe()
 
     @workers.register(args=Timed)
-    def work(job: drover.Job[Timed]) -> None:
+    def overrun(job: drover.Job[Timed]) -> None:
         observe.wait_out(job)
+        if job.args.fail:
+            raise ValueError("my own error after the deadline")
 
     client = _start(make_client, workers, middleware=[drover.Timeout(timeout)])
-    job = client.insert(Timed())
-    row = await_job_state(poll, conn, job.id, "completed")
-    assert (row["attempt"], row["errors"]) == (1, [])
+    job = client.insert(Timed(fail=fail))
+    row = await_job_state(poll, conn, job.id, state)
     observe.assert_deadline_hit()
-
-
-def test_timeout_keeps_the_handlers_own_error(
-    make_client: MakeClient, conn: Conn, poll: Poll
-) -> None:
-    workers = drover.Workers()
-    observe = _Observe()
-
-    @workers.register(args=Timed)
-    def overrun_then_raise(job: drover.Job[Timed]) -> None:
-        observe.wait_out(job)
-        raise ValueError("my own error after the deadline")
-
-    client = _start(make_client, workers, middleware=[drover.Timeout(0.2)])
-    job = client.insert(Timed(fail=True))
-    row = await_job_state(poll, conn, job.id, "retryable")
-    observe.assert_deadline_hit()
+    assert row["attempt"] == 1
+    if not fail:
+        assert row["errors"] == []
+        return
     (entry,) = row["errors"]
     assert (entry["attempt"], entry["error"]) == (1, "ValueError: my own error after the deadline")
-    assert "overrun_then_raise" in entry["trace"]
+    assert "overrun" in entry["trace"]
     assert "Timeout" not in entry["trace"].splitlines()[-1]
 
 

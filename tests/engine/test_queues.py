@@ -523,11 +523,21 @@ def test_one_transaction_notifies_each_queue_once(
     assert _notifications(raw_listener, 0.3) == [], "a queue was notified more than once"
 
 
-def test_insert_many_across_two_queues_wakes_a_worker_serving_both(
-    poll: Poll, make_client: MakeClient, recorder: Recorder, conn: Conn
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-worker-on-both", "a-worker-per-queue"])
+def test_insert_many_across_two_queues_wakes_the_workers_of_each(
+    poll: Poll, make_client: MakeClient, recorder: Recorder, conn: Conn, workers: int
 ) -> None:
-    worker = _start_idle_worker(poll, make_client, recorder, queues={"q1": 1, "q2": 1})
-    _wait_listen_backend(poll, conn)
+    # One worker serving both queues, or one per queue: then each needs its
+    # own queue's notification.
+    if workers == 1:
+        started = [_start_idle_worker(poll, make_client, recorder, queues={"q1": 1, "q2": 1})]
+        _wait_listen_backend(poll, conn)
+    else:
+        started = [
+            _start_idle_worker(poll, make_client, recorder, queues={queue: 1})
+            for queue in ("q1", "q2")
+        ]
+        poll(lambda: len(_listen_pids(conn)) == 2, message="both LISTEN backends")
     producer = make_client()
     rows = producer.insert_many(
         [(Tick(n=1), drover.InsertOpts(queue="q1")), (Tick(n=2), drover.InsertOpts(queue="q2"))]
@@ -537,28 +547,9 @@ def test_insert_many_across_two_queues_wakes_a_worker_serving_both(
         timeout=WAKE_BUDGET,
         message="both queues' jobs completed after one batch insert",
     )
-    worker.stop(timeout=5)
-
-
-def test_insert_many_wakes_a_worker_on_each_queue_of_the_batch(
-    poll: Poll, make_client: MakeClient, recorder: Recorder, conn: Conn
-) -> None:
-    # One worker per queue: each needs its own queue's notification.
-    first = _start_idle_worker(poll, make_client, recorder, queues={"q1": 1})
-    second = _start_idle_worker(poll, make_client, recorder, queues={"q2": 1})
-    poll(lambda: len(_listen_pids(conn)) == 2, message="both LISTEN backends")
-    producer = make_client()
-    rows = producer.insert_many(
-        [(Tick(n=1), drover.InsertOpts(queue="q1")), (Tick(n=2), drover.InsertOpts(queue="q2"))]
-    )
-    poll(
-        lambda: _states(conn, [r.id for r in rows]) == {"completed"},
-        timeout=WAKE_BUDGET,
-        message="each worker woken for its queue",
-    )
     assert recorder.queues == {rows[0].id: "q1", rows[1].id: "q2"}
-    first.stop(timeout=5)
-    second.stop(timeout=5)
+    for worker in started:
+        worker.stop(timeout=5)
 
 
 def test_a_notification_for_another_queue_does_not_wake_the_worker(
