@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
+import psycopg_pool
 import pytest
 from conftest import url_for
 
 import drover
+from drover._db.connections import OwnedPool
 from drover._db.migrator import _apply_next
 from drover._db.queries import load_migrations
 
@@ -155,3 +160,51 @@ def test_client_get_job_of_a_missing_job_is_not_found_as_in_the_inspector(db_url
             client.get_job("1")  # type: ignore[arg-type]
     finally:
         client.close()
+
+
+def test_a_pool_that_cannot_grow_still_serves_from_the_connections_it_has(
+    db_url: str, conn: psycopg.Connection[tuple[object, ...]], poll: Callable[..., Any]
+) -> None:
+    # A role allowed one connection: the pool's first connection works, every
+    # attempt to grow is refused. A borrower must wait for the connection in
+    # use to come back, not fail fast as if the database were unreachable.
+    role = f"drover_limited_{os.getpid()}"
+    conn.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+    try:
+        conn.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+        conn.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        client = drover.Client(psycopg.conninfo.make_conninfo(db_url, user=role))
+        try:
+            client.insert(Hello())  # the one connection is open
+            held = threading.Event()
+            release = threading.Event()
+
+            def hold() -> None:
+                with client.pool.connection():
+                    held.set()
+                    release.wait(10)
+
+            holder = threading.Thread(target=hold, name="holder")
+            holder.start()
+            assert held.wait(10)
+            # Make the pool try to grow, and see that attempt refused.
+            with pytest.raises(psycopg_pool.PoolTimeout):
+                client.pool.getconn(timeout=0.5)
+            pool = client.pool
+            assert isinstance(pool, OwnedPool)
+            poll(lambda: pool.attempts.down, message="a refused attempt to grow")
+            assert "too many connections" in str(pool.attempts.error)
+            timer = threading.Timer(1.0, release.set)  # frees it while insert waits
+            timer.start()
+            try:
+                row = client.insert(Hello())
+            finally:
+                release.set()
+                timer.cancel()
+                holder.join(10)
+            assert row.kind == "first_hour_hello"
+        finally:
+            client.close()
+    finally:
+        conn.execute(f"DROP OWNED BY {role}")
+        conn.execute(f"DROP ROLE {role}")

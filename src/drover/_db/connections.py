@@ -67,6 +67,8 @@ class ConnectAttempts:
         """The exception of the latest failed attempt (kept after a success)."""
         self.failed_at: float | None = None
         self.succeeded_at: float | None = None
+        self.live = 0
+        """Connections opened and not yet closed (idle or in use)."""
 
     def failed(self, exc: BaseException) -> None:
         with self._lock:
@@ -76,12 +78,21 @@ class ConnectAttempts:
     def succeeded(self) -> None:
         with self._lock:
             self.succeeded_at = time.monotonic()
+            self.live += 1
+
+    def closed(self) -> None:
+        with self._lock:
+            self.live -= 1
 
     @property
-    def up(self) -> bool:
-        """The latest attempt succeeded."""
-        ok, failed = self.succeeded_at, self.failed_at
-        return ok is not None and (failed is None or ok >= failed)
+    def unreachable(self) -> bool:
+        """The latest attempt failed and the pool holds no connection that may come back.
+
+        A failed attempt alone is not enough: a pool that cannot grow (the
+        server's ``max_connections`` or a role's connection limit) still
+        serves its borrowers from the connections it has.
+        """
+        return self.down and self.live <= 0
 
     @property
     def down(self) -> bool:
@@ -106,6 +117,8 @@ class OwnedPool(ConnectionPool[Any]):
         attempts = self.attempts
 
         class RecordingConnection(psycopg.Connection[Any]):
+            _counted = False
+
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
                 try:
@@ -114,7 +127,16 @@ class OwnedPool(ConnectionPool[Any]):
                     attempts.failed(exc)
                     raise
                 attempts.succeeded()
+                conn._counted = True
                 return conn
+
+            def close(self) -> None:
+                # The pool closes every connection it discards (broken, expired,
+                # surplus) and all of them when it closes.
+                if self._counted:
+                    self._counted = False
+                    attempts.closed()
+                super().close()
 
         super().__init__(conninfo, connection_class=RecordingConnection, **kwargs)
 
@@ -146,18 +168,19 @@ def _getconn(pool: OwnedPool, timeout: float | None, action: str) -> Connection:
     attempts = pool.attempts
     deadline = time.monotonic() + budget
     while True:
-        if attempts.down:
+        if attempts.unreachable:
             raise _cannot_connect(pool, action)
         remaining = deadline - time.monotonic()
         try:
-            # Once the pool has connected, wait in one piece (fair to other
-            # waiters); until then, in slices that look at the attempts.
+            # While the pool holds connections, wait in one piece (fair to
+            # other waiters: one will come back); with none, in slices that
+            # look at how the attempts to open one end.
             conn: Connection = pool.getconn(
-                timeout=max(0.001, remaining if attempts.up else min(_SLICE, remaining))
+                timeout=max(0.001, remaining if attempts.live > 0 else min(_SLICE, remaining))
             )
             return conn
         except PoolTimeout:
-            if attempts.down:
+            if attempts.unreachable:
                 error = _cannot_connect(pool, action)
                 raise error from error.__cause__
             if time.monotonic() < deadline:
