@@ -46,6 +46,7 @@ from drover.migrations import AppliedMigration, Migration, MigrationStatus
 from drover.queues import QueueState, QueueSummary
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
+from drover.schedule import Schedule
 from drover.worker import Worker, Workers
 
 logging.getLogger("drover").addHandler(logging.NullHandler())
@@ -98,6 +99,7 @@ __all__ = [
     "QueueSummary",
     "Retention",
     "RetryPolicy",
+    "Schedule",
     "SchemaMissing",
     "Snooze",
     "Stats",
