@@ -43,6 +43,7 @@ from drover.job import InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
 from drover.migrations import AppliedMigration, Migration, MigrationStatus
+from drover.periodic import PeriodicInfo, PeriodicJob
 from drover.queues import QueueState, QueueSummary
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
@@ -93,6 +94,8 @@ __all__ = [
     "NotFound",
     "NotInTransaction",
     "NotStarted",
+    "PeriodicInfo",
+    "PeriodicJob",
     "QueueAge",
     "QueueDepth",
     "QueueState",

@@ -9,12 +9,14 @@ from typing import Any
 
 from drover.inspector import Stats
 from drover.job import PUBLISHED_STATES, JobRow
+from drover.periodic import PeriodicInfo
 from drover.queues import QueueSummary
 
 __all__ = [
     "QUEUE_STATES",
     "job_block",
     "job_dict",
+    "periodic_dict",
     "queue_dict",
     "stats_dict",
     "table",
@@ -67,6 +69,23 @@ def queue_dict(summary: QueueSummary) -> dict[str, Any]:
         "paused_at": timestamp(summary.paused_at),
         "counts": dict(summary.counts),
         "oldest_age_seconds": summary.oldest_age_seconds,
+    }
+
+
+def periodic_dict(entry: PeriodicInfo) -> dict[str, Any]:
+    """A periodic job as stable snake_case keys."""
+    return {
+        "id": entry.id,
+        "schedule": entry.schedule,
+        "timezone": entry.timezone,
+        "kind": entry.kind,
+        "queue": entry.queue,
+        "next_fire": timestamp(entry.next_fire) if entry.current else None,
+        "last_fire": timestamp(entry.last_fire),
+        "last_job_id": entry.last_job_id,
+        "fired_through": timestamp(entry.fired_through),
+        "current": entry.current,
+        "leader": entry.leader,
     }
 
 

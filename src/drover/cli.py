@@ -47,6 +47,8 @@ queues_app = typer.Typer(
     help="List, pause and resume queues.", no_args_is_help=True, rich_markup_mode=None
 )
 app.add_typer(queues_app, name="queues")
+periodic_app = typer.Typer(help="Periodic jobs.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(periodic_app, name="periodic")
 
 
 def _print_version(value: bool) -> None:
@@ -297,6 +299,35 @@ def enqueue_command(
         f"enqueued job {row.id} (kind {row.kind}, queue {row.queue}, {row.state.value})",
         out.job_dict(row),
     )
+
+
+# --- periodic -----------------------------------------------------------------------------------
+
+
+@periodic_app.command("list")
+def periodic_list_command(ctx: typer.Context) -> None:
+    """Periodic jobs: schedule, zone, next and last fire, and which client leads."""
+    g = get_globals(ctx)
+    with open_inspector(g) as inspector:
+        entries = inspector.periodic()
+        leader = next((e.leader for e in entries if e.leader), None)
+    human = out.table(
+        ["ID", "SCHEDULE", "TIMEZONE", "KIND", "NEXT_FIRE", "LAST_FIRE", "LAST_JOB"],
+        [
+            (
+                e.id + ("" if e.current else " (not in the leader's config)"),
+                e.schedule,
+                e.timezone,
+                e.kind,
+                out.timestamp(e.next_fire) if e.current else "-",
+                out.timestamp(e.last_fire) or "-",
+                e.last_job_id if e.last_job_id is not None else "-",
+            )
+            for e in entries
+        ],
+    )
+    human += f"\n\nleader: {leader or 'none (no client holds the lock)'}"
+    emit(g, human, {"leader": leader, "jobs": [out.periodic_dict(e) for e in entries]})
 
 
 # --- schema ------------------------------------------------------------------------------------

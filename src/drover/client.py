@@ -100,6 +100,7 @@ class Client:
             config.metrics_registry or CollectorRegistry(),
             concurrency=config.concurrency,
             queues=list(config.queues),
+            periodic_ids=[job.id for job in config.periodic_jobs],
         )
         self._chain = build_chain(
             config.workers, config.middleware, config.logger, self._metrics.middleware
@@ -344,6 +345,7 @@ class Client:
                     chain=self._chain,
                     publish_stats=self._publish_stats,
                     on_death=self._service_died,
+                    metrics=self._metrics,
                     client_id=self._id,
                 )
                 engine.start()

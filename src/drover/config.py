@@ -16,6 +16,7 @@ from drover._durations import DurationField
 from drover.errors import ConfigError
 from drover.job import MAX_QUEUE_LENGTH
 from drover.middleware import Middleware
+from drover.periodic import PeriodicJob
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Workers
@@ -125,6 +126,13 @@ class Config:
     prune_interval: DurationField = DurationField(60.0)
     """How often a started client prunes (positive)."""
 
+    periodic_jobs: Sequence[PeriodicJob] = ()
+    """:class:`drover.PeriodicJob` entries to insert on their schedules. Every
+    started client with entries competes to lead (one PostgreSQL advisory
+    lock per database); the leader inserts the ticks, the others stand by
+    and take over within one ``poll_interval`` of losing it. Empty: no
+    scheduler thread, no lock attempts. Ids must be unique."""
+
     def __new__(cls, *args: Any, **fields: Any) -> Self:
         # Runs before the generated __init__, so a misspelt field is a
         # ConfigError naming it rather than a bare TypeError.
@@ -170,6 +178,7 @@ class Config:
             )
         if self.ops_addr:
             parse_address(self.ops_addr, "Config.ops_addr")
+        set_(self, "periodic_jobs", _periodic_jobs(self.periodic_jobs))
         if self.retention is not None and not isinstance(self.retention, Retention):
             raise ConfigError(
                 f"Config.retention must be a drover.Retention or None, not {self.retention!r}"
@@ -264,6 +273,27 @@ def _queues(queues: object) -> Mapping[str, int]:
             )
         result[name] = weight
     return MappingProxyType(result)
+
+
+def _periodic_jobs(entries: object) -> tuple[PeriodicJob, ...]:
+    if isinstance(entries, str) or not isinstance(entries, Sequence):
+        raise ConfigError(
+            "Config.periodic_jobs must be a list of drover.PeriodicJob, "
+            f"not {type(entries).__name__}"
+        )
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, PeriodicJob):
+            raise ConfigError(
+                f"Config.periodic_jobs[{index}] must be a drover.PeriodicJob, not {entry!r}"
+            )
+        if entry.id in seen:
+            raise ConfigError(
+                f"Config.periodic_jobs[{index}] duplicates id {entry.id!r} of "
+                f"Config.periodic_jobs[{seen[entry.id]}]"
+            )
+        seen[entry.id] = index
+    return tuple(entries)
 
 
 def _middleware(middleware: object) -> tuple[Middleware, ...]:

@@ -9,7 +9,7 @@ from typing import Any, Self
 
 import pydantic
 
-from drover._db import inspect, queues, stats
+from drover._db import inspect, periodic, queues, stats
 from drover._db.connections import ConnectionPool, borrow, pool_from
 from drover._db.store import JobInsertParams, job_get, job_insert
 from drover._encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
@@ -23,6 +23,7 @@ from drover.job import (
     JobState,
     _check_name,
 )
+from drover.periodic import PeriodicInfo
 from drover.queues import QueueState, QueueSummary, check_queue_name
 from drover.worker import Workers
 
@@ -97,7 +98,7 @@ def _job_id(job_id: object) -> int:
 
 
 class Inspector:
-    """Operator access to jobs and queues: stats, listing, enqueue, cancel, retry, pause.
+    """Operator access to jobs, queues and periodic jobs, without running any.
 
     No worker pool and no start/stop. ``pool_or_conninfo`` is a
     ``psycopg_pool.ConnectionPool`` (borrowed, never closed) or a conninfo
@@ -161,6 +162,17 @@ class Inspector:
             )
             for name in names
         ]
+
+    def periodic(self) -> list[PeriodicInfo]:
+        """Every periodic job a leader has registered, by id, with who leads now.
+
+        Each entry carries its schedule and zone, its next and last fire
+        times, the job its last tick inserted, and the leader (``None`` while
+        no client holds the lock). ``current`` is False for an entry the
+        current leader does not have, which is therefore not firing.
+        """
+        with borrow(self._pool, "list periodic jobs") as conn:
+            return periodic.periodic_list(conn)
 
     def pause_queue(self, name: str) -> QueueState:
         """Stop every client from claiming from ``name`` (see :meth:`Client.pause_queue`).

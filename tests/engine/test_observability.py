@@ -46,6 +46,8 @@ FAMILIES = {
     "drover_queue_depth": "gauge",
     "drover_oldest_job_age_seconds": "gauge",
     "drover_service_deaths": "counter",
+    "drover_periodic_ticks": "counter",
+    "drover_periodic_leader": "gauge",
 }
 BUCKETS = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf,
@@ -490,6 +492,8 @@ def test_only_drovers_own_families_are_exposed(
         "drover_queue_depth": {"queue", "state"},
         "drover_oldest_job_age_seconds": {"queue"},
         "drover_service_deaths": {"service"},
+        "drover_periodic_ticks": set(),  # no periodic jobs configured: no series
+        "drover_periodic_leader": set(),
     }
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "PoolOrConninfo",
     "borrow",
     "check_conninfo",
+    "dedicated_connect",
     "describe_target",
     "open_pool",
     "pool_from",
@@ -313,6 +314,20 @@ def check_conninfo(conninfo: str, *, connect_timeout: int = 5) -> str:
     if "connect_timeout" in params:
         return conninfo
     return psycopg.conninfo.make_conninfo(conninfo, connect_timeout=connect_timeout)
+
+
+def dedicated_connect(pool: ConnectionPool[Any], action: str) -> Connection:
+    """An autocommit connection of its own, opened with ``pool``'s settings but not from it.
+
+    For session state that must not leak into pooled connections (LISTEN, a
+    session advisory lock) and must end with the connection.
+    """
+    # psycopg_pool accepts callables for both (credentials that rotate).
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    extra = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    kwargs = {**(extra or {}), "autocommit": True}
+    with translate(action):
+        return psycopg.connect(check_conninfo(conninfo), **kwargs)
 
 
 def describe_target(conninfo: str) -> str:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
-from drover._db.connections import Connection
+from drover._db.connections import Connection, dedicated_connect
 from drover._db.errors import translate
 from drover._db.queries import query
 
@@ -29,17 +28,13 @@ def listen_connect(pool: ConnectionPool[Any]) -> Connection:
     Needs session pooling: behind PgBouncer in transaction mode the LISTEN is
     lost and wake-ups silently stop (polling still works).
     """
-    # psycopg_pool accepts callables for both (credentials that rotate).
-    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
-    extra = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
-    kwargs = {**(extra or {}), "autocommit": True}
-    with translate("listen for job notifications"):
-        conn = psycopg.connect(conninfo, **kwargs)
-        try:
+    conn = dedicated_connect(pool, "listen for job notifications")
+    try:
+        with translate("listen for job notifications"):
             conn.execute(query("notify_listen"))
-        except BaseException:
-            conn.close()
-            raise
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 

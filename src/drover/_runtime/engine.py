@@ -20,11 +20,13 @@ from drover._runtime.pruner import Pruner
 from drover._runtime.refresher import StatsRefresher
 from drover._runtime.rescuer import Rescuer
 from drover._runtime.runner import Runner
+from drover._runtime.scheduler import PeriodicScheduler
 from drover._runtime.service import ThreadService
 from drover.config import Config
 from drover.errors import DrainIncomplete, DroverError
 from drover.log import JOB, job_args, job_fields
 from drover.middleware import Handler
+from drover.ops.metrics import Metrics
 
 __all__ = ["Engine"]
 
@@ -33,8 +35,9 @@ class Engine:
     """The machinery behind a started client.
 
     :attr:`services` lists the background loops in start order: the
-    completer, the heartbeat, the rescuer, the stats refresher, the pruner
-    and the listener (when configured), and last the fetcher, so nothing is
+    completer, the heartbeat, the rescuer, the stats refresher, the pruner,
+    the listener and the periodic scheduler (when configured), and last the
+    fetcher, so nothing is
     claimed before everything that handles a claim runs. The job pool
     (``concurrency`` threads) is created on demand. :meth:`start` starts them
     in that order and, if one fails to start, stops those already running;
@@ -50,6 +53,7 @@ class Engine:
         chain: Handler,
         publish_stats: Callable[[QueueStats], None],
         on_death: Callable[[ThreadService], None],
+        metrics: Metrics,
         client_id: str,
     ) -> None:
         self._pool = pool
@@ -117,6 +121,17 @@ class Engine:
                 client_id=client_id,
                 logger=self._log,
             )
+        self.scheduler: PeriodicScheduler | None = None
+        if config.periodic_jobs:
+            self.scheduler = PeriodicScheduler(
+                pool=pool,
+                jobs=config.periodic_jobs,
+                poll_interval=config.poll_interval.total_seconds(),
+                count=metrics.periodic_tick,
+                leading=metrics.periodic_leading,
+                client_id=client_id,
+                logger=self._log,
+            )
         self.rescuer = Rescuer(
             pool=pool,
             interval=config.rescue_interval.total_seconds(),
@@ -133,6 +148,7 @@ class Engine:
             self.refresher,
             *([self.pruner] if self.pruner is not None else []),
             *([self.listener] if self.listener is not None else []),
+            *([self.scheduler] if self.scheduler is not None else []),
             self.fetcher,
         ]
         for service in self.services:

@@ -15,15 +15,17 @@ from drover.errors import ConfigError
 from drover.job import JobRow
 from drover.middleware import Handler
 
-__all__ = ["DURATION_BUCKETS", "PUBLISHED_STATES", "SERVICES", "Metrics"]
+__all__ = ["DURATION_BUCKETS", "PUBLISHED_STATES", "SERVICES", "TICK_OUTCOMES", "Metrics"]
 
 DURATION_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 )  # fmt: skip
 PUBLISHED_STATES = tuple(state.value for state in job.PUBLISHED_STATES)
 SERVICES = (
-    "completer", "heartbeat", "rescuer", "refresher", "pruner", "listener", "fetcher", "notifier",
+    "completer", "heartbeat", "rescuer", "refresher", "pruner", "listener", "periodic", "fetcher",
+    "notifier",
 )  # fmt: skip
+TICK_OUTCOMES = ("enqueued", "duplicate", "failed")
 
 
 class _QueueGauges(Collector):
@@ -80,11 +82,18 @@ class Metrics:
     ``drover_jobs_executing`` up then down. From the stats refresher:
     ``drover_queue_depth`` and ``drover_oldest_job_age_seconds``. Constant:
     ``drover_pool_concurrency``. When a background thread dies:
-    ``drover_service_deaths_total{service}``. Job kind is never a label.
+    ``drover_service_deaths_total{service}``. From the periodic scheduler:
+    ``drover_periodic_ticks_total{id,outcome}`` and ``drover_periodic_leader``.
+    Job kind is never a label.
     """
 
     def __init__(
-        self, registry: CollectorRegistry, *, concurrency: int, queues: Collection[str]
+        self,
+        registry: CollectorRegistry,
+        *,
+        concurrency: int,
+        queues: Collection[str],
+        periodic_ids: Collection[str] = (),
     ) -> None:
         self.registry = registry
         try:
@@ -123,6 +132,17 @@ class Metrics:
                 ["service"],
                 registry=registry,
             )
+            self._ticks = Counter(
+                "drover_periodic_ticks",
+                "Periodic ticks by outcome: enqueued, duplicate (already fired) or failed.",
+                ["id", "outcome"],
+                registry=registry,
+            )
+            self._leader = Gauge(
+                "drover_periodic_leader",
+                "1 while this client leads the periodic scheduler, else 0.",
+                registry=registry,
+            )
             self._queues = _QueueGauges(queues)
             registry.register(self._queues)
         except ValueError as exc:
@@ -133,6 +153,9 @@ class Metrics:
         concurrency_gauge.set(concurrency)
         for service in SERVICES:
             self._deaths.labels(service)
+        for periodic_id in periodic_ids:
+            for outcome in TICK_OUTCOMES:
+                self._ticks.labels(periodic_id, outcome)
         # Configured queues show 0 from the first scrape instead of a missing series.
         for queue in queues:
             self._completed.labels(queue)
@@ -144,6 +167,14 @@ class Metrics:
     ) -> None:
         """Replace the depth and age series with a fresh refresh."""
         self._queues.publish(depth, ages)
+
+    def periodic_tick(self, periodic_id: str, outcome: str) -> None:
+        """Count one periodic tick's outcome."""
+        self._ticks.labels(periodic_id, outcome).inc()
+
+    def periodic_leading(self, leading: bool) -> None:
+        """Set the leader gauge."""
+        self._leader.set(1 if leading else 0)
 
     def service_died(self, service: str) -> None:
         """Count a background service whose thread ended on its own."""

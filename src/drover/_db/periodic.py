@@ -1,0 +1,187 @@
+"""Periodic jobs: the Python side of ``sql/queries/periodic.sql``.
+
+Everything here runs on the scheduler's dedicated connection (autocommit),
+except :func:`periodic_list` and :func:`lock_holders`, which any connection
+may run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg.rows import tuple_row
+
+from drover._db.connections import Connection
+from drover._db.errors import translate
+from drover._db.queries import query
+from drover._db.store import JobInsertParams, job_insert
+from drover.errors import DuplicateJob
+from drover.job import JobRow
+from drover.periodic import PeriodicInfo
+
+__all__ = [
+    "Tick",
+    "db_now",
+    "define",
+    "fire_tick",
+    "lock_holders",
+    "periodic_list",
+    "record_leader",
+    "record_next",
+    "try_lock",
+]
+
+
+def _one(
+    conn: Connection, name: str, params: dict[str, object] | None = None
+) -> tuple[object, ...]:
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query(name), params)
+        row = cur.fetchone()
+    assert row is not None
+    return row
+
+
+def try_lock(conn: Connection) -> bool:
+    """Try to take leadership (a session lock on ``conn``); True when this session holds it."""
+    with translate("acquire the periodic scheduler lock"):
+        return bool(_one(conn, "periodic_try_lock")[0])
+
+
+def db_now(conn: Connection) -> datetime:
+    """The database clock; also proves the leader's session (and so its lock) is alive."""
+    with translate("read the database clock"):
+        moment = _one(conn, "periodic_now")[0]
+    assert isinstance(moment, datetime)
+    return moment
+
+
+def record_leader(conn: Connection, client_id: str, host: str, pid: int) -> None:
+    """Name this client (and its backend) as the leader, for operators."""
+    with translate("record the periodic scheduler leader"), conn.cursor() as cur:
+        cur.execute(
+            query("periodic_leader_record"), {"client_id": client_id, "host": host, "pid": pid}
+        )
+
+
+def define(
+    conn: Connection,
+    *,
+    periodic_id: str,
+    schedule: str,
+    timezone: str,
+    kind: str,
+    queue: str,
+    client_id: str,
+) -> datetime:
+    """Register an entry; return its watermark (now for a new id)."""
+    with translate(f"register periodic job {periodic_id!r}"):
+        row = _one(
+            conn,
+            "periodic_define",
+            {
+                "id": periodic_id,
+                "schedule": schedule,
+                "timezone": timezone,
+                "kind": kind,
+                "queue": queue,
+                "client_id": client_id,
+            },
+        )
+    fired_through = row[0]
+    assert isinstance(fired_through, datetime)
+    return fired_through
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What one attempt to fire a tick did."""
+
+    claimed: bool
+    """The watermark moved: this call accounted for the fire time."""
+    row: JobRow | None
+    """The job inserted, or None (not claimed, or a waiting job already held the key)."""
+    fired_through: datetime
+    """The watermark after the call."""
+
+
+def fire_tick(
+    conn: Connection,
+    params: JobInsertParams,
+    *,
+    periodic_id: str,
+    fire: datetime,
+    upto: datetime,
+    next_fire: datetime | None,
+) -> Tick:
+    """In one transaction: move the watermark past ``fire`` and insert the tick's job.
+
+    Nothing is inserted when the watermark already covers ``fire``. A waiting
+    or running job holding the tick's unique key (inserted by hand, or by a
+    leader before the watermark existed) absorbs the insert: the fire time is
+    still accounted for.
+    """
+    with translate(f"enqueue periodic job {periodic_id!r}"), conn.transaction():
+        claimed, fired_through = _one(
+            conn, "periodic_tick_claim", {"id": periodic_id, "fire": fire, "upto": upto}
+        )
+        assert isinstance(fired_through, datetime)
+        if not claimed:
+            return Tick(False, None, fired_through)
+        try:
+            row: JobRow | None = job_insert(conn, params, notify=True)
+        except DuplicateJob:
+            row = None
+        with conn.cursor() as cur:
+            cur.execute(
+                query("periodic_tick_record"),
+                {
+                    "id": periodic_id,
+                    "fire": fire,
+                    "job_id": None if row is None else row.id,
+                    "next_fire": next_fire,
+                },
+            )
+        return Tick(True, row, fired_through)
+
+
+def record_next(conn: Connection, periodic_id: str, next_fire: datetime | None) -> None:
+    """Publish the next fire time the leader computed (for ``drover periodic list``)."""
+    with translate(f"record the next fire of {periodic_id!r}"), conn.cursor() as cur:
+        cur.execute(query("periodic_next_record"), {"id": periodic_id, "next_fire": next_fire})
+
+
+def periodic_list(conn: Connection) -> list[PeriodicInfo]:
+    """Every registered entry, by id, with the leader holding the lock now."""
+    with translate("list periodic jobs"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("periodic_list"))
+        rows = cur.fetchall()
+    found = []
+    for (id_, schedule, timezone, kind, queue, fired_through, last_fire, last_job_id,
+         next_fire, defined_by, leader_id, host, pid) in rows:  # fmt: skip
+        leader = None if leader_id is None else f"{leader_id} (pid {pid} on {host})"
+        found.append(
+            PeriodicInfo(
+                id=id_,
+                schedule=schedule,
+                timezone=timezone,
+                kind=kind,
+                queue=queue,
+                fired_through=fired_through,
+                last_fire=last_fire,
+                last_job_id=last_job_id,
+                next_fire=next_fire,
+                defined_by=defined_by,
+                leader=leader,
+                current=leader_id is not None and leader_id == defined_by,
+            )
+        )
+    return found
+
+
+def lock_holders(conn: Connection) -> list[int]:
+    """Backend pids holding the leadership lock (0 or 1 of them)."""
+    with translate("read periodic lock holders"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("periodic_lock_holders"))
+        return [int(r[0]) for r in cur.fetchall()]
