@@ -83,6 +83,7 @@ DATA_COMMANDS = [
     ["queues", "list"],
     ["queues", "pause", "q"],
     ["queues", "resume", "q"],
+    ["periodic", "list"],
 ]
 
 

@@ -178,9 +178,8 @@ class PeriodicScheduler(ThreadService):
 
     def _gain(self, conn: Connection) -> None:
         db.record_leader(conn, self._client_id, socket.gethostname(), os.getpid())
-        now = db.db_now(conn)
-        for job in self._jobs:
-            fired_through = db.define(
+        watermarks = {
+            job.id: db.define(
                 conn,
                 periodic_id=job.id,
                 schedule=job.schedule.spec,
@@ -189,9 +188,15 @@ class PeriodicScheduler(ThreadService):
                 queue=encode_insert(job.args, job.opts).queue,
                 client_id=self._client_id,
             )
+            for job in self._jobs
+        }
+        # Read after registering: later than any new entry's watermark, so a
+        # run_on_start tick is never mistaken for one already fired.
+        now = db.db_now(conn)
+        for job in self._jobs:
             # A new id starts from now; a known one fires once if a tick fell
             # due while nobody led; run_on_start fires once now regardless.
-            due = now if job.run_on_start else job.schedule.next(fired_through)
+            due = now if job.run_on_start else job.schedule.next(watermarks[job.id])
             self._next[job.id] = due
             db.record_next(conn, job.id, due)
         self.leading = True
