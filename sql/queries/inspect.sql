@@ -9,6 +9,8 @@ SELECT id, kind, queue, args::text, state::text, attempt, max_attempts, errors::
 FROM drover_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text::drover_job_state)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -21,10 +23,77 @@ RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, error
           scheduled_at, leased_until, created_at, finalized_at, unique_key;
 
 -- name: job_retry
--- Redrive a dead job: a full set of attempts again, its error history kept.
+-- Redrive a dead or cancelled job: a full set of attempts again, its error
+-- history kept.
 UPDATE drover_jobs
 SET state = 'available', attempt = 0, scheduled_at = now(), leased_until = NULL,
     finalized_at = NULL
 WHERE id = %(id)s AND state IN ({{states:retriable}})
 RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
           scheduled_at, leased_until, created_at, finalized_at, unique_key;
+
+-- name: job_retry_dead_of_kind
+-- Redrive every dead job of one kind (optionally one queue) at once. A dead
+-- job whose unique key is held again by a waiting or running job stays dead
+-- (redriving it would break the key's promise), and of several dead jobs
+-- sharing a key only the newest is redriven. Rows locked by a concurrent
+-- operator are skipped. Listening workers are woken per queue at commit.
+WITH candidates AS (
+    SELECT d.id, d.queue
+    FROM drover_jobs d
+    WHERE d.state = 'dead' AND d.kind = %(kind)s
+      AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+      AND (d.unique_key IS NULL OR (
+          NOT EXISTS (
+              SELECT 1 FROM drover_jobs a
+              WHERE a.queue = d.queue AND a.kind = d.kind AND a.unique_key = d.unique_key
+                AND a.state IN ({{states:active}})
+          )
+          AND d.id = (
+              SELECT max(x.id) FROM drover_jobs x
+              WHERE x.queue = d.queue AND x.kind = d.kind AND x.unique_key = d.unique_key
+                AND x.state = 'dead'
+          )
+      ))
+    FOR UPDATE SKIP LOCKED
+), redriven AS (
+    UPDATE drover_jobs j
+    SET state = 'available', attempt = 0, scheduled_at = now(), leased_until = NULL,
+        finalized_at = NULL
+    FROM candidates c
+    WHERE j.id = c.id AND j.state = 'dead'
+    RETURNING j.id, j.queue
+)
+SELECT count(*), (SELECT count(pg_notify('drover', q)) FROM (SELECT DISTINCT queue AS q FROM redriven) qs)
+FROM redriven;
+
+-- name: job_lease_holder
+SELECT leased_by FROM drover_jobs WHERE id = %(id)s;
+
+-- name: stats_throughput
+-- Per minute over the last %(minutes)s minutes (database clock): jobs that
+-- completed, attempts that failed (error entries stamped in the minute) and
+-- jobs that went dead. A failure inside the window belongs to a job that is
+-- still waiting or running, or finished after it, so only those rows are read:
+-- the waiting and running partial indexes and drover_jobs_finalized_idx.
+WITH bounds AS (
+    SELECT date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1) AS since
+), finished AS (
+    SELECT date_trunc('minute', j.finalized_at) AS minute, j.state::text AS state
+    FROM drover_jobs j, bounds b
+    WHERE (j.state = 'completed' OR j.state = 'dead') AND j.finalized_at >= b.since
+), failures AS (
+    SELECT date_trunc('minute', (e.value->>'at')::timestamptz) AS minute
+    FROM bounds b, drover_jobs j
+    CROSS JOIN LATERAL jsonb_array_elements(j.errors) AS e(value)
+    WHERE (j.state IN ({{states:active}}) OR (j.finalized_at IS NOT NULL AND j.finalized_at >= b.since))
+      AND j.errors <> '[]'::jsonb
+      AND (e.value->>'at')::timestamptz >= b.since
+)
+SELECT minute, 'completed', count(*) FROM finished WHERE state = 'completed' GROUP BY minute
+UNION ALL
+SELECT minute, 'dead', count(*) FROM finished WHERE state = 'dead' GROUP BY minute
+UNION ALL
+SELECT minute, 'failed', count(*) FROM failures GROUP BY minute
+UNION ALL
+SELECT since, 'since', 0 FROM bounds;

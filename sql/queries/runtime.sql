@@ -19,7 +19,8 @@
 UPDATE drover_jobs j
 SET state = 'running',
     attempt = j.attempt + 1,
-    leased_until = now() + make_interval(secs => %(lease_seconds)s)
+    leased_until = now() + make_interval(secs => %(lease_seconds)s),
+    leased_by = %(worker)s
 WHERE j.id = ANY (ARRAY(
     SELECT id
     FROM drover_jobs

@@ -38,7 +38,7 @@ from drover.errors import (
     UnknownJobKind,
     UnsupportedConnection,
 )
-from drover.inspector import Inspector, QueueAge, QueueDepth, Stats
+from drover.inspector import Inspector, QueueAge, QueueDepth, Stats, Throughput
 from drover.job import InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
@@ -106,6 +106,7 @@ __all__ = [
     "SchemaMissing",
     "Snooze",
     "Stats",
+    "Throughput",
     "Timeout",
     "UnknownJobKind",
     "UnsupportedConnection",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Self
 
@@ -27,7 +28,7 @@ from drover.periodic import PeriodicInfo
 from drover.queues import QueueState, QueueSummary, check_queue_name
 from drover.worker import Workers
 
-__all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats"]
+__all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats", "Throughput"]
 
 MAX_LIST_LIMIT = 1000
 MAX_ENQUEUE_ARGS_BYTES = 1 << 20
@@ -52,6 +53,18 @@ class QueueAge:
 
     queue: str
     age_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """One minute of :meth:`Inspector.throughput` (``minute`` is its start, UTC)."""
+
+    __module__ = "drover"
+
+    minute: datetime
+    completed: int
+    failed: int
+    dead: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,13 +215,22 @@ class Inspector:
             return queues.queue_resume(conn, queue)
 
     def list_jobs(
-        self, queue: str | None = None, state: JobState | str | None = None, limit: int = 100
+        self,
+        queue: str | None = None,
+        state: JobState | str | None = None,
+        limit: int = 100,
+        *,
+        kind: str | None = None,
+        before_id: int | None = None,
     ) -> list[JobRow]:
-        """Jobs newest first, optionally of one queue and/or state; at most ``limit`` (≤ 1000).
+        """Jobs newest first, optionally of one queue, state and kind; at most ``limit`` (≤ 1000).
+
+        ``before_id`` pages: only jobs with a smaller id are listed, so passing
+        the last id of one page gives the next (stable while jobs are added).
 
         Raises:
             ValueError: an unknown state (``drover.InvalidInsertOpts`` for a bad
-                queue name), or a limit outside 1..1000.
+                queue name), a limit outside 1..1000, a bad kind or ``before_id``.
         """
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise InvalidArgument(f"limit must be an int, not {type(limit).__name__}")
@@ -223,8 +245,53 @@ class Inspector:
                 raise InvalidArgument(f"unknown job state {state!r}; use one of: {known}") from None
         if queue is not None:
             InsertOpts(queue=queue)  # same rules as everywhere a queue is named
+        if kind is not None:
+            try:
+                _check_name(kind, "kind", MAX_KIND_LENGTH)
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(str(exc)) from None
+        before = None if before_id is None else _job_id(before_id)
         with borrow(self._pool, "list jobs") as conn:
-            return inspect.job_list(conn, queue=queue, state=parsed_state, limit=limit)
+            return inspect.job_list(
+                conn, queue=queue, state=parsed_state, limit=limit, kind=kind, before_id=before
+            )
+
+    def lease_holder(self, job_id: int) -> str | None:
+        """The worker whose claim set the job's current attempt (``None`` if never claimed).
+
+        ``"<client id> (pid <pid> on <host>)"``; kept after the job moves on,
+        so for a job that is no longer running it names the last holder.
+
+        Raises:
+            drover.NotFound: no such job.
+        """
+        checked = _job_id(job_id)
+        with borrow(self._pool, "read the lease holder") as conn:
+            exists, holder = inspect.job_lease_holder(conn, checked)
+        if not exists:
+            raise NotFound(f"job {checked} does not exist")
+        return holder
+
+    def throughput(self, minutes: int = 60) -> list[Throughput]:
+        """Per minute, oldest first, over the last ``minutes`` (1..1440), database clock.
+
+        Each minute counts jobs that completed, attempts that failed (snoozes
+        excluded, cancellations included) and jobs that went dead. Completed
+        and dead jobs already deleted by retention are no longer counted.
+        """
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
+            raise InvalidArgument(f"minutes must be an int between 1 and 1440, not {minutes!r}")
+        with borrow(self._pool, "read throughput") as conn:
+            since, counts = stats.throughput(conn, minutes)
+        return [
+            Throughput(
+                minute=minute,
+                completed=counts.get((minute, "completed"), 0),
+                failed=counts.get((minute, "failed"), 0),
+                dead=counts.get((minute, "dead"), 0),
+            )
+            for minute in (since + timedelta(minutes=i) for i in range(minutes))
+        ]
 
     def get_job(self, job_id: int) -> JobRow:
         """The job with ``job_id``.
@@ -311,16 +378,33 @@ class Inspector:
             return inspect.job_operator_transition(conn, checked, inspect.CANCEL)
 
     def retry_job(self, job_id: int) -> JobRow:
-        """Send a dead job back to ``available`` with its attempts reset (errors are kept).
+        """Send a dead or cancelled job back to ``available`` with fresh attempts (errors kept).
 
         Raises:
             drover.NotFound: no such job.
-            drover.InvalidTransition: the job is not dead.
+            drover.InvalidTransition: the job is not dead or cancelled.
             drover.DuplicateJob: its unique key is now held by another active job.
         """
         checked = _job_id(job_id)
         with borrow(self._pool, "retry job") as conn:
             return inspect.job_operator_transition(conn, checked, inspect.RETRY)
+
+    def retry_dead(self, kind: str, queue: str | None = None) -> int:
+        """Send every dead job of ``kind`` (on ``queue`` if given) back to ``available``.
+
+        One statement; returns how many were redriven. A dead job whose
+        unique key is held again by a waiting or running job stays dead, and
+        of several dead jobs sharing a key only the newest is redriven. Jobs
+        a concurrent operator holds are skipped. Listening workers are woken.
+        """
+        try:
+            checked_kind = _check_name(kind, "kind", MAX_KIND_LENGTH)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(str(exc)) from None
+        if queue is not None:
+            check_queue_name(queue)
+        with borrow(self._pool, "retry dead jobs") as conn:
+            return inspect.job_retry_dead_of_kind(conn, checked_kind, queue)
 
     def close(self) -> None:
         """Close the pool if the Inspector opened it; idempotent."""

@@ -55,7 +55,7 @@ PUBLISHED_STATES = (*WAITING_STATES, JobState.RUNNING, JobState.DEAD)
 rows pile up by design and are not)."""
 CANCELLABLE_STATES = (*WAITING_STATES, JobState.DEAD)
 """An operator may cancel these; a running job belongs to its worker."""
-RETRIABLE_STATES = (JobState.DEAD,)
+RETRIABLE_STATES = (JobState.CANCELLED, JobState.DEAD)
 """An operator may send these back to the queue with fresh attempts."""
 
 STATE_SETS: dict[str, tuple[JobState, ...]] = {

@@ -520,10 +520,11 @@ def test_cancel_and_retry_of_a_missing_job_raise_not_found(
 # --- retry_job ----------------------------------------------------------------------------------
 
 
-def test_retry_job_sends_a_dead_job_back_with_fresh_attempts(
-    inspector: drover.Inspector, conn: Conn
+@pytest.mark.parametrize("state", ["dead", "cancelled"])
+def test_retry_job_sends_a_dead_or_cancelled_job_back_with_fresh_attempts(
+    inspector: drover.Inspector, conn: Conn, state: str
 ) -> None:
-    job_id = _put(inspector, conn, "dead", errors=ERRORS, attempt=25, due_ago=86400, leased=True)
+    job_id = _put(inspector, conn, state, errors=ERRORS, attempt=25, due_ago=86400, leased=True)
     row = inspector.retry_job(job_id)
     assert row.state is JobState.AVAILABLE
     assert row.attempt == 0
@@ -537,17 +538,15 @@ def test_retry_job_sends_a_dead_job_back_with_fresh_attempts(
     assert (claimed.id, claimed.attempt) == (job_id, 1)
 
 
-@pytest.mark.parametrize(
-    "state", ["available", "scheduled", "retryable", "running", "completed", "cancelled"]
-)
-def test_retry_job_refuses_anything_but_dead(
+@pytest.mark.parametrize("state", ["available", "scheduled", "retryable", "running", "completed"])
+def test_retry_job_refuses_anything_but_dead_or_cancelled(
     inspector: drover.Inspector, conn: Conn, state: str
 ) -> None:
     job_id = _put(inspector, conn, state, errors=ERRORS, attempt=3)
     before = table_snapshot(conn)
     with pytest.raises(drover.InvalidTransition) as caught:
         inspector.retry_job(job_id)
-    assert str(caught.value) == f"job {job_id} is {state}, want dead"
+    assert str(caught.value) == f"job {job_id} is {state}, want dead or cancelled"
     assert caught.value.state == JobState(state)
     assert table_snapshot(conn) == before
 

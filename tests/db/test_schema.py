@@ -29,6 +29,7 @@ EXPECTED_COLUMNS = {
     "created_at": ("timestamp with time zone", "NO", "now()"),
     "finalized_at": ("timestamp with time zone", "YES", None),
     "unique_key": ("text", "YES", None),
+    "leased_by": ("text", "YES", None),
 }
 
 

@@ -16,7 +16,15 @@ from drover._db.store import job_get
 from drover.errors import DatabaseError, DuplicateJob, InvalidTransition, NotFound
 from drover.job import CANCELLABLE_STATES, RETRIABLE_STATES, JobRow, JobState
 
-__all__ = ["CANCEL", "RETRY", "OperatorAction", "job_list", "job_operator_transition"]
+__all__ = [
+    "CANCEL",
+    "RETRY",
+    "OperatorAction",
+    "job_lease_holder",
+    "job_list",
+    "job_operator_transition",
+    "job_retry_dead_of_kind",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,19 +40,50 @@ class OperatorAction:
 CANCEL = OperatorAction(
     "cancel", "job_cancel", tuple(s.value for s in CANCELLABLE_STATES), "cancellable"
 )
-RETRY = OperatorAction("retry", "job_retry", tuple(s.value for s in RETRIABLE_STATES), "dead")
+RETRY = OperatorAction(
+    "retry", "job_retry", tuple(s.value for s in RETRIABLE_STATES), "dead or cancelled"
+)
 
 
 def job_list(
-    conn: Connection, *, queue: str | None, state: JobState | None, limit: int
+    conn: Connection,
+    *,
+    queue: str | None,
+    state: JobState | None,
+    limit: int,
+    kind: str | None = None,
+    before_id: int | None = None,
 ) -> list[JobRow]:
-    """Newest first, optionally filtered by queue and state."""
+    """Newest first, filtered by queue, state and kind if given, ids below ``before_id``."""
     with translate("list jobs"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
             query("job_list"),
-            {"queue": queue, "state": None if state is None else state.value, "limit": limit},
+            {
+                "queue": queue,
+                "state": None if state is None else state.value,
+                "kind": kind,
+                "before": before_id,
+                "limit": limit,
+            },
         )
         return [row_from_db(r) for r in cur.fetchall()]
+
+
+def job_retry_dead_of_kind(conn: Connection, kind: str, queue: str | None) -> int:
+    """Redrive every dead job of ``kind`` (see the query); return how many."""
+    with translate(f"retry dead jobs of kind {kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_retry_dead_of_kind"), {"kind": kind, "queue": queue})
+        row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def job_lease_holder(conn: Connection, job_id: int) -> tuple[bool, str | None]:
+    """``(exists, leased_by)`` for ``job_id``."""
+    with translate(f"read the lease holder of job {job_id}"), conn.cursor() as cur:
+        cur.execute(query("job_lease_holder"), {"id": job_id})
+        row = cur.fetchone()
+    return (False, None) if row is None else (True, row[0])
 
 
 def job_operator_transition(conn: Connection, job_id: int, action: OperatorAction) -> JobRow:

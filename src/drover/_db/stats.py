@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from psycopg.rows import tuple_row
 
@@ -10,7 +11,14 @@ from drover._db.connections import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 
-__all__ = ["QueueStats", "analyze_jobs", "job_counts_by_state", "queue_stats", "server_settings"]
+__all__ = [
+    "QueueStats",
+    "analyze_jobs",
+    "job_counts_by_state",
+    "queue_stats",
+    "server_settings",
+    "throughput",
+]
 
 
 def job_counts_by_state(conn: Connection) -> dict[tuple[str, str], int]:
@@ -38,6 +46,15 @@ def queue_stats(conn: Connection) -> QueueStats:
         cur.execute(query("stats_oldest_age"))
         ages = {q: max(0.0, float(age)) for q, age in cur.fetchall()}
     return QueueStats(depth, ages)
+
+
+def throughput(conn: Connection, minutes: int) -> tuple[datetime, dict[tuple[datetime, str], int]]:
+    """``(first minute, {(minute, "completed"/"failed"/"dead"): count})``, database clock."""
+    with translate("read throughput"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("stats_throughput"), {"minutes": minutes})
+        rows = cur.fetchall()
+    since = next(m for m, what, _ in rows if what == "since")
+    return since, {(m, what): int(n) for m, what, n in rows if what != "since"}
 
 
 def server_settings(conn: Connection) -> dict[str, str]:

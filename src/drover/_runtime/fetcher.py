@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -86,6 +88,8 @@ class Fetcher(ThreadService):
         self._lease = lease_seconds
         self._rng = rng or random.Random()  # noqa: S311 - queue ordering, not security
         self._wakeup = threading.Event()
+        # Written into each claimed row for operators (Inspector.lease_holder).
+        self._holder = f"{client_id} (pid {os.getpid()} on {socket.gethostname()})"
         self.claims = 0
         """Claim round trips made (for tests and stats)."""
 
@@ -135,7 +139,7 @@ class Fetcher(ThreadService):
                 break
             try:
                 with borrow(self._pool, "fetch jobs") as conn:
-                    rows = job_claim(conn, queue, wanted - claimed, self._lease)
+                    rows = job_claim(conn, queue, wanted - claimed, self._lease, self._holder)
                 self.claims += 1
             except Exception:  # DroverError from the database, or anything unforeseen
                 self._log.error(
