@@ -50,6 +50,7 @@ def build(session: nox.Session) -> None:
         session.error(f"expected one wheel in {dist}, found {wheels}")
     names = zipfile.ZipFile(wheels[0]).namelist()
     needed = ["drover/py.typed", "drover/sql/migrations/0001_create_jobs.sql"]
+    needed += [f"drover/web/templates/{p.name}" for p in Path("src/drover/web/templates").glob("*")]
     needed += [f"drover/sql/queries/{p.name}" for p in Path("sql/queries").glob("*.sql")]
     missing = [n for n in needed if n not in names]
     if missing:

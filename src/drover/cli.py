@@ -27,6 +27,7 @@ from drover._cli_common import (
     usage,
 )
 from drover._cli_run import bench_command, demo_command, worker_command
+from drover._cli_web import web_command
 from drover.queues import check_queue_name
 
 __all__ = ["app", "main"]
@@ -380,6 +381,7 @@ def migrate_command(
 app.command("worker")(worker_command)
 app.command("demo")(demo_command)
 app.command("bench")(bench_command)
+app.command("web")(web_command)
 
 
 @app.command("version")
@@ -405,6 +407,8 @@ _VALUE_OPTIONS = {
     "--batch",
     "--max-attempts",
     "--app",
+    "--listen",
+    "--refresh",
 }
 
 

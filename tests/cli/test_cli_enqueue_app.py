@@ -13,8 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from clihelp import one_line, run
 from jobdb import table_snapshot
-from test_cli import one_line, run
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 CLI_DIR = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from test_cli import cli, ok, run
+from clihelp import cli, ok, run
 
 import drover
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from test_cli import cli, ok, one_line, put, refused, run
+from clihelp import cli, ok, one_line, refused, run
+from test_cli import put
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 

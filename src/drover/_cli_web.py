@@ -1,0 +1,82 @@
+"""``drover web``: the status page on a real WSGI server (Waitress), until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+import typer
+
+from drover._address import parse_address
+from drover._cli_common import fail, get_globals, open_inspector, usage
+from drover.errors import ConfigError
+
+__all__ = ["web_command"]
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def web_command(
+    ctx: typer.Context,
+    listen: str = typer.Option("127.0.0.1:7180", "--listen", help="host:port to serve on."),
+    refresh: float = typer.Option(5.0, "--refresh", help="Seconds between reloads; 0 disables."),
+    read_only: bool = typer.Option(False, "--read-only", help="No buttons; mutations are 403."),
+) -> None:
+    """Serve the status page (overview, jobs, retry/cancel, pause/resume) until SIGINT/SIGTERM."""
+    g = get_globals(ctx)
+    if g.json:
+        usage("--json is not valid with web")
+    if refresh != 0 and not 1 <= refresh <= 86_400:
+        usage(f"--refresh must be 0 or between 1 and 86400 seconds, not {refresh:g}")
+    try:
+        host, port = parse_address(listen, "--listen")
+    except ConfigError as exc:
+        usage(str(exc))
+    try:
+        from waitress.server import create_server
+
+        from drover.web import make_app
+    except ImportError as exc:
+        fail(f"drover web needs the web extra: pip install 'drover[web]' ({exc})")
+    with open_inspector(g) as inspector:
+        app = make_app(inspector, refresh=refresh, read_only=read_only)
+        try:
+            server: Any = create_server(app, host=host, port=port, threads=4, ident="drover")
+        except OSError as exc:
+            fail(f"cannot listen on {listen}: {exc}")
+        bound_host, bound_port = server.effective_host, server.effective_port
+        shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
+        if not _loopback(host) and not read_only:
+            typer.echo(
+                f"drover: warning: serving on {listen} without --read-only: anyone who can reach "
+                "it can retry, cancel and pause; put it behind your own authentication",
+                err=True,
+            )
+        typer.echo(f"http://{shown}:{bound_port}/", color=False)
+        stopping = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stopping.set()
+            server.close()  # ends run(): waitress's loop exits once its sockets are closed
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            server.run()
+        except (OSError, ValueError):
+            if not stopping.is_set():
+                raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    typer.echo("drover web stopped", err=True)
+    raise typer.Exit(0)

@@ -1,0 +1,11 @@
+"""drover's status page: :func:`make_app` builds a WSGI application over an Inspector.
+
+Needs the ``web`` extra (``pip install drover[web]``: Jinja2, Werkzeug and,
+for ``drover web``, Waitress).
+"""
+
+from __future__ import annotations
+
+from drover.web.app import StatusPage, make_app
+
+__all__ = ["StatusPage", "make_app"]

@@ -1,0 +1,370 @@
+"""The status page through its WSGI interface (werkzeug's test client) on a real database."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from jobdb import table_snapshot
+from werkzeug.test import Client, TestResponse
+
+import drover
+from drover.web import make_app
+from drover.web.app import CSP
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+HOST = "status.example"
+ORIGIN = f"http://{HOST}"
+EVIL = "<script>alert('x')</script>"
+
+
+@pytest.fixture
+def inspector(db_url: str) -> Iterator[drover.Inspector]:
+    with drover.Inspector(db_url) as i:
+        yield i
+
+
+@pytest.fixture
+def browser(inspector: drover.Inspector) -> Client:
+    return Client(make_app(inspector))
+
+
+def get(client: Client, path: str) -> TestResponse:
+    return client.get(path, headers={"Host": HOST})
+
+
+def post(
+    client: Client, path: str, data: dict[str, str], origin: str | None = ORIGIN, **headers: str
+) -> TestResponse:
+    sent = {"Host": HOST, **headers}
+    if origin is not None:
+        sent["Origin"] = origin
+    return client.post(path, data=data, headers=sent)
+
+
+def token(client: Client) -> str:
+    page = get(client, "/jobs?state=all")
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    if found is None:  # no form on the page: the cookie alone carries it
+        cookie = client.get_cookie("drover_csrf", domain=HOST)
+        assert cookie is not None
+        return cookie.value
+    return found.group(1)
+
+
+def plant(
+    conn: Conn,
+    state: str,
+    *,
+    kind: str = "report",
+    queue: str = "default",
+    args: Any = None,
+    errors: list[dict[str, Any]] | None = None,
+) -> int:
+    row = conn.execute(
+        "INSERT INTO drover_jobs (kind, queue, args, state, errors, attempt, finalized_at, "
+        "leased_until, scheduled_at) "
+        "VALUES (%s, %s, %s::jsonb, %s::drover_job_state, %s::jsonb, 1, "
+        "CASE WHEN %s IN ('completed', 'cancelled', 'dead') THEN now() END, "
+        "CASE WHEN %s = 'running' THEN now() + interval '1 hour' END, "
+        "CASE WHEN %s = 'scheduled' THEN now() + interval '1 hour' ELSE now() END) RETURNING id",
+        (kind, queue, json.dumps(args or {}), state, json.dumps(errors or []), state, state, state),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def state_of(conn: Conn, job_id: int) -> str:
+    row = conn.execute("SELECT state::text FROM drover_jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def flash_after(client: Client, response: TestResponse) -> str:
+    assert response.status_code == 303, response.text
+    page = get(client, response.headers["Location"])
+    found = re.search(r'<p class="flash[^"]*" role="status">([^<]*)</p>', page.text)
+    assert found is not None, page.text
+    return found.group(1)
+
+
+# --- pages, headers, escaping -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs", "/jobs?state=all", "/nope", "/jobs?state=x"])
+def test_every_response_carries_the_security_headers(browser: Client, path: str) -> None:
+    response = get(browser, path)
+    assert response.headers["Content-Security-Policy"] == CSP
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert response.headers["Cache-Control"] == "no-store"
+    assert "<script" not in response.text
+
+
+def test_overview_shows_queues_counts_pause_state_and_the_chart(
+    browser: Client, conn: Conn, inspector: drover.Inspector
+) -> None:
+    plant(conn, "available", queue="mail")
+    plant(conn, "dead", queue="mail")
+    plant(conn, "completed", queue="mail")
+    inspector.pause_queue("bulk")
+    page = get(browser, "/")
+    assert page.status_code == 200
+    assert page.headers["Set-Cookie"].startswith("drover_csrf=")
+    assert "SameSite=Strict" in page.headers["Set-Cookie"]
+    assert re.search(r">mail</a></td>\s*<td class=\"num\">1</td>", page.text)
+    assert '<span class="paused">paused</span>' in page.text
+    assert 'action="/queues/resume"' in page.text and 'action="/queues/pause"' in page.text
+    svg = re.search(r"<svg .*?</svg>", page.text, re.S)
+    assert svg is not None and 'class="series-completed"' in svg.group(0)
+    assert "completed (1)" in svg.group(0) and "dead (1)" in svg.group(0)
+    assert '<meta http-equiv="refresh" content="5;url=/">' in page.text
+
+
+def test_job_data_is_escaped_everywhere(browser: Client, conn: Conn) -> None:
+    job = plant(
+        conn,
+        "dead",
+        kind=f"kind{EVIL}",
+        queue=f"q{EVIL}"[:120],
+        args={"note": EVIL},
+        errors=[{"attempt": 1, "at": "2030-01-01T00:00:00Z", "error": f"<b>{EVIL}</b>",
+                 "trace": EVIL}],
+    )  # fmt: skip
+    for path in ["/", "/jobs?state=all", f"/jobs/{job}"]:
+        page = get(browser, path)
+        assert page.status_code == 200
+        assert EVIL not in page.text and "<b>" not in page.text, path
+        assert "&lt;script&gt;" in page.text, path
+
+
+def test_job_detail_shows_args_errors_traces_and_the_lease_holder(
+    browser: Client, conn: Conn
+) -> None:
+    job = plant(
+        conn,
+        "running",
+        args={"to": "ada@example.com", "n": [1, 2]},
+        errors=[{"attempt": 1, "at": "2030-01-01T00:00:00Z", "error": "ValueError: boom",
+                 "trace": "Traceback (most recent call last):\n  File \"w.py\""}],
+    )  # fmt: skip
+    conn.execute(
+        "UPDATE drover_jobs SET leased_by = 'abc123 (pid 7 on host)' WHERE id = %s", (job,)
+    )
+    page = get(browser, f"/jobs/{job}")
+    assert page.status_code == 200
+    assert "&#34;to&#34;: &#34;ada@example.com&#34;" in page.text  # pretty-printed JSON, escaped
+    assert "ValueError: boom" in page.text and "Traceback (most recent call last)" in page.text
+    assert "held by abc123 (pid 7 on host)" in page.text
+    assert get(browser, "/jobs/99999").status_code == 404
+
+
+def test_buttons_follow_the_state(browser: Client, conn: Conn) -> None:
+    every = ("available", "scheduled", "retryable", "running", "completed", "cancelled", "dead")
+    ids = {state: plant(conn, state) for state in every}
+    page = get(browser, "/jobs?state=all").text
+    for state, job in ids.items():
+        retry = f'action="/jobs/{job}/retry"' in page
+        cancel = f'action="/jobs/{job}/cancel"' in page
+        assert retry == (state in ("dead", "cancelled")), state
+        assert cancel == (state in ("available", "scheduled", "retryable", "dead")), state
+    assert 'method="post"' in page
+
+
+# --- filters --------------------------------------------------------------------------------------
+
+
+def test_the_default_list_is_dead_jobs_newest_first(browser: Client, conn: Conn) -> None:
+    dead = [plant(conn, "dead") for _ in range(3)]
+    plant(conn, "available")
+    ids = [int(i) for i in re.findall(r'<a href="/jobs/(\d+)">', get(browser, "/jobs").text)]
+    assert ids == sorted(dead, reverse=True)
+
+
+def test_filters_by_queue_kind_and_state_and_pages_by_id(browser: Client, conn: Conn) -> None:
+    mine = [plant(conn, "available", queue="q1", kind="a") for _ in range(5)]
+    plant(conn, "available", queue="q2", kind="a")
+    plant(conn, "available", queue="q1", kind="b")
+    first = get(browser, "/jobs?queue=q1&kind=a&state=available&limit=2").text
+    assert [int(i) for i in re.findall(r'<a href="/jobs/(\d+)">', first)] == mine[:-3:-1]
+    older = re.search(r'<a href="(/jobs\?[^"]*before=\d+[^"]*)">older', first)
+    assert older is not None
+    second = get(browser, older.group(1).replace("&amp;", "&")).text
+    assert [int(i) for i in re.findall(r'<a href="/jobs/(\d+)">', second)] == mine[2:0:-1]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("state=nope", "state"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=-1", "limit"),
+        ("limit=ten", "limit"),
+        ("before=0", "before"),
+        ("before=x", "before"),
+        ("queue=" + "q" * 200, "queue"),
+        ("kind=%00", "kind"),
+    ],
+)
+def test_bad_filters_are_400_naming_the_field_without_the_database(
+    db_url: str, query: str, field: str
+) -> None:
+    inspector = drover.Inspector(db_url)
+    inspector.close()  # any database call would now fail with a 500
+    response = get(Client(make_app(inspector)), f"/jobs?{query}")
+    assert response.status_code == 400
+    assert f"Bad filter: {field}" in response.text
+
+
+@pytest.mark.parametrize("limit", ["1", "1000"])
+def test_limit_bounds_are_accepted(browser: Client, limit: str) -> None:
+    assert get(browser, f"/jobs?limit={limit}").status_code == 200
+
+
+# --- mutations ------------------------------------------------------------------------------------
+
+
+def test_retry_and_cancel_redirect_with_a_flash_and_change_the_job(
+    browser: Client, conn: Conn
+) -> None:
+    dead, waiting = plant(conn, "dead"), plant(conn, "available")
+    csrf = token(browser)
+    message = flash_after(
+        browser, post(browser, f"/jobs/{dead}/retry", {"csrf": csrf, "next": "/jobs"})
+    )
+    assert message == f"Retried job {dead}: it is available again."
+    assert state_of(conn, dead) == "available"
+    message = flash_after(browser, post(browser, f"/jobs/{waiting}/cancel", {"csrf": csrf}))
+    assert message == f"Cancelled job {waiting}."
+    assert state_of(conn, waiting) == "cancelled"
+    refused = flash_after(browser, post(browser, f"/jobs/{waiting}/cancel", {"csrf": csrf}))
+    assert refused == f"Job {waiting} is cancelled; that action does not apply."
+    missing = flash_after(browser, post(browser, "/jobs/424242/retry", {"csrf": csrf}))
+    assert missing == "Job 424242 does not exist."
+
+
+def test_retry_all_dead_of_a_kind_and_pause_resume_a_queue(
+    browser: Client, conn: Conn, inspector: drover.Inspector
+) -> None:
+    dead = [plant(conn, "dead", kind="report") for _ in range(3)]
+    other = plant(conn, "dead", kind="mail")
+    csrf = token(browser)
+    message = flash_after(
+        browser, post(browser, "/jobs/retry-dead", {"csrf": csrf, "kind": "report", "queue": ""})
+    )
+    assert message == "Retried 3 dead job(s) of kind report."
+    assert {state_of(conn, j) for j in dead} == {"available"} and state_of(conn, other) == "dead"
+    assert flash_after(
+        browser, post(browser, "/queues/pause", {"csrf": csrf, "queue": "mail"})
+    ) == ("Paused queue mail.")
+    assert [q.name for q in inspector.queues() if q.paused] == ["mail"]
+    assert flash_after(
+        browser, post(browser, "/queues/resume", {"csrf": csrf, "queue": "mail"})
+    ) == ("Resumed queue mail.")
+    assert not any(q.paused for q in inspector.queues())
+
+
+@pytest.mark.parametrize(
+    ("origin", "referer", "use_token"),
+    [
+        ("http://evil.example", None, True),  # another origin
+        (None, "http://evil.example/page", True),  # no Origin, foreign Referer
+        (None, None, True),  # neither header
+        ("null", None, True),  # sandboxed or privacy-stripped origin
+        (ORIGIN, None, False),  # same origin, no token
+    ],
+)
+def test_a_mutation_without_same_origin_and_the_token_is_refused_and_changes_nothing(
+    browser: Client, conn: Conn, origin: str | None, referer: str | None, use_token: bool
+) -> None:
+    dead = plant(conn, "dead")
+    csrf = token(browser)
+    before = table_snapshot(conn)
+    headers = {"Referer": referer} if referer else {}
+    data = {"csrf": csrf} if use_token else {}
+    response = post(browser, f"/jobs/{dead}/retry", data, origin=origin, **headers)
+    assert response.status_code == 403
+    assert table_snapshot(conn) == before
+
+
+def test_a_wrong_token_is_refused(browser: Client, conn: Conn) -> None:
+    dead = plant(conn, "dead")
+    token(browser)
+    response = post(browser, f"/jobs/{dead}/retry", {"csrf": "forged"})
+    assert response.status_code == 403 and "form token" in response.text
+    assert state_of(conn, dead) == "dead"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/jobs/1/retry", "/jobs/1/cancel", "/queues/pause", "/queues/resume", "/jobs/retry-dead"],
+)
+def test_get_on_a_mutation_route_is_405(browser: Client, path: str) -> None:
+    response = get(browser, path)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == "POST"
+
+
+def test_read_only_shows_no_buttons_and_refuses_mutations(
+    inspector: drover.Inspector, conn: Conn
+) -> None:
+    dead = plant(conn, "dead")
+    client = Client(make_app(inspector, read_only=True))
+    page = get(client, "/jobs").text
+    assert '<form class="inline"' not in page and "<button" in page  # only the filter button
+    assert "read-only" in page
+    cookie = client.get_cookie("drover_csrf", domain=HOST)
+    assert cookie is not None
+    response = post(client, f"/jobs/{dead}/retry", {"csrf": cookie.value})
+    assert response.status_code == 403
+    assert state_of(conn, dead) == "dead"
+
+
+def test_next_never_redirects_off_the_app(browser: Client, conn: Conn) -> None:
+    dead = plant(conn, "dead")
+    csrf = token(browser)
+    for target in ["http://evil.example/", "//evil.example/x", "/\\evil.example"]:
+        response = post(browser, f"/jobs/{dead}/cancel", {"csrf": csrf, "next": target})
+        assert response.status_code == 303
+        assert response.headers["Location"].startswith("/?"), target
+
+
+def test_an_unknown_flash_code_or_a_bad_id_echoes_nothing(browser: Client) -> None:
+    for query in [
+        "flash=pwned&job=1",
+        f"flash=retried&job={EVIL}",
+        "flash=refused&job=1&state_was=x",
+    ]:
+        page = get(browser, f"/jobs?{query}").text
+        assert 'class="flash' not in page, query
+
+
+def test_the_app_follows_its_mount_point(inspector: drover.Inspector, conn: Conn) -> None:
+    dead = plant(conn, "dead")
+    client = Client(make_app(inspector))
+    page = client.get("/jobs", headers={"Host": HOST}, environ_overrides={"SCRIPT_NAME": "/drover"})
+    assert f'href="/drover/jobs/{dead}"' in page.text
+    assert f'action="/drover/jobs/{dead}/retry"' in page.text
+    prefixed = Client(make_app(inspector, url_prefix="/ops"))
+    assert get(prefixed, "/ops/jobs").status_code == 200
+    assert get(prefixed, "/jobs").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"refresh": 0.5}, "refresh must be 0"),
+        ({"read_only": "yes"}, "read_only must be True or False"),
+        ({"url_prefix": "ops"}, "url_prefix must be empty or start with '/'"),
+    ],
+)
+def test_bad_app_arguments_are_refused(
+    inspector: drover.Inspector, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(drover.InvalidArgument, match=message):
+        make_app(inspector, **kwargs)
