@@ -62,14 +62,15 @@ def web_command(
                 "it can retry, cancel and pause; put it behind your own authentication",
                 err=True,
             )
-        typer.echo(f"http://{shown}:{bound_port}/", color=False)
         stopping = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             stopping.set()
             server.close()  # ends run(): waitress's loop exits once its sockets are closed
 
+        # Handlers first, then the URL: whoever reads the URL may signal at once.
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        typer.echo(f"http://{shown}:{bound_port}/", color=False)
         try:
             server.run()
         except (OSError, ValueError):
