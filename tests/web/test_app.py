@@ -334,6 +334,16 @@ def test_next_never_redirects_off_the_app(browser: Client, conn: Conn) -> None:
         assert response.headers["Location"].startswith("/?"), target
 
 
+def test_a_redirect_keeps_the_filters_it_came_from_exactly(browser: Client, conn: Conn) -> None:
+    dead = plant(conn, "dead", queue="mail & co", kind="a b")
+    csrf = token(browser)
+    back = "/jobs?kind=a+b&queue=mail+%26+co&state=dead&flash=retried&job=9"
+    response = post(browser, f"/jobs/{dead}/retry", {"csrf": csrf, "next": back})
+    assert response.headers["Location"] == (
+        f"/jobs?kind=a+b&queue=mail+%26+co&state=dead&flash=retried&job={dead}"
+    )
+
+
 def test_an_unknown_flash_code_or_a_bad_id_echoes_nothing(browser: Client) -> None:
     for query in [
         "flash=pwned&job=1",

@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from werkzeug.wrappers import Request, Response
@@ -390,7 +390,7 @@ def _redirect(back: str, **flash: object) -> Response:
     path, _, query = back.partition("?")
     kept = [
         (k, v)
-        for k, v in (pair.partition("=")[::2] for pair in query.split("&") if pair)
+        for k, v in parse_qsl(query, keep_blank_values=True)
         if k not in {"flash", "job", "state_was", "queue_name", "count", "kind_name"}
     ]
     target = f"{path}?{urlencode([*kept, *((k, str(v)) for k, v in flash.items())])}"
