@@ -1,0 +1,84 @@
+"""Enqueue inside a SQLAlchemy 2 transaction (Flask-SQLAlchemy included).
+
+The job is written on the session's (or connection's) own database connection,
+in its open transaction: it exists if and only if that transaction commits.
+Use a ``postgresql+psycopg://`` URL, so the driver is psycopg 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy.engine import Connection as SAConnection
+from sqlalchemy.orm import Session, scoped_session
+
+from drover._db.connections import Connection, resolve_connection
+from drover._db.store import job_insert, job_insert_many
+from drover._encode import encode_batch, encode_insert
+from drover.errors import UnsupportedConnection
+from drover.job import InsertOpts, JobArgs, JobRow
+
+__all__ = ["insert", "insert_many"]
+
+InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
+
+
+def _psycopg(target: object) -> Connection:
+    """The psycopg connection under ``target``, with a SQLAlchemy transaction open on it."""
+    if isinstance(target, Session | scoped_session):
+        sa_conn = target.connection()  # autobegins the session's transaction
+    elif isinstance(target, SAConnection):
+        if not target.in_transaction():
+            # Begin it the way executing any statement would (2.0 autobegin), so
+            # the caller's commit() commits the job; without it SQLAlchemy would
+            # not know a transaction is open and commit() would do nothing.
+            target.begin()
+        sa_conn = target
+    else:
+        raise UnsupportedConnection(
+            "drover.contrib.sqlalchemy needs a SQLAlchemy Session, scoped_session or Connection, "
+            f"not {type(target).__module__}.{type(target).__qualname__}"
+        )
+    driver: Any = sa_conn.connection.driver_connection
+    return resolve_connection(driver)
+
+
+def insert(
+    session_or_connection: Session | scoped_session[Any] | SAConnection,
+    args: JobArgs,
+    opts: InsertOpts | None = None,
+    *,
+    notify: bool = True,
+) -> JobRow:
+    """Insert one job in the session's (or connection's) transaction; return the row.
+
+    Nothing is committed here: the job commits or rolls back with the caller's
+    transaction, nested savepoints (``begin_nested()``) included. A duplicate
+    unique key raises :class:`drover.DuplicateJob` and leaves the transaction
+    usable. With ``notify`` (the default) listening workers are woken when the
+    transaction commits.
+
+    Raises:
+        drover.InvalidJobArgs, drover.InvalidInsertOpts: bad input, before any SQL.
+        drover.UnsupportedConnection: not a SQLAlchemy session or connection, or
+            not on psycopg 3.
+        drover.DuplicateJob: the unique key is held by a waiting or running job.
+        drover.DatabaseError: the statement failed (the transaction is then aborted).
+    """
+    params = encode_insert(args, opts)
+    return job_insert(_psycopg(session_or_connection), params, notify=notify)
+
+
+def insert_many(
+    session_or_connection: Session | scoped_session[Any] | SAConnection,
+    items: Iterable[InsertItem],
+    *,
+    notify: bool = True,
+) -> list[JobRow]:
+    """Insert a batch with COPY in the session's transaction (as ``Client.insert_many_tx``)."""
+    batch = encode_batch(items)
+    conn = _psycopg(session_or_connection)
+    if not batch.params:
+        return []
+    return job_insert_many(conn, batch, caller_tx=True, notify=notify)

@@ -1,0 +1,108 @@
+"""drover.contrib.sqlalchemy: the job shares the SQLAlchemy transaction, whatever its shape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
+
+import drover
+from drover.contrib import sqlalchemy as drover_sa
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+class Receipt(drover.JobArgs, kind="sa_receipt"):
+    order: int
+
+
+@pytest.fixture
+def engine(db_url: str, conn: Conn) -> Iterator[Engine]:
+    conn.execute("CREATE TABLE orders (id serial PRIMARY KEY, note text)")
+    eng = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(db_url))
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+
+
+def _jobs(conn: Conn) -> list[int]:
+    return [int(r[0]) for r in conn.execute("SELECT (args->>'order')::int FROM drover_jobs")]
+
+
+def _orders(conn: Conn) -> int:
+    row = conn.execute("SELECT count(*) FROM orders").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_session_commit_keeps_order_and_job_rollback_drops_both(engine: Engine, conn: Conn) -> None:
+    with Session(engine) as session:
+        session.execute(text("INSERT INTO orders (note) VALUES ('kept')"))
+        row = drover_sa.insert(session, Receipt(order=1))
+        assert _jobs(conn) == []  # invisible until the commit
+        session.commit()
+    assert row.kind == "sa_receipt" and _jobs(conn) == [1] and _orders(conn) == 1
+    with Session(engine) as session:
+        session.execute(text("INSERT INTO orders (note) VALUES ('dropped')"))
+        drover_sa.insert(session, Receipt(order=2))
+        session.rollback()
+    assert _jobs(conn) == [1] and _orders(conn) == 1
+
+
+def test_a_savepoint_rollback_removes_the_job_inside_it(engine: Engine, conn: Conn) -> None:
+    with Session(engine) as session, session.begin():
+        drover_sa.insert(session, Receipt(order=1))
+        nested = session.begin_nested()
+        drover_sa.insert(session, Receipt(order=2))
+        nested.rollback()
+        drover_sa.insert(session, Receipt(order=3))
+    assert sorted(_jobs(conn)) == [1, 3]
+
+
+def test_a_bare_connection_is_begun_so_its_commit_commits_the_job(
+    engine: Engine, conn: Conn
+) -> None:
+    with engine.connect() as connection:
+        assert not connection.in_transaction()
+        drover_sa.insert(connection, Receipt(order=7))
+        assert connection.in_transaction()
+        connection.commit()
+    assert _jobs(conn) == [7]
+    with engine.connect() as connection:
+        drover_sa.insert(connection, Receipt(order=8))
+        # Closed without commit: rolled back, as any statement would be.
+    assert _jobs(conn) == [7]
+
+
+def test_scoped_session_and_insert_many(engine: Engine, conn: Conn) -> None:
+    factory = scoped_session(sessionmaker(engine))
+    try:
+        rows = drover_sa.insert_many(factory, [Receipt(order=i) for i in range(3)])
+        assert [r.args["order"] for r in rows] == [0, 1, 2]
+        assert drover_sa.insert_many(factory, []) == []
+        factory.commit()
+    finally:
+        factory.remove()
+    assert sorted(_jobs(conn)) == [0, 1, 2]
+
+
+def test_a_duplicate_key_leaves_the_transaction_usable(engine: Engine, conn: Conn) -> None:
+    opts = drover.InsertOpts(unique_key="order-1")
+    with Session(engine) as session, session.begin():
+        drover_sa.insert(session, Receipt(order=1), opts)
+        with pytest.raises(drover.DuplicateJob):
+            drover_sa.insert(session, Receipt(order=1), opts)
+        session.execute(text("INSERT INTO orders (note) VALUES ('still usable')"))
+    assert _jobs(conn) == [1] and _orders(conn) == 1
+
+
+def test_what_is_not_sqlalchemy_is_refused(conn: Conn) -> None:
+    with pytest.raises(drover.UnsupportedConnection, match="needs a SQLAlchemy Session"):
+        drover_sa.insert(conn, Receipt(order=1))  # type: ignore[arg-type]
+    with pytest.raises(drover.InvalidJobArgs):
+        drover_sa.insert(conn, "not args")  # type: ignore[arg-type]
