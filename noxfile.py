@@ -23,6 +23,17 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+@nox.session(python="3.12")
+@nox.parametrize("django", ["5.2", "6"])
+def django(session: nox.Session, django: str) -> None:
+    """drover.contrib.django on Django 5.2 LTS and 6.x (django.tasks needs 6.0 and Python 3.12)."""
+    session.install("-e", ".[dev]", f"django~={django}.0")
+    session.run(
+        "pytest", "-p", "no:cacheprovider", "tests/contrib/test_django.py",
+        "tests/contrib/test_django_tasks.py", *session.posargs,
+    )  # fmt: skip
+
+
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""

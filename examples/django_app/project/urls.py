@@ -1,0 +1,12 @@
+"""URLs: the shop's order endpoint and the admin (where drover's jobs are listed)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+from shop import views
+
+urlpatterns = [
+    path("orders", views.place_order),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,247 @@
+"""drover.contrib.django in the example project (examples/django_app), on a real database.
+
+Django's settings are process-wide, so everything Django runs in its own
+interpreter: ``manage.py`` commands, and scripts that set the example's
+settings up and report back as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+Poll = Callable[..., Any]
+PROJECT = Path(__file__).resolve().parents[2] / "examples" / "django_app"
+
+_PRELUDE = """
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+import django
+django.setup()
+"""
+
+
+def _env(url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["DATABASE_URL"] = url
+    return env
+
+
+def manage(url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=PROJECT,
+        env=_env(url),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def django_script(url: str, body: str) -> Any:
+    """Run ``body`` in the example project; it must ``print(json.dumps(...))`` last."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PRELUDE + textwrap.dedent(body)],
+        cwd=PROJECT,
+        env=_env(url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def project_db(empty_db_url: str) -> str:
+    migrated = manage(empty_db_url, "migrate", "--verbosity", "0")
+    assert migrated.returncode == 0, migrated.stderr
+    return empty_db_url
+
+
+def _count(url: str, sql: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
+    assert row is not None
+    return int(row[0])
+
+
+def test_manage_migrate_applies_drovers_schema_through_its_own_migrator(project_db: str) -> None:
+    shown = manage(project_db, "showmigrations", "drover")
+    assert "[X] 0001_drover_schema" in shown.stdout
+    status = manage(project_db, "drover", "migrate", "--status", "--json")
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    assert document["pending"] == [] and document["current_version"] >= 5
+    # Running migrate again (a newer drover's migrations) is a no-op here.
+    assert manage(project_db, "migrate", "--verbosity", "0").returncode == 0
+
+
+def test_insert_joins_atomic_savepoints_and_autocommit(project_db: str) -> None:
+    report = django_script(
+        project_db,
+        """
+        from django.db import transaction
+        from drover.contrib.django import insert, insert_many
+        from shop.jobs import SendReceipt
+        from drover.contrib.django.models import Job
+
+        class Boom(Exception):
+            pass
+
+        seen = {}
+        with transaction.atomic():
+            kept = insert(SendReceipt(order_id=1))
+            try:
+                with transaction.atomic():  # a savepoint
+                    insert(SendReceipt(order_id=2))
+                    raise Boom
+            except Boom:
+                pass
+            seen["inside"] = sorted(j.args["order_id"] for j in Job.objects.all())
+        try:
+            with transaction.atomic():
+                insert(SendReceipt(order_id=3))
+                raise Boom
+        except Boom:
+            pass
+        insert(SendReceipt(order_id=4))  # autocommit: committed at once
+        insert_many([SendReceipt(order_id=5), SendReceipt(order_id=6)])
+        seen["after"] = sorted(j.args["order_id"] for j in Job.objects.all())
+        seen["queue"] = kept.queue
+        print(json.dumps(seen))
+        """,
+    )
+    assert report == {"inside": [1], "after": [1, 4, 5, 6], "queue": "mail"}
+
+
+def test_a_request_commits_its_order_and_job_together_or_neither(project_db: str) -> None:
+    report = django_script(
+        project_db,
+        """
+        from django.test import Client
+        client = Client(raise_request_exception=False)
+        ok = client.post("/orders", {"email": "ada@example.com"})
+        failed = client.post("/orders", {"email": "bob@example.com", "fail": "1"})
+        print(json.dumps({"ok": ok.status_code, "failed": failed.status_code, "body": ok.json()}))
+        """,
+    )
+    assert report["ok"] == 200 and report["failed"] == 500
+    assert _count(project_db, "SELECT count(*) FROM shop_order") == 1
+    assert _count(project_db, "SELECT count(*) FROM drover_jobs") == 1
+    assert _count(project_db, "SELECT id FROM drover_jobs") == report["body"]["job"]
+
+
+def test_manage_drover_worker_runs_the_jobs_and_stops_on_sigterm(
+    project_db: str, poll: Poll
+) -> None:
+    django_script(
+        project_db,
+        """
+        from django.test import Client
+        Client().post("/orders", {"email": "ada@example.com"})
+        print(json.dumps(True))
+        """,
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "drover", "worker", "--concurrency", "2"],
+        cwd=PROJECT,
+        env=_env(project_db),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        poll(
+            lambda: (
+                _count(project_db, "SELECT count(*) FROM drover_jobs WHERE state = 'completed'")
+                == 1
+            ),
+            timeout=30,
+            message="the receipt job completed by manage.py drover worker",
+        )
+        assert (
+            _count(project_db, "SELECT count(*) FROM shop_order WHERE email LIKE '%(receipt sent)'")
+            == 1
+        )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "drover worker stopped cleanly" in err
+
+
+def test_manage_drover_passes_other_commands_to_the_cli(project_db: str) -> None:
+    django_script(
+        project_db,
+        """
+        from drover.contrib.django import insert
+        from shop.jobs import SendReceipt
+        insert(SendReceipt(order_id=9))
+        print(json.dumps(True))
+        """,
+    )
+    listed = manage(project_db, "drover", "jobs", "list", "--state", "available", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [j["kind"] for j in json.loads(listed.stdout)] == ["send_receipt"]
+    refused = manage(project_db, "drover", "retry", "999999")
+    assert refused.returncode == 1
+    assert "does not exist" in refused.stderr
+    assert manage(project_db, "drover").returncode != 0
+
+
+def test_the_admin_lists_jobs_read_only_and_retries_through_the_inspector(
+    project_db: str,
+) -> None:
+    report = django_script(
+        project_db,
+        """
+        from django.contrib.auth.models import User
+        from django.test import Client
+        from drover.contrib.django import insert
+        from drover.contrib.django.models import Job
+        from shop.jobs import SendReceipt
+        import psycopg
+        from django.db import connection
+
+        job = insert(SendReceipt(order_id=1))
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE drover_jobs SET state = 'dead', finalized_at = now() WHERE id = %s",
+                [job.id],
+            )
+        admin = User.objects.create_superuser("root", "root@example.com", "pw")
+        client = Client()
+        client.force_login(admin)
+        listing = client.get("/admin/drover/job/")
+        detail = client.get(f"/admin/drover/job/{job.id}/change/")
+        add = client.get("/admin/drover/job/add/")
+        done = client.post(
+            "/admin/drover/job/", {"action": "retry_jobs", "_selected_action": [job.id]}
+        )
+        print(json.dumps({
+            "listing": listing.status_code, "has_job": f"job {job.id}" in listing.content.decode()
+                or str(job.id) in listing.content.decode(),
+            "detail": detail.status_code, "add": add.status_code, "done": done.status_code,
+            "state": Job.objects.get(id=job.id).state,
+        }))
+        """,
+    )
+    assert report["listing"] == 200 and report["has_job"]
+    assert report["detail"] == 200  # viewable, not editable
+    assert report["add"] == 403
+    assert report["done"] == 302 and report["state"] == "available"
