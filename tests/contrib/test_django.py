@@ -75,7 +75,7 @@ def project_db(empty_db_url: str) -> str:
 
 def _count(url: str, sql: str) -> int:
     with psycopg.connect(url) as conn:
-        row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(sql).fetchone()
     assert row is not None
     return int(row[0])
 
