@@ -9,7 +9,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "typecheck", "tests", "build"]
+nox.options.sessions = ["lint", "typecheck", "tests", "build", "docs"]
 nox.options.error_on_missing_interpreters = False
 
 # Python 3.11 is the floor; newer interpreters run where the machine has them.
@@ -50,18 +50,30 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The documentation site, built with --strict (a broken link or reference fails it)."""
+    session.install("-e", ".[docs,web,django,sqlalchemy]")
+    session.run(
+        "mkdocs", "build", "--strict", "--site-dir", str(Path(session.create_tmp()) / "site")
+    )
+
+
+@nox.session(python="3.11")
 def build(session: nox.Session) -> None:
     """Build sdist and wheel (the wheel from the sdist) and check the SQL made it in."""
-    session.install("build")
+    session.install("build", "twine")
     dist = Path(session.create_tmp()) / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     session.run("python", "-m", "build", "--outdir", str(dist))
     wheels = list(dist.glob("drover-*.whl"))
     if len(wheels) != 1:
         session.error(f"expected one wheel in {dist}, found {wheels}")
+    # PyPI's own checks of the metadata and the rendered README.
+    session.run("twine", "check", "--strict", *map(str, dist.iterdir()))
     names = zipfile.ZipFile(wheels[0]).namelist()
     needed = ["drover/py.typed", "drover/sql/migrations/0001_create_jobs.sql"]
     needed += [f"drover/web/templates/{p.name}" for p in Path("src/drover/web/templates").glob("*")]
+    needed += ["drover/contrib/django/migrations/0001_drover_schema.py"]
     needed += [f"drover/sql/queries/{p.name}" for p in Path("sql/queries").glob("*.sql")]
     missing = [n for n in needed if n not in names]
     if missing:
