@@ -1,7 +1,9 @@
-"""Test helpers: reading drover_jobs and checking returned rows (tests/ is on sys.path)."""
+"""Test helpers: reading drover_jobs, checking rows, starting clients (tests/ is on sys.path)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -12,6 +14,28 @@ from psycopg.rows import dict_row
 import drover
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+MakeClient = Callable[..., drover.Client]
+Poll = Callable[..., Any]
+
+# Values jsonb keeps exactly as Python wrote them (type included): floats that
+# are not integers, integers past 64 bits, text outside ASCII, escapes, nesting.
+RICH: dict[str, Any] = {
+    "tenth": 0.1,
+    "sum": 0.1 + 0.2,
+    "tiny": 1e-7,
+    "one": 1.0,
+    "neg": -2.5,
+    "pi": 3.141592653589793,
+    "big": 2**70,
+    "small": -(2**63),
+    "zero": 0,
+    "text": 'Grüße ✓ 日本 😀 "quoted" back\\slash \u2028 tab\t newline\n',
+    "flags": [True, False, None],
+    "nested": {"list": [1, [2, [3, {"deep": "é"}]]], "empty": {}, "none": []},
+    # Out of jsonb's key order (shorter keys first): the dict must still match.
+    "zzzzzzzzzz": 1,
+    "a": {"bb": 2, "a": 1},
+}
 
 
 def count_jobs(conn: Conn) -> int:
@@ -113,3 +137,28 @@ def sample_row(**changes: Any) -> drover.JobRow:
         unique_key=None,
     )
     return row._replace(**changes)
+
+
+def start_client(make_client: MakeClient, workers: drover.Workers, **fields: Any) -> drover.Client:
+    """A started client for ``workers`` that polls every 50 ms; ``fields`` go to ``Config``."""
+    fields.setdefault("poll_interval", 0.05)
+    client = make_client(workers=workers, **fields)
+    client.start()
+    return client
+
+
+def observe(duration: float, check: Callable[[], None], interval: float = 0.02) -> int:
+    """Run ``check`` repeatedly for ``duration`` seconds; return how many times it ran.
+
+    An observation window for something that must *stay* true, not a wait for a
+    condition (that is ``poll``).
+    """
+    end = time.monotonic() + duration
+    pause = threading.Event()
+    samples = 0
+    while True:
+        check()
+        samples += 1
+        if time.monotonic() >= end:
+            return samples
+        pause.wait(interval)

@@ -411,54 +411,69 @@ def test_terminal_outcomes_finalize_and_clear_the_lease(
     assert stored.errors == ([] if error is None else [error])
 
 
-def test_retryable_appends_the_error_and_keeps_the_job_unfinalized(
-    client: drover.Client, conn: Conn
+FAILURE = {
+    **_entry(1, "ValueError: boom"),
+    "trace": "Traceback (most recent call last):\n  ...\nValueError: boom",
+}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "state", "attempt", "errors"),
+    [
+        pytest.param(
+            lambda i: Outcome(i, 1, JobState.RETRYABLE, RETRY_AT, error=FAILURE),
+            JobState.RETRYABLE,
+            1,
+            [FAILURE],
+            id="retryable-appends-the-error",
+        ),
+        pytest.param(
+            lambda i: Outcome(i, 1, JobState.SCHEDULED, RETRY_AT, give_back=True),
+            JobState.SCHEDULED,
+            0,
+            [],
+            id="snooze-gives-the-attempt-back-and-appends-nothing",
+        ),
+    ],
+)
+def test_a_waiting_outcome_reschedules_the_job_unfinalized(
+    client: drover.Client,
+    conn: Conn,
+    outcome: Callable[[int], Outcome],
+    state: JobState,
+    attempt: int,
+    errors: list[dict[str, Any]],
 ) -> None:
     row = _claimed(client, conn)
-    first = _entry(1, "ValueError: boom")
-    first["trace"] = "Traceback (most recent call last):\n  ...\nValueError: boom"
-    outcome = Outcome(row.id, 1, JobState.RETRYABLE, RETRY_AT, error=first)
-    assert _record_one(conn, outcome).result is WriteResult.APPLIED
+    assert _record_one(conn, outcome(row.id)).result is WriteResult.APPLIED
     stored = _get(conn, row.id)
     assert (stored.state, stored.attempt, stored.leased_until, stored.finalized_at) == (
-        JobState.RETRYABLE,
-        1,
+        state,
+        attempt,
         None,
         None,
     )
     assert stored.scheduled_at == RETRY_AT
-    assert stored.errors == [first]
+    assert stored.errors == errors
 
-    # Entries accumulate, oldest first; a missing time means now on the database clock.
+
+def test_retryable_errors_accumulate_oldest_first(client: drover.Client, conn: Conn) -> None:
+    row = _claimed(client, conn)
+    outcome = Outcome(row.id, 1, JobState.RETRYABLE, RETRY_AT, error=FAILURE)
+    assert _record_one(conn, outcome).result is WriteResult.APPLIED
     conn.execute("UPDATE drover_jobs SET scheduled_at = now() WHERE id = %s", (row.id,))
     again = _claim_one(conn)
     assert again.attempt == 2
     second = _entry(2, "ValueError: again")
+    # No retry time: due now on the database clock.
     assert _record_one(conn, Outcome(row.id, 2, JobState.RETRYABLE, None, error=second)).result is (
         WriteResult.APPLIED
     )
     now = _db_now(conn)
     stored = _get(conn, row.id)
-    assert stored.errors == [first, second]
+    assert stored.errors == [FAILURE, second]
     assert abs(stored.scheduled_at - now) < TOLERANCE
     assert stored.finalized_at is None
-
-
-def test_snooze_gives_the_attempt_back_and_appends_nothing(
-    client: drover.Client, conn: Conn
-) -> None:
-    row = _claimed(client, conn)
-    outcome = Outcome(row.id, 1, JobState.SCHEDULED, RETRY_AT, give_back=True)
-    assert _record_one(conn, outcome).result is WriteResult.APPLIED
-    stored = _get(conn, row.id)
-    assert (stored.state, stored.attempt, stored.leased_until, stored.finalized_at) == (
-        JobState.SCHEDULED,
-        0,
-        None,
-        None,
-    )
-    assert stored.scheduled_at == RETRY_AT
-    assert stored.errors == []
 
 
 def test_give_back_never_takes_the_attempt_below_zero(client: drover.Client, conn: Conn) -> None:

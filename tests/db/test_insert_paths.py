@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobdb import assert_stored, count_jobs, db_now, invisible, typed
+from jobdb import RICH, assert_stored, count_jobs, db_now, invisible, typed
 from psycopg import pq
 
 import drover
@@ -29,26 +29,6 @@ from drover._db.rows import decode_json
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 INTRANS = pq.TransactionStatus.INTRANS
-
-# Values jsonb keeps exactly as Python wrote them (type included): floats that
-# are not integers, integers past 64 bits, text outside ASCII, escapes, nesting.
-RICH: dict[str, Any] = {
-    "tenth": 0.1,
-    "sum": 0.1 + 0.2,
-    "tiny": 1e-7,
-    "one": 1.0,
-    "neg": -2.5,
-    "pi": 3.141592653589793,
-    "big": 2**70,
-    "small": -(2**63),
-    "zero": 0,
-    "text": 'Grüße ✓ 日本 😀 "quoted" back\\slash \u2028 tab\t newline\n',
-    "flags": [True, False, None],
-    "nested": {"list": [1, [2, [3, {"deep": "é"}]]], "empty": {}, "none": []},
-    # Out of jsonb's key order (shorter keys first): the dict must still match.
-    "zzzzzzzzzz": 1,
-    "a": {"bb": 2, "a": 1},
-}
 
 
 class Rich(drover.JobArgs, kind="paths_rich"):
@@ -532,42 +512,31 @@ def test_insert_many_tx_is_invisible_until_commit(
     assert_stored(client, rows)
 
 
+@pytest.mark.parametrize(
+    "batch_first",
+    [True, False],
+    ids=["batch-opens-the-transaction", "batch-after-a-marker"],
+)
 @pytest.mark.parametrize("batch", list(TX_BATCHES))
-def test_insert_many_tx_is_gone_after_rollback(
-    client: drover.Client, conn: Conn, user_conn: Conn, batch: str
+def test_insert_many_tx_rolls_back_with_the_callers_transaction(
+    client: drover.Client, conn: Conn, user_conn: Conn, batch: str, batch_first: bool
 ) -> None:
+    if batch_first:
+        # The batch is the very first statement: it must open the caller's
+        # transaction, not run (and commit) one of its own.
+        assert user_conn.info.transaction_status == pq.TransactionStatus.IDLE
+    else:
+        user_conn.execute("INSERT INTO marker VALUES ('before')")
     rows = client.insert_many_tx(user_conn, TX_BATCHES[batch]())
     assert rows
-    user_conn.rollback()
-    assert count_jobs(conn) == 0
-    assert all(invisible(client, r.id) for r in rows)
-
-
-@pytest.mark.parametrize("batch", list(TX_BATCHES))
-def test_insert_many_tx_first_in_a_fresh_transaction_commits_nothing(
-    client: drover.Client, conn: Conn, user_conn: Conn, batch: str
-) -> None:
-    # The batch is the very first statement: it must open the caller's
-    # transaction, not run (and commit) one of its own.
-    assert user_conn.info.transaction_status == pq.TransactionStatus.IDLE
-    client.insert_many_tx(user_conn, TX_BATCHES[batch]())
     assert user_conn.info.transaction_status == INTRANS
-    user_conn.execute("INSERT INTO marker VALUES ('after')")
-    user_conn.rollback()
-    assert count_jobs(conn) == 0
-    assert markers(conn) == []
-
-
-@pytest.mark.parametrize("batch", list(TX_BATCHES))
-def test_insert_many_tx_after_a_marker_rolls_back_with_it(
-    client: drover.Client, conn: Conn, user_conn: Conn, batch: str
-) -> None:
-    user_conn.execute("INSERT INTO marker VALUES ('before')")
-    client.insert_many_tx(user_conn, TX_BATCHES[batch]())
+    if batch_first:
+        user_conn.execute("INSERT INTO marker VALUES ('after')")
     assert markers(conn) == []
     user_conn.rollback()
     assert count_jobs(conn) == 0
     assert markers(conn) == []
+    assert all(invisible(client, r.id) for r in rows)
 
 
 @pytest.mark.parametrize("batch", list(TX_BATCHES))

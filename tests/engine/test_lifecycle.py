@@ -15,17 +15,13 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import psycopg
 import psycopg_pool
 import pytest
+from jobdb import Conn, MakeClient, Poll, observe
 
 import drover
-
-Conn = psycopg.Connection[tuple[Any, ...]]
-MakeClient = Callable[..., drover.Client]
-Poll = Callable[..., Any]
 
 SAFETY = 20.0
 """Longest a blocked handler waits before giving up on its own (a failing test never hangs)."""
@@ -128,6 +124,36 @@ def gates(make_client: MakeClient) -> Iterator[Callable[..., Gate]]:
         gate.release_all()
 
 
+class Blocked(NamedTuple):
+    gate: Gate
+    client: drover.Client
+    ids: list[int]
+
+
+StartBlocked = Callable[..., Blocked]
+
+
+@pytest.fixture
+def blocked(poll: Poll, make_client: MakeClient, gates: Callable[..., Gate]) -> StartBlocked:
+    """Start a client on ``jobs`` new ``Block`` jobs and wait until its handlers hold every slot.
+
+    Returns the gate, the started client and the job ids in id order; other keyword
+    arguments go to ``Config``.
+    """
+
+    def start(jobs: int, *, concurrency: int, cooperative: bool = False, **fields: Any) -> Blocked:
+        gate = gates(cooperative=cooperative)
+        fields.setdefault("poll_interval", 0.05)
+        client = make_client(workers=gate.workers(), concurrency=concurrency, **fields)
+        ids = sorted(r.id for r in client.insert_many([Block() for _ in range(jobs)]))
+        client.start()
+        inside = min(jobs, concurrency)
+        poll(lambda: gate.inside == inside, message=f"{inside} handler(s) inside")
+        return Blocked(gate, client, ids)
+
+    return start
+
+
 class Recorder:
     """A worker that records each run's (job id, attempt) and completes."""
 
@@ -185,20 +211,6 @@ def _count(conn: Conn, state: str) -> int:
 def _all_in(conn: Conn, ids: list[int], state: str) -> bool:
     states = _states(conn)
     return all(states[i] == state for i in ids)
-
-
-def _sample(duration: float, check: Callable[[], None], interval: float = 0.02) -> int:
-    """Run ``check`` repeatedly for ``duration`` seconds (an observation window, not a wait
-    for a condition): asserting something *stays* true needs samples over time."""
-    end = time.monotonic() + duration
-    samples = 0
-    pause = threading.Event()
-    while True:
-        check()
-        samples += 1
-        if time.monotonic() >= end:
-            return samples
-        pause.wait(interval)
 
 
 def _engine(client: drover.Client) -> Any:
@@ -296,18 +308,10 @@ def test_second_clean_stop_returns_none_without_draining_again(
 
 
 def test_second_stop_after_drain_incomplete_raises_the_same_verdict_quickly(
-    poll: Poll,
-    make_client: MakeClient,
-    gates: Callable[..., Gate],
-    conn: Conn,
-    caplog: pytest.LogCaptureFixture,
+    poll: Poll, blocked: StartBlocked, conn: Conn, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="drover")
-    gate = gates()
-    client = make_client(workers=gate.workers(), concurrency=2, poll_interval=0.05)
-    job = client.insert(Block())
-    client.start()
-    poll(lambda: gate.inside == 1, message="handler entered")
+    gate, client, [job_id] = blocked(1, concurrency=2)
     with pytest.raises(drover.DrainIncomplete) as first:
         client.stop(timeout=0.1)
     started = time.monotonic()
@@ -318,12 +322,12 @@ def test_second_stop_after_drain_incomplete_raises_the_same_verdict_quickly(
     assert time.monotonic() - started < 0.5
     assert second.value is first.value
     assert third.value is first.value
-    assert first.value.job_ids == (job.id,)
+    assert first.value.job_ids == (job_id,)
     assert len(_messages(caplog, "worker pool stopping")) == 1
     # Not handed back twice: exactly one shutdown entry.
-    assert len(_row(conn, job.id)["errors"]) == 1
+    assert len(_row(conn, job_id)["errors"]) == 1
     gate.release_all()
-    poll(lambda: job.id in gate.finished, message="abandoned handler finished")
+    poll(lambda: job_id in gate.finished, message="abandoned handler finished")
 
 
 def test_with_block_starts_and_stops(make_client: MakeClient) -> None:
@@ -344,13 +348,9 @@ def test_with_block_starts_and_stops(make_client: MakeClient) -> None:
 
 
 def test_concurrency_bounds_handlers_and_claims(
-    poll: Poll, make_client: MakeClient, gates: Callable[..., Gate], conn: Conn
+    poll: Poll, blocked: StartBlocked, conn: Conn
 ) -> None:
-    gate = gates()
-    client = make_client(workers=gate.workers(), concurrency=4, poll_interval=0.05)
-    ids = [r.id for r in client.insert_many([Block() for _ in range(6)])]
-    client.start()
-    poll(lambda: gate.inside == 4, message="4 handlers inside at once")
+    gate, client, ids = blocked(6, concurrency=4)
 
     def at_most_four_running() -> None:
         running = _count(conn, "running")
@@ -358,7 +358,7 @@ def test_concurrency_bounds_handlers_and_claims(
         assert gate.inside == 4
         assert _count(conn, "available") == 2
 
-    assert _sample(0.3, at_most_four_running) > 3
+    assert observe(0.3, at_most_four_running) > 3
     gate.release_all()
     poll(lambda: _all_in(conn, ids, "completed"), message="all 6 jobs completed")
     assert gate.max_inside == 4
@@ -370,13 +370,9 @@ def test_concurrency_bounds_handlers_and_claims(
 
 
 def test_stop_with_generous_budget_waits_for_running_jobs(
-    poll: Poll, make_client: MakeClient, gates: Callable[..., Gate], conn: Conn
+    poll: Poll, blocked: StartBlocked, conn: Conn
 ) -> None:
-    gate = gates()
-    client = make_client(workers=gate.workers(), concurrency=3, poll_interval=0.05)
-    ids = [r.id for r in client.insert_many([Block() for _ in range(3)])]
-    client.start()
-    poll(lambda: gate.inside == 3, message="3 handlers inside")
+    gate, client, ids = blocked(3, concurrency=3)
 
     stopper = StopInThread(client, 15, on_return=lambda: (list(gate.finished), _states(conn)))
     stopper.start()
@@ -404,15 +400,11 @@ def test_stop_with_generous_budget_waits_for_running_jobs(
 def test_stop_budget_expiry_hands_jobs_back(
     poll: Poll,
     make_client: MakeClient,
-    gates: Callable[..., Gate],
+    blocked: StartBlocked,
     conn: Conn,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    gate = gates()
-    client = make_client(workers=gate.workers(), concurrency=4, poll_interval=0.05)
-    ids = sorted(r.id for r in client.insert_many([Block(), Block()]))
-    client.start()
-    poll(lambda: gate.inside == 2, message="2 handlers inside")
+    gate, client, ids = blocked(2, concurrency=4)
 
     started = time.monotonic()
     with pytest.raises(drover.DrainIncomplete) as caught:
@@ -458,13 +450,9 @@ def test_stop_budget_expiry_hands_jobs_back(
 
 
 def test_cooperative_handler_notices_cancellation_on_budget_expiry(
-    poll: Poll, make_client: MakeClient, gates: Callable[..., Gate], conn: Conn
+    poll: Poll, blocked: StartBlocked, conn: Conn
 ) -> None:
-    gate = gates(cooperative=True)
-    client = make_client(workers=gate.workers(), concurrency=2, poll_interval=0.05)
-    job = client.insert(Block())
-    client.start()
-    poll(lambda: gate.inside == 1, message="handler entered")
+    gate, client, [job_id] = blocked(1, concurrency=2, cooperative=True)
     started = time.monotonic()
     try:
         client.stop(timeout=0.2)
@@ -475,40 +463,36 @@ def test_cooperative_handler_notices_cancellation_on_budget_expiry(
     assert time.monotonic() - started < 5.0
     assert gate.noticed_cancel.wait(5), "the handler never saw its context cancelled"
     poll(lambda: gate.inside == 0, message="handler returned")
-    assert gate.saw_cancelled == {job.id: True}
+    assert gate.saw_cancelled == {job_id: True}
     # Contexts are cancelled before the hand-back is written, so the handler races it:
     # either the hand-back won (the job is incomplete and back in the queue) or the
     # handler's own outcome was recorded first (the drain finished after all).
-    row = _row(conn, job.id)
+    row = _row(conn, job_id)
     if verdict is None:
         assert (row["state"], row["attempt"], row["errors"]) == ("completed", 1, [])
     else:
-        assert verdict.job_ids == (job.id,)
+        assert verdict.job_ids == (job_id,)
         assert (row["state"], row["attempt"], len(row["errors"])) == ("retryable", 1, 1)
 
 
 def test_stop_budget_bounds_the_call_when_a_running_job_was_taken_over(
-    poll: Poll, make_client: MakeClient, gates: Callable[..., Gate], conn: Conn
+    poll: Poll, blocked: StartBlocked, conn: Conn
 ) -> None:
-    gate = gates()
-    client = make_client(workers=gate.workers(), concurrency=2, poll_interval=0.05)
-    job = client.insert(Block())
-    client.start()
-    poll(lambda: gate.inside == 1, message="handler entered")
+    gate, client, [job_id] = blocked(1, concurrency=2)
     # The claim is lost while the handler runs: e.g. heartbeats failed, another
     # client's rescuer moved the job on and a worker claimed it again (attempt 2).
     conn.execute(
         "UPDATE drover_jobs SET attempt = attempt + 1,"
         " leased_until = now() + interval '1 minute' WHERE id = %s",
-        (job.id,),
+        (job_id,),
     )
     stopper = StopInThread(client, 0.2, on_return=lambda: gate.inside).start()
     returned = stopper.done.wait(3)
     gate.release_all()
     stopper.join()
-    poll(lambda: job.id in gate.finished, message="abandoned handler finished")
-    assert gate.saw_cancelled == {job.id: True}
-    row = _row(conn, job.id)
+    poll(lambda: job_id in gate.finished, message="abandoned handler finished")
+    assert gate.saw_cancelled == {job_id: True}
+    row = _row(conn, job_id)
     assert (row["state"], row["attempt"], row["errors"]) == ("running", 2, [])
     assert returned, "stop(timeout=0.2) waited for a handler that ignores cancellation"
     assert stopper.snapshot == 1, "stop returned only after the abandoned handler finished"
@@ -594,7 +578,7 @@ def test_no_claim_after_stop_begins(
         assert _all_in(conn, waiting, "available")
         assert fetcher.claims == claims
 
-    _sample(0.3, nothing_claimed)
+    observe(0.3, nothing_claimed)
     assert not stopper.done.is_set(), "the drain must still be waiting for blocker 1"
     gate.release(1)
     stopper.join()
@@ -636,26 +620,14 @@ def test_insert_on_started_client_wakes_the_fetcher(
 # --- heartbeat and crash recovery ---------------------------------------------------------
 
 
-def test_heartbeat_keeps_a_long_job_leased(
-    poll: Poll, make_client: MakeClient, gates: Callable[..., Gate], conn: Conn
-) -> None:
-    gate = gates()
-    client = make_client(
-        workers=gate.workers(),
-        concurrency=1,
-        lease_duration=1,
-        rescue_interval=0.2,
-        poll_interval=0.05,
-    )
-    job = client.insert(Block())
-    client.start()
-    poll(lambda: gate.inside == 1, message="handler entered")
-    first = _row(conn, job.id)["leased_until"]
+def test_heartbeat_keeps_a_long_job_leased(poll: Poll, blocked: StartBlocked, conn: Conn) -> None:
+    gate, client, [job_id] = blocked(1, concurrency=1, lease_duration=1, rescue_interval=0.2)
+    first = _row(conn, job_id)["leased_until"]
     assert first is not None
     leases: list[datetime] = [first]
 
     def held_past_first_lease() -> bool:
-        row = _row(conn, job.id)
+        row = _row(conn, job_id)
         assert (row["state"], row["attempt"], row["errors"]) == ("running", 1, []), row
         assert row["leased_until"] is not None and row["leased_until"] > row["now"], row
         leases.append(row["leased_until"])
@@ -668,10 +640,10 @@ def test_heartbeat_keeps_a_long_job_leased(
     assert (leases[-1] - first).total_seconds() > 1.5
 
     gate.release_all()
-    poll(lambda: _row(conn, job.id)["state"] == "completed", message="job completed")
-    row = _row(conn, job.id)
+    poll(lambda: _row(conn, job_id)["state"] == "completed", message="job completed")
+    row = _row(conn, job_id)
     assert (row["attempt"], row["errors"]) == (1, [])
-    assert gate.runs == [(job.id, 1)]
+    assert gate.runs == [(job_id, 1)]
     client.stop(timeout=5)
 
 

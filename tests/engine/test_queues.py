@@ -11,18 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from jobdb import Conn, MakeClient, Poll, observe
 
 import drover
-
-Conn = psycopg.Connection[tuple[Any, ...]]
-MakeClient = Callable[..., drover.Client]
-Poll = Callable[..., Any]
 
 SAFETY = 20.0
 """Longest a blocked handler waits on its own (a failing test never hangs)."""
@@ -157,20 +154,6 @@ def _queue_rows(conn: Conn) -> list[tuple[str, datetime | None]]:
 def _notifications(listener: Conn, timeout: float, stop_after: int | None = None) -> list[str]:
     """Payloads delivered to ``listener`` within ``timeout`` (sooner once ``stop_after`` came)."""
     return [n.payload for n in listener.notifies(timeout=timeout, stop_after=stop_after)]
-
-
-def _observe(duration: float, check: Callable[[], None], interval: float = 0.02) -> int:
-    """Run ``check`` repeatedly for ``duration`` seconds: an observation window for something
-    that must *stay* true, not a wait for a condition."""
-    end = time.monotonic() + duration
-    pause = threading.Event()
-    samples = 0
-    while True:
-        check()
-        samples += 1
-        if time.monotonic() >= end:
-            return samples
-        pause.wait(interval)
 
 
 def _start_idle_worker(
@@ -483,7 +466,7 @@ def test_insert_tx_wakes_only_when_the_caller_commits(
         gone = producer.insert_tx(tx, Tick(n=1))
         tx.rollback()
         assert _notifications(raw_listener, 0.3) == []
-        _observe(0.3, not_woken)
+        observe(0.3, not_woken)
         assert (
             conn.execute("SELECT 1 FROM drover_jobs WHERE id = %s", (gone.id,)).fetchone() is None
         )
@@ -491,7 +474,7 @@ def test_insert_tx_wakes_only_when_the_caller_commits(
         # Open: nothing is delivered until the caller commits.
         job = producer.insert_tx(tx, Tick(n=2))
         assert _notifications(raw_listener, 0.3) == []
-        _observe(0.3, not_woken)
+        observe(0.3, not_woken)
         assert not recorder.ran(job.id)
         committed = time.monotonic()
         tx.commit()
@@ -566,7 +549,7 @@ def test_a_notification_for_another_queue_does_not_wake_the_worker(
     def not_woken() -> None:
         assert fetcher.claims == idle_claims, "woken by another queue's notification"
 
-    _observe(0.5, not_woken)
+    observe(0.5, not_woken)
     # The same worker is woken for its own queue.
     job = producer.insert(Tick(), drover.InsertOpts(queue="mine"))
     poll(lambda: _state(conn, job.id) == "completed", timeout=WAKE_BUDGET, message="own queue")
