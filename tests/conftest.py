@@ -20,7 +20,8 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -163,7 +164,12 @@ def _no_drover_threads_survive() -> Iterator[None]:
     assert not alive, f"drover threads still running after the test: {alive}"
 
 
-def poll(predicate, timeout: float = 10.0, interval: float = 0.01, message: str = ""):  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+
+
+def poll(
+    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, message: str = ""
+) -> T:
     """Call ``predicate`` until it returns something truthy; fail after ``timeout`` seconds.
 
     Tests synchronise on this (or on events), never on a bare sleep: it returns
@@ -180,18 +186,18 @@ def poll(predicate, timeout: float = 10.0, interval: float = 0.01, message: str 
 
 
 @pytest.fixture(name="poll")
-def poll_fixture():  # type: ignore[no-untyped-def]
+def poll_fixture() -> Callable[..., Any]:
     """The :func:`poll` helper as a fixture."""
     return poll
 
 
 @pytest.fixture
-def make_client(db_url: str) -> Iterator[object]:
+def make_client(db_url: str) -> Iterator[Callable[..., drover.Client]]:
     """Build clients on the test database; any left running are stopped at teardown."""
     made: list[drover.Client] = []
 
-    def make(config: drover.Config | None = None, **fields: object) -> drover.Client:
-        cfg = config if config is not None else drover.Config(**fields)  # type: ignore[arg-type]
+    def make(config: drover.Config | None = None, **fields: Any) -> drover.Client:
+        cfg = config if config is not None else drover.Config(**fields)
         client = drover.Client(db_url, cfg)
         made.append(client)
         return client

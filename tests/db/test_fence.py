@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from jobdb import Conn, db_now
 
 import drover
 from drover._db.runtime import (
@@ -30,8 +31,6 @@ from drover._db.store import job_get
 from drover._runtime.disposition import RESCUE_MESSAGE
 from drover._runtime.rescuer import Rescuer
 from drover.job import JobRow, JobState
-
-Conn = psycopg.Connection[tuple[Any, ...]]
 
 LEASE = 60.0
 TOLERANCE = timedelta(seconds=1)
@@ -49,12 +48,6 @@ class Immediate:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def _db_now(conn: Conn) -> datetime:
-    row = conn.execute("SELECT now()").fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
 
 
 def _get(conn: Conn, job_id: int) -> JobRow:
@@ -95,7 +88,7 @@ def _expire(conn: Conn, job_id: int) -> None:
 
 def _lease_is_fresh(conn: Conn, leased_until: datetime | None) -> None:
     assert leased_until is not None
-    expected = _db_now(conn) + timedelta(seconds=LEASE)
+    expected = db_now(conn) + timedelta(seconds=LEASE)
     assert abs(leased_until - expected) < TOLERANCE, (leased_until, expected)
 
 
@@ -143,7 +136,7 @@ def _superseded(conn: Conn, client: drover.Client) -> JobRow:
 def test_claim_takes_the_oldest_due_row_of_its_queue_only(
     client: drover.Client, conn: Conn
 ) -> None:
-    now = _db_now(conn)
+    now = db_now(conn)
     newer = _insert(client)
     older = _insert(client)
     _due_ago(conn, newer.id, 60)
@@ -188,7 +181,7 @@ def test_claim_batch_comes_back_sorted_by_id(client: drover.Client, conn: Conn) 
     # Due-time order is the reverse of id order.
     for minutes, job_id in enumerate(ids, start=1):
         _due_ago(conn, job_id, 60 * minutes)
-    _insert(client, scheduled_at=_db_now(conn) + timedelta(hours=1))
+    _insert(client, scheduled_at=db_now(conn) + timedelta(hours=1))
     rows = job_claim(conn, "default", 3, LEASE)
     assert [r.id for r in rows] == sorted(ids)
     assert all(r.state is JobState.RUNNING and r.attempt == 1 for r in rows)
@@ -402,7 +395,7 @@ def test_terminal_outcomes_finalize_and_clear_the_lease(
     row = _claimed(client, conn)
     error = None if state is JobState.COMPLETED else _entry(1, f"{state} reason")
     assert _record_one(conn, Outcome(row.id, 1, state, error=error)).result is (WriteResult.APPLIED)
-    now = _db_now(conn)
+    now = db_now(conn)
     stored = _get(conn, row.id)
     assert (stored.state, stored.attempt, stored.leased_until) == (state, 1, None)
     assert stored.finalized_at is not None
@@ -469,7 +462,7 @@ def test_retryable_errors_accumulate_oldest_first(client: drover.Client, conn: C
     assert _record_one(conn, Outcome(row.id, 2, JobState.RETRYABLE, None, error=second)).result is (
         WriteResult.APPLIED
     )
-    now = _db_now(conn)
+    now = db_now(conn)
     stored = _get(conn, row.id)
     assert stored.errors == [FAILURE, second]
     assert abs(stored.scheduled_at - now) < TOLERANCE
@@ -619,7 +612,7 @@ def test_rescue_makes_an_expired_job_retryable_without_spending_an_attempt(
     row = _claimed(client, conn)
     _expire(conn, row.id)
     assert _rescuer(client).run_once() == 1
-    now = _db_now(conn)
+    now = db_now(conn)
     stored = _get(conn, row.id)
     assert (stored.state, stored.attempt, stored.leased_until, stored.finalized_at) == (
         JobState.RETRYABLE,

@@ -8,7 +8,9 @@ if and only if the caller's transaction commits.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import django
@@ -20,6 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from jobdb import invisible
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
+from sqlalchemy import Connection as SAConnection
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session
 
@@ -75,62 +78,200 @@ def insert_order(c: PgConn, note: str = "order") -> int:
     return int(row[0])
 
 
-# --- psycopg Connection -------------------------------------------------------------------------
+def _django_entry(db_url: str) -> dict[str, str]:
+    params = conninfo_to_dict(db_url)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": str(params["dbname"]),
+        "HOST": str(params.get("host") or ""),
+        "PORT": str(params.get("port") or ""),
+        "USER": str(params.get("user") or ""),
+        "PASSWORD": str(params.get("password") or ""),
+    }
 
 
-def test_psycopg_rollback_discards_both_order_and_job(
-    client: drover.Client, conn: PgConn, user_conn: PgConn
+@pytest.fixture
+def django_db(db_url: str, orders: str) -> Iterator[BaseDatabaseWrapper]:
+    """Django's ``default`` connection, pointed at this test's database.
+
+    Settings are process-global, so they are configured once; each test then
+    retargets the connection's settings and closes it again so that its
+    database can be dropped.
+    """
+    entry = _django_entry(db_url)
+    if not settings.configured:
+        settings.configure(
+            DATABASES={
+                "default": dict(entry),
+                "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+            },
+            USE_TZ=True,
+            INSTALLED_APPS=[],
+        )
+        django.setup()
+    connections.close_all()
+    connections["default"].settings_dict.update(entry)
+    try:
+        yield connections["default"]
+    finally:
+        connections.close_all()
+
+
+@pytest.fixture
+def engine(db_url: str, orders: str) -> Iterator[Engine]:
+    # The creator form keeps the embedded server's socket-directory host intact.
+    eng = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(db_url))
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+
+
+# --- every kind of caller's transaction ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallerTx:
+    """An open transaction of the application's: what it hands ``insert_tx``, and a domain write."""
+
+    handle: object
+    add_order: Callable[[str], int]
+
+
+def _psycopg_order(c: PgConn) -> Callable[[str], int]:
+    return lambda note: insert_order(c, note)
+
+
+def _sqlalchemy_order(c: Session | SAConnection) -> Callable[[str], int]:
+    def add_order(note: str) -> int:
+        sql = text("INSERT INTO orders (note) VALUES (:note) RETURNING id")
+        return int(c.execute(sql, {"note": note}).scalar_one())
+
+    return add_order
+
+
+@contextmanager
+def _psycopg_block(c: PgConn) -> Iterator[CallerTx]:
+    """``with conn.transaction():``, committed at the end of the block."""
+    with c.transaction():
+        yield CallerTx(c, _psycopg_order(c))
+
+
+@contextmanager
+def _ended_by_the_caller(
+    tx: CallerTx, commit: Callable[[], None], rollback: Callable[[], None]
+) -> Iterator[CallerTx]:
+    """A transaction the application ends itself: commit after the block, rollback on an error."""
+    try:
+        yield tx
+    except BaseException:
+        rollback()
+        raise
+    commit()
+
+
+def _psycopg_implicit(c: PgConn) -> AbstractContextManager[CallerTx]:
+    """No ``transaction()`` block: psycopg's implicit transaction, ended by the caller."""
+    return _ended_by_the_caller(CallerTx(c, _psycopg_order(c)), c.commit, c.rollback)
+
+
+@contextmanager
+def _django_atomic(_: BaseDatabaseWrapper) -> Iterator[CallerTx]:
+    from django.db import connection
+
+    def add_order(note: str) -> int:
+        with connection.cursor() as cur:
+            cur.execute("INSERT INTO orders (note) VALUES (%s) RETURNING id", [note])
+            return int(cur.fetchone()[0])
+
+    with transaction.atomic():
+        yield CallerTx(connection, add_order)
+
+
+@contextmanager
+def _sqlalchemy_session(engine: Engine) -> Iterator[CallerTx]:
+    """A ``Session``, committed or rolled back by the caller."""
+    with Session(engine) as s:
+        tx = CallerTx(s, _sqlalchemy_order(s))
+        with _ended_by_the_caller(tx, s.commit, s.rollback):
+            yield tx
+
+
+@contextmanager
+def _sqlalchemy_begin(engine: Engine) -> Iterator[CallerTx]:
+    """``with engine.begin() as conn:``, committed at the end of the block."""
+    with engine.begin() as sa_conn:
+        yield CallerTx(sa_conn, _sqlalchemy_order(sa_conn))
+
+
+OpenTx = Callable[[], AbstractContextManager[CallerTx]]
+
+# Each kind of transaction: the fixture it runs on, and how it opens one (commit at
+# the end of the block, rollback when an exception leaves it).
+FLAVOURS: dict[str, tuple[str, Callable[[Any], AbstractContextManager[CallerTx]]]] = {
+    "psycopg-transaction-block": ("user_conn", _psycopg_block),
+    "psycopg-implicit": ("user_conn", _psycopg_implicit),
+    "django-atomic": ("django_db", _django_atomic),
+    "sqlalchemy-session": ("engine", _sqlalchemy_session),
+    "sqlalchemy-engine-begin": ("engine", _sqlalchemy_begin),
+}
+
+
+@pytest.fixture(params=list(FLAVOURS))
+def open_tx(request: pytest.FixtureRequest) -> OpenTx:
+    fixture, opener = FLAVOURS[request.param]
+    resource = request.getfixturevalue(fixture)
+    return lambda: opener(resource)
+
+
+def test_rollback_discards_order_and_job_and_commit_keeps_both(
+    client: drover.Client, conn: PgConn, open_tx: OpenTx
 ) -> None:
     def place_order_then_fail() -> None:
-        with user_conn.transaction():
-            order_id = insert_order(user_conn)
-            client.insert_tx(user_conn, SendReceipt(order_id=order_id))
+        with open_tx() as tx:
+            order_id = tx.add_order("rolled back")
+            client.insert_tx(tx.handle, SendReceipt(order_id=order_id))
             assert count(conn, "drover_jobs") == 0
             raise Rollback
 
     with pytest.raises(Rollback):
         place_order_then_fail()
-
     assert count(conn, "orders") == 0
     assert count(conn, "drover_jobs") == 0
 
-
-def test_psycopg_commit_keeps_one_order_and_one_job_invisible_until_then(
-    client: drover.Client, conn: PgConn, user_conn: PgConn
-) -> None:
-    with user_conn.transaction():
-        order_id = insert_order(user_conn)
-        row = client.insert_tx(user_conn, SendReceipt(order_id=order_id))
-        # The job is in the open transaction: no other connection can see it yet.
+    # The same connection, or its pool, takes the next transaction.
+    with open_tx() as tx:
+        order_id = tx.add_order("kept")
+        row = client.insert_tx(tx.handle, SendReceipt(order_id=order_id))
+        (batched,) = client.insert_many_tx(tx.handle, [SendReceipt(order_id=order_id)])
+        # The jobs are in the open transaction: no other connection can see them yet.
         assert count(conn, "drover_jobs") == 0
         assert invisible(client, row.id)
 
     assert row.kind == "send_receipt"
     assert row.queue == "default"
-    assert row.args == {"order_id": order_id}
+    # Django loads jsonb as text on its connections; drover still returns decoded args.
+    assert row.args == batched.args == {"order_id": order_id}
     assert row.state is drover.JobState.AVAILABLE
     assert count(conn, "orders") == 1
-    assert job_ids(conn) == [row.id]
+    assert job_ids(conn) == [row.id, batched.id]
     stored = client.get_job(row.id)
     assert stored.args == {"order_id": order_id}
 
 
-def test_psycopg_implicit_transaction_commit_and_rollback(
-    client: drover.Client, conn: PgConn, user_conn: PgConn
+def test_insert_many_tx_as_the_first_statement_rolls_back_with_the_transaction(
+    client: drover.Client, conn: PgConn, open_tx: OpenTx
 ) -> None:
-    # No transaction() block: psycopg's implicit transaction, ended by the caller.
-    insert_order(user_conn, "rolled back")
-    client.insert_tx(user_conn, SendReceipt(order_id=1))
-    user_conn.rollback()
-    assert count(conn, "orders") == 0
-    assert count(conn, "drover_jobs") == 0
+    # Nothing has run in the transaction yet: drover must not begin (and commit)
+    # one of its own, nor turn a nested transaction into the outermost one.
+    def insert_batch_then_fail() -> None:
+        with open_tx() as tx:
+            client.insert_many_tx(tx.handle, [SendReceipt(order_id=1), SendReceipt(order_id=2)])
+            raise Rollback
 
-    insert_order(user_conn, "kept")
-    row = client.insert_tx(user_conn, SendReceipt(order_id=2))
+    with pytest.raises(Rollback):
+        insert_batch_then_fail()
     assert count(conn, "drover_jobs") == 0
-    user_conn.commit()
-    assert count(conn, "orders") == 1
-    assert job_ids(conn) == [row.id]
 
 
 # --- psycopg Cursor -----------------------------------------------------------------------------
@@ -391,83 +532,6 @@ def test_insert_tx_never_commits_and_changes_no_session_settings(
 # --- Django -------------------------------------------------------------------------------------
 
 
-def _django_entry(db_url: str) -> dict[str, str]:
-    params = conninfo_to_dict(db_url)
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": str(params["dbname"]),
-        "HOST": str(params.get("host") or ""),
-        "PORT": str(params.get("port") or ""),
-        "USER": str(params.get("user") or ""),
-        "PASSWORD": str(params.get("password") or ""),
-    }
-
-
-@pytest.fixture
-def django_db(db_url: str, orders: str) -> Iterator[BaseDatabaseWrapper]:
-    """Django's ``default`` connection, pointed at this test's database.
-
-    Settings are process-global, so they are configured once; each test then
-    retargets the connection's settings and closes it again so that its
-    database can be dropped.
-    """
-    entry = _django_entry(db_url)
-    if not settings.configured:
-        settings.configure(
-            DATABASES={
-                "default": dict(entry),
-                "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
-            },
-            USE_TZ=True,
-            INSTALLED_APPS=[],
-        )
-        django.setup()
-    connections.close_all()
-    connections["default"].settings_dict.update(entry)
-    try:
-        yield connections["default"]
-    finally:
-        connections.close_all()
-
-
-def test_django_atomic_rollback_discards_order_and_job(
-    client: drover.Client, conn: PgConn, django_db: BaseDatabaseWrapper
-) -> None:
-    from django.db import connection
-
-    def place_order_then_fail() -> None:
-        with transaction.atomic():
-            with connection.cursor() as cur:
-                cur.execute("INSERT INTO orders (note) VALUES (%s)", ["django"])
-            client.insert_tx(connection, SendReceipt(order_id=1))
-            assert count(conn, "drover_jobs") == 0
-            raise Rollback
-
-    with pytest.raises(Rollback):
-        place_order_then_fail()
-
-    assert count(conn, "orders") == 0
-    assert count(conn, "drover_jobs") == 0
-
-
-def test_django_atomic_commit_keeps_one_job(
-    client: drover.Client, conn: PgConn, django_db: BaseDatabaseWrapper
-) -> None:
-    from django.db import connection
-
-    with transaction.atomic():
-        with connection.cursor() as cur:
-            cur.execute("INSERT INTO orders (note) VALUES (%s) RETURNING id", ["django"])
-            order_id = cur.fetchone()[0]
-        row = client.insert_tx(connection, SendReceipt(order_id=order_id))
-        assert count(conn, "drover_jobs") == 0
-
-    # Django loads jsonb as text on its connections; drover still returns decoded args.
-    assert row.args == {"order_id": order_id}
-    assert count(conn, "orders") == 1
-    assert job_ids(conn) == [row.id]
-
-
 def test_django_cursor_wrapper_inside_atomic(
     client: drover.Client, conn: PgConn, django_db: BaseDatabaseWrapper
 ) -> None:
@@ -520,93 +584,3 @@ def test_django_non_postgresql_connection_is_unsupported(
         pytest.skip("Django was configured elsewhere without the sqlite alias")
     with pytest.raises(drover.UnsupportedConnection, match="'sqlite'"):
         client.insert_tx(connections["lite"], SendReceipt(order_id=1))
-
-
-def test_django_insert_many_tx_first_in_atomic_rolls_back(
-    client: drover.Client, conn: PgConn, django_db: BaseDatabaseWrapper
-) -> None:
-    from django.db import connection
-
-    def insert_batch_then_fail() -> None:
-        with transaction.atomic():
-            client.insert_many_tx(connection, [SendReceipt(order_id=1)])
-            raise Rollback
-
-    with pytest.raises(Rollback):
-        insert_batch_then_fail()
-
-    assert count(conn, "drover_jobs") == 0
-
-
-# --- SQLAlchemy 2 -------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def engine(db_url: str, orders: str) -> Iterator[Engine]:
-    # The creator form keeps the embedded server's socket-directory host intact.
-    eng = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(db_url))
-    try:
-        yield eng
-    finally:
-        eng.dispose()
-
-
-def test_sqlalchemy_session_rollback_discards_order_and_job(
-    client: drover.Client, conn: PgConn, engine: Engine
-) -> None:
-    with Session(engine) as s:
-        s.execute(text("INSERT INTO orders (note) VALUES ('sqlalchemy')"))
-        client.insert_tx(s, SendReceipt(order_id=1))
-        assert count(conn, "drover_jobs") == 0
-        s.rollback()
-
-    assert count(conn, "orders") == 0
-    assert count(conn, "drover_jobs") == 0
-
-
-def test_sqlalchemy_session_commit_keeps_one_job(
-    client: drover.Client, conn: PgConn, engine: Engine
-) -> None:
-    with Session(engine) as s:
-        s.execute(text("INSERT INTO orders (note) VALUES ('sqlalchemy')"))
-        row = client.insert_tx(s, SendReceipt(order_id=1))
-        assert count(conn, "drover_jobs") == 0
-        s.commit()
-
-    assert count(conn, "orders") == 1
-    assert job_ids(conn) == [row.id]
-
-
-def test_sqlalchemy_engine_begin_connection(
-    client: drover.Client, conn: PgConn, engine: Engine
-) -> None:
-    def place_order_then_fail() -> None:
-        with engine.begin() as sa_conn:
-            sa_conn.execute(text("INSERT INTO orders (note) VALUES ('rolled back')"))
-            client.insert_tx(sa_conn, SendReceipt(order_id=1))
-            raise Rollback
-
-    with pytest.raises(Rollback):
-        place_order_then_fail()
-    assert count(conn, "orders") == 0
-    assert count(conn, "drover_jobs") == 0
-
-    with engine.begin() as sa_conn:
-        sa_conn.execute(text("INSERT INTO orders (note) VALUES ('kept')"))
-        row = client.insert_tx(sa_conn, SendReceipt(order_id=2))
-        rows = client.insert_many_tx(sa_conn, [SendReceipt(order_id=3)])
-        assert count(conn, "drover_jobs") == 0
-
-    assert count(conn, "orders") == 1
-    assert job_ids(conn) == sorted([row.id, rows[0].id])
-
-
-def test_sqlalchemy_session_insert_many_tx_first_then_rollback(
-    client: drover.Client, conn: PgConn, engine: Engine
-) -> None:
-    # The session's connection has run nothing yet: drover must not turn its
-    # nested transaction into the outermost one and commit the batch.
-    with Session(engine) as s:
-        client.insert_many_tx(s, [SendReceipt(order_id=1), SendReceipt(order_id=2)])
-        s.rollback()
-    assert count(conn, "drover_jobs") == 0

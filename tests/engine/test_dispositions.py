@@ -7,7 +7,6 @@ finalized_at and leased_until.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -15,15 +14,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
-from jobdb import await_job_state, db_now, job_row
+from jobdb import Conn, MakeClient, Poll, await_job_state, db_now, job_row, start_client
 
 import drover
-
-Conn = psycopg.Connection[tuple[Any, ...]]
-MakeClient = Callable[..., drover.Client]
-Poll = Callable[..., Any]
 
 
 class Task(drover.JobArgs, kind="task"):
@@ -69,11 +63,8 @@ class Counter:
 
 
 def _start(make_client: MakeClient, workers: drover.Workers, **fields: Any) -> drover.Client:
-    fields.setdefault("retry_policy", Immediate())
-    fields.setdefault("poll_interval", 0.05)
-    client = make_client(workers=workers, **fields)
-    client.start()
-    return client
+    """A started client whose retries are due at once unless ``fields`` say otherwise."""
+    return start_client(make_client, workers, **{"retry_policy": Immediate(), **fields})
 
 
 def _at(entry: dict[str, Any]) -> datetime:
@@ -313,21 +304,6 @@ def test_snoozing_never_brings_a_job_closer_to_dead(
 # --- failures drover itself detects ---------------------------------------------------------------
 
 
-def test_an_unregistered_kind_is_a_retryable_failure(
-    make_client: MakeClient, conn: Conn, poll: Poll
-) -> None:
-    workers = drover.Workers()
-    _probe_worker(workers)
-    client = _start(make_client, workers, retry_policy=Later())
-    job = client.insert(Ghost())
-    row = await_job_state(poll, conn, job.id, "retryable")
-    assert (row["attempt"], row["finalized_at"], row["leased_until"]) == (1, None, None)
-    (entry,) = row["errors"]
-    assert entry["attempt"] == 1
-    assert entry["error"].endswith('no worker registered for kind "ghost"')
-    assert row["scheduled_at"] - _at(entry) > timedelta(minutes=59), "the policy was used"
-
-
 def _insert_undecodable(conn: Conn) -> int:
     row = conn.execute(
         "INSERT INTO drover_jobs (kind, args) VALUES ('task', '{\"n\": \"not-an-int\"}') "
@@ -337,11 +313,10 @@ def _insert_undecodable(conn: Conn) -> int:
     return int(row[0])
 
 
-def test_args_that_fail_validation_send_the_job_dead_at_once(
-    make_client: MakeClient, conn: Conn, poll: Poll
+@pytest.mark.parametrize("ghost", [True, False], ids=["unregistered-kind", "undecodable-args"])
+def test_a_job_no_handler_can_take_fails_with_drovers_own_message(
+    make_client: MakeClient, conn: Conn, poll: Poll, ghost: bool
 ) -> None:
-    # No retry can fix stored args: the first attempt is the last, whatever
-    # max_attempts says, and the validation message is kept for the operator.
     workers = drover.Workers()
     calls = Counter()
 
@@ -349,36 +324,24 @@ def test_args_that_fail_validation_send_the_job_dead_at_once(
     def never_reached(job: drover.Job[Task]) -> None:
         calls.bump()
 
-    _start(make_client, workers, retry_policy=Later())
-    job_id = _insert_undecodable(conn)
-    row = await_job_state(poll, conn, job_id, "dead")
-    assert row["attempt"] == 1 and row["max_attempts"] == 25
-    assert row["finalized_at"] is not None
-    (entry,) = row["errors"]
-    assert f'decode args for job {job_id} (kind "task"): ' in entry["error"]
-    assert "not-an-int" in entry["error"] or "integer" in entry["error"]
-    assert calls.value == 0
-
-
-@pytest.mark.parametrize("case", ["unregistered-kind", "undecodable-args"])
-def test_drovers_own_failure_messages_are_recorded_as_specified(
-    make_client: MakeClient, conn: Conn, poll: Poll, case: str
-) -> None:
-    workers = drover.Workers()
-
-    @workers.register(args=Task)
-    def never_reached(job: drover.Job[Task]) -> None:
-        pass
-
     client = _start(make_client, workers, retry_policy=Later())
-    ghost = case == "unregistered-kind"
     job_id = client.insert(Ghost()).id if ghost else _insert_undecodable(conn)
-    # An unknown kind is retried (a rolling deploy heals); bad args are not.
-    (entry,) = await_job_state(poll, conn, job_id, "retryable" if ghost else "dead")["errors"]
+    # An unknown kind is retried (a rolling deploy heals). No retry can fix stored
+    # args: the first attempt is the last, whatever max_attempts says, and the
+    # validation message is kept for the operator.
+    row = await_job_state(poll, conn, job_id, "retryable" if ghost else "dead")
+    assert (row["attempt"], row["max_attempts"], row["leased_until"]) == (1, 25, None)
+    (entry,) = row["errors"]
+    assert entry["attempt"] == 1
+    assert calls.value == 0
     if ghost:
+        assert row["finalized_at"] is None
         assert entry["error"] == 'no worker registered for kind "ghost"'
+        assert row["scheduled_at"] - _at(entry) > timedelta(minutes=59), "the policy was used"
     else:
+        assert row["finalized_at"] is not None
         assert entry["error"].startswith(f'decode args for job {job_id} (kind "task"): ')
+        assert "not-an-int" in entry["error"] or "integer" in entry["error"]
 
 
 class Interrupt(drover.JobArgs, kind="interrupt"):
@@ -569,65 +532,8 @@ def test_the_worker_sees_the_claimed_rows_fields(
 
 # --- middleware -----------------------------------------------------------------------------------
 
-
-def _swallow(next_handler: drover.Handler) -> drover.Handler:
-    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
-        with contextlib.suppress(ValueError):
-            next_handler(ctx, row)
-
-    return handle
-
-
-def _refuse(next_handler: drover.Handler) -> drover.Handler:
-    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
-        raise PermissionError(f"refused job {row.id}")
-
-    return handle
-
-
-def _twice(next_handler: drover.Handler) -> drover.Handler:
-    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
-        next_handler(ctx, row)
-        next_handler(ctx, row)
-
-    return handle
-
-
-@pytest.mark.parametrize(
-    ("middleware", "worker_fails", "state", "error", "worker_calls"),
-    [
-        pytest.param(_swallow, True, "completed", None, 1, id="swallowing-completes"),
-        pytest.param(_refuse, False, "retryable", "PermissionError: refused job {id}", 0,
-                     id="refusing-fails-and-the-worker-never-runs"),
-        pytest.param(_twice, False, "completed", None, 2, id="calling-next-twice"),
-    ],
-)  # fmt: skip
-def test_what_middleware_does_with_the_call_decides_the_outcome(
-    make_client: MakeClient,
-    conn: Conn,
-    poll: Poll,
-    middleware: drover.Middleware,
-    worker_fails: bool,
-    state: str,
-    error: str | None,
-    worker_calls: int,
-) -> None:
-    workers = drover.Workers()
-    calls = Counter()
-
-    @workers.register(args=Task)
-    def work(job: drover.Job[Task]) -> None:
-        calls.bump()
-        if worker_fails:
-            raise ValueError("swallowed")
-
-    client = _start(make_client, workers, middleware=[middleware], retry_policy=Later())
-    job = client.insert(Task())
-    row = await_job_state(poll, conn, job.id, state)
-    expected = [] if error is None else [(1, error.format(id=job.id))]
-    assert row["attempt"] == 1
-    assert [(e["attempt"], e["error"]) for e in row["errors"]] == expected
-    assert calls.value == worker_calls
+# What swallowing, refusing or calling next twice does to the outcome, and the log records
+# of each disposition, are in test_middleware.py beside drover's own Logging middleware.
 
 
 def test_values_set_by_middleware_reach_the_worker(
@@ -682,65 +588,3 @@ def test_middleware_index_zero_is_outermost(
     job = client.insert(Task())
     await_job_state(poll, conn, job.id, "completed")
     assert trail == ["a:in", "b:in", "worker", "b:out", "a:out"]
-
-
-# --- disposition logs -----------------------------------------------------------------------------
-
-
-def _records(
-    caplog: pytest.LogCaptureFixture, message: str, job_id: int
-) -> list[logging.LogRecord]:
-    return [
-        r
-        for r in caplog.records
-        if r.name == "drover"
-        and getattr(r, "event", None) == message
-        and getattr(r, "job_id", None) == job_id
-    ]
-
-
-@pytest.mark.parametrize(
-    ("raised", "max_attempts", "state", "event", "level", "error"),
-    [
-        pytest.param(ValueError("boom"), 1, "dead", "job_dead", logging.ERROR,
-                     "ValueError: boom", id="dead"),
-        pytest.param(ValueError("boom"), 25, "retryable", "job_retry_scheduled",
-                     logging.WARNING, "ValueError: boom", id="retry"),
-        pytest.param(drover.Snooze(3600), 25, "scheduled", "job_snoozed", logging.INFO,
-                     None, id="snooze"),
-        pytest.param(drover.Cancel("no"), 25, "cancelled", "job_cancelled", logging.WARNING,
-                     "job cancelled by handler: no", id="cancel"),
-    ],
-)  # fmt: skip
-def test_each_disposition_is_logged_once_at_its_level(
-    make_client: MakeClient,
-    conn: Conn,
-    poll: Poll,
-    caplog: pytest.LogCaptureFixture,
-    raised: BaseException,
-    max_attempts: int,
-    state: str,
-    event: str,
-    level: int,
-    error: str | None,
-) -> None:
-    caplog.set_level(logging.INFO, logger="drover")
-    workers = drover.Workers()
-
-    @workers.register(args=Task)
-    def fail(job: drover.Job[Task]) -> None:
-        raise raised
-
-    client = _start(make_client, workers, retry_policy=Later())
-    job = client.insert(Task(), drover.InsertOpts(max_attempts=max_attempts))
-    row = await_job_state(poll, conn, job.id, state)
-    (record,) = _records(caplog, event, job.id)
-    assert record.levelno == level
-    assert getattr(record, "error", None) == error
-    assert getattr(record, "attempt", None) == 1
-    assert getattr(record, "max_attempts", None) == max_attempts
-    assert getattr(record, "job_kind", None) == "task"
-    others = {"job_dead", "job_retry_scheduled", "job_snoozed", "job_cancelled"} - {event}
-    assert [r for r in caplog.records if getattr(r, "event", None) in others] == []
-    if event == "job_retry_scheduled":
-        assert datetime.fromisoformat(getattr(record, "retry_at", "")) == row["scheduled_at"]

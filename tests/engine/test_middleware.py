@@ -2,8 +2,9 @@
 
 Every test runs jobs through a real, started client on its own database and
 reads outcomes back from the row; log assertions use the records the client
-wrote while those jobs ran. Basic chain semantics (swallowing, refusing,
-calling next twice, ``ctx.values``, order) live in ``test_dispositions.py``.
+wrote while those jobs ran. What a middleware that swallows, refuses or calls
+next twice does to the outcome is here, with what Logging reports of it; the
+rest of the chain's semantics (``ctx.values``, order) live in ``test_dispositions.py``.
 """
 
 from __future__ import annotations
@@ -15,19 +16,14 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import psycopg
 import pytest
-from jobdb import await_job_state, job_row
+from jobdb import Conn, MakeClient, Poll, await_job_state, job_row, start_client
 
 import drover
-
-Conn = psycopg.Connection[tuple[Any, ...]]
-MakeClient = Callable[..., drover.Client]
-Poll = Callable[..., Any]
 
 STARTED = "job_started"
 FINISHED = "job_finished"
@@ -62,11 +58,8 @@ class Abort(BaseException):
 
 
 def _start(make_client: MakeClient, workers: drover.Workers, **fields: Any) -> drover.Client:
-    fields.setdefault("retry_policy", Later())
-    fields.setdefault("poll_interval", 0.05)
-    client = make_client(workers=workers, **fields)
-    client.start()
-    return client
+    """A started client whose retries wait an hour unless ``fields`` say otherwise."""
+    return start_client(make_client, workers, **{"retry_policy": Later(), **fields})
 
 
 def _job_records(
@@ -115,8 +108,15 @@ def _failing_worker(workers: drover.Workers, exc: BaseException) -> None:
 # --- 1. the Logging middleware the client installs ------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "middleware", [None, []], ids=["default-config", "logging-installed-with-an-empty-list"]
+)
 def test_a_successful_execution_logs_one_start_and_one_finish(
-    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+    make_client: MakeClient,
+    conn: Conn,
+    poll: Poll,
+    caplog: pytest.LogCaptureFixture,
+    middleware: list[drover.Middleware] | None,
 ) -> None:
     caplog.set_level(logging.INFO, logger="drover")
     workers = drover.Workers()
@@ -125,7 +125,9 @@ def test_a_successful_execution_logs_one_start_and_one_finish(
     def linger(job: drover.Job[Task]) -> None:
         job.context.wait(0.1)  # something to measure, not a synchronisation
 
-    client = _start(make_client, workers)
+    # Logging is drover's own: not even an empty middleware list configures it away.
+    fields = {} if middleware is None else {"middleware": middleware}
+    client = _start(make_client, workers, **fields)
     job = client.insert(Task())
     await_job_state(poll, conn, job.id, "completed")
     records = _job_records(caplog, job.id)
@@ -191,36 +193,25 @@ def test_a_failed_execution_logs_start_failure_and_its_disposition_once(
     _failing_worker(workers, raised)
     client = _start(make_client, workers)
     job = client.insert(Task(), drover.InsertOpts(max_attempts=max_attempts))
-    await_job_state(poll, conn, job.id, state)
+    row = await_job_state(poll, conn, job.id, state)
     records = _job_records(caplog, job.id)
     assert _shape(records) == [(STARTED, logging.INFO), (FAILED, logging.WARNING), disposition]
     _, failed, decided = records
     _assert_job_fields(failed, job.id)
     assert getattr(failed, "error", None) == error
     _assert_duration(failed)
+    _assert_job_fields(decided, job.id)
+    assert getattr(decided, "job_kind", None) == "task"
+    assert getattr(decided, "max_attempts", None) == max_attempts
     assert getattr(decided, "error", None) == disposition_error
+    event = disposition[0]
+    others = {RETRY, DEAD, SNOOZED, CANCELLED} - {event}
+    assert [r for r in caplog.records if getattr(r, "event", None) in others] == []
+    if event == RETRY:
+        assert datetime.fromisoformat(getattr(decided, "retry_at", "")) == row["scheduled_at"]
 
 
-# --- 2. Logging cannot be configured away ---------------------------------------------------------
-
-
-def test_logging_is_installed_with_an_empty_middleware_list(
-    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="drover")
-    workers = drover.Workers()
-
-    @workers.register(args=Task)
-    def work(job: drover.Job[Task]) -> None:
-        pass
-
-    client = _start(make_client, workers, middleware=[])
-    job = client.insert(Task())
-    await_job_state(poll, conn, job.id, "completed")
-    assert _shape(_job_records(caplog, job.id)) == [
-        (STARTED, logging.INFO),
-        (FINISHED, logging.INFO),
-    ]
+# --- 2. the configured chain and logger, under Logging --------------------------------------------
 
 
 def _swallow(next_handler: drover.Handler) -> drover.Handler:
@@ -233,45 +224,68 @@ def _swallow(next_handler: drover.Handler) -> drover.Handler:
 
 def _refuse(next_handler: drover.Handler) -> drover.Handler:
     def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
-        raise PermissionError("refused")
+        raise PermissionError(f"refused job {row.id}")
 
     return handle
 
 
+def _twice(next_handler: drover.Handler) -> drover.Handler:
+    def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:
+        next_handler(ctx, row)
+        next_handler(ctx, row)
+
+    return handle
+
+
+SUCCEEDED = [(STARTED, logging.INFO), (FINISHED, logging.INFO)]
+RETRIED = [(STARTED, logging.INFO), (FAILED, logging.WARNING), (RETRY, logging.WARNING)]
+
+
 @pytest.mark.parametrize(
-    ("middleware", "state", "shape", "error"),
+    ("middleware", "worker_fails", "state", "error", "worker_calls", "shape"),
     [
-        (_swallow, "completed", [(STARTED, logging.INFO), (FINISHED, logging.INFO)], None),
-        (
-            _refuse,
-            "retryable",
-            [(STARTED, logging.INFO), (FAILED, logging.WARNING), (RETRY, logging.WARNING)],
-            "PermissionError: refused",
-        ),
+        pytest.param(_swallow, True, "completed", None, 1, SUCCEEDED, id="swallowing-completes"),
+        pytest.param(_refuse, False, "retryable", "PermissionError: refused job {id}", 0, RETRIED,
+                     id="refusing-fails-and-the-worker-never-runs"),
+        pytest.param(_twice, False, "completed", None, 2, SUCCEEDED, id="calling-next-twice"),
     ],
-    ids=["swallowing", "refusing"],
-)
-def test_logging_wraps_the_configured_middleware(
+)  # fmt: skip
+def test_what_middleware_does_with_the_call_decides_the_outcome(
     make_client: MakeClient,
     conn: Conn,
     poll: Poll,
     caplog: pytest.LogCaptureFixture,
     middleware: drover.Middleware,
+    worker_fails: bool,
     state: str,
-    shape: list[tuple[str, int]],
     error: str | None,
+    worker_calls: int,
+    shape: list[tuple[str, int]],
 ) -> None:
-    """Logging sees what the whole configured chain did, not what the worker did."""
+    """The row, and Logging, see what the whole configured chain did, not what the worker did."""
     caplog.set_level(logging.INFO, logger="drover")
     workers = drover.Workers()
-    _failing_worker(workers, ValueError("inner"))
+    calls: list[int] = []
+
+    @workers.register(args=Task)
+    def work(job: drover.Job[Task]) -> None:
+        calls.append(job.id)
+        if worker_fails:
+            raise ValueError("swallowed")
+
     client = _start(make_client, workers, middleware=[middleware])
     job = client.insert(Task())
-    await_job_state(poll, conn, job.id, state)
+    row = await_job_state(poll, conn, job.id, state)
+    expected = None if error is None else error.format(id=job.id)
+    assert row["attempt"] == 1
+    assert [(e["attempt"], e["error"]) for e in row["errors"]] == (
+        [] if expected is None else [(1, expected)]
+    )
+    assert calls == [job.id] * worker_calls
     records = _job_records(caplog, job.id)
     assert _shape(records) == shape
-    if error is not None:
-        assert getattr(records[1], "error", None) == error
+    if expected is not None:
+        assert getattr(records[1], "error", None) == expected
 
 
 def test_a_configured_logger_receives_the_job_records(
@@ -421,54 +435,38 @@ def myapp() -> Iterator[Collect]:
         logger.setLevel(previous)
 
 
-def test_job_log_filter_adds_the_running_jobs_fields(
-    make_client: MakeClient, conn: Conn, poll: Poll, myapp: Collect
+def _filter_fields(record: logging.LogRecord) -> tuple[object, ...]:
+    """The fields JobLogFilter sets (job_id, job_kind, queue, attempt) as ``record`` has them."""
+    return tuple(getattr(record, name) for name in ("job_id", "job_kind", "queue", "attempt"))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"job_id": "mine"}],
+    ids=["adds-the-running-jobs-fields", "keeps-fields-a-record-already-has"],
+)
+def test_job_log_filter_fills_in_the_running_jobs_fields(
+    make_client: MakeClient, conn: Conn, poll: Poll, myapp: Collect, extra: dict[str, Any]
 ) -> None:
     workers = drover.Workers()
 
     @workers.register(args=Task)
     def work(job: drover.Job[Task]) -> None:
-        logging.getLogger("myapp").info("inside %s", job.id)
+        logging.getLogger("myapp").info("inside %s", job.id, extra=extra)
 
     client = _start(make_client, workers, queues={"jobs": 1})
     job = client.insert(Task(), drover.InsertOpts(queue="jobs"))
     await_job_state(poll, conn, job.id, "completed")
     (record,) = myapp.named(f"inside {job.id}")
     assert (record.threadName or "").startswith("drover-job-")
-    assert (record.job_id, record.job_kind, record.queue, record.attempt) == (  # type: ignore[attr-defined]
-        job.id,
-        "task",
-        "jobs",
-        1,
-    )
+    job_id = extra.get("job_id", job.id)
+    assert _filter_fields(record) == (job_id, "task", "jobs", 1)
 
 
 def test_job_log_filter_sets_none_outside_a_job(myapp: Collect) -> None:
     logging.getLogger("myapp").info("outside")
     (record,) = myapp.named("outside")
-    assert (record.job_id, record.job_kind, record.queue, record.attempt) == (  # type: ignore[attr-defined]
-        None,
-        None,
-        None,
-        None,
-    )
-
-
-def test_job_log_filter_keeps_fields_a_record_already_has(
-    make_client: MakeClient, conn: Conn, poll: Poll, myapp: Collect
-) -> None:
-    workers = drover.Workers()
-
-    @workers.register(args=Task)
-    def work(job: drover.Job[Task]) -> None:
-        logging.getLogger("myapp").info("own id", extra={"job_id": "mine"})
-
-    client = _start(make_client, workers)
-    job = client.insert(Task())
-    await_job_state(poll, conn, job.id, "completed")
-    (record,) = myapp.named("own id")
-    assert record.job_id == "mine"  # type: ignore[attr-defined]
-    assert (record.job_kind, record.queue, record.attempt) == ("task", "default", 1)  # type: ignore[attr-defined]
+    assert _filter_fields(record) == (None, None, None, None)
 
 
 def test_job_log_filter_keeps_concurrent_jobs_apart(
