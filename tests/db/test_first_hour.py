@@ -175,7 +175,12 @@ def test_a_pool_that_cannot_grow_still_serves_from_the_connections_it_has(
         conn.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
         client = drover.Client(psycopg.conninfo.make_conninfo(db_url, user=role))
         try:
-            client.insert(Hello())  # the one connection is open
+            pool = client.pool
+            assert isinstance(pool, OwnedPool)
+            # The pool's own first connection, alone: two attempts racing for a
+            # one-connection role are both refused by the server.
+            poll(lambda: pool.attempts.live == 1, message="the pool's first connection")
+            client.insert(Hello())
             held = threading.Event()
             release = threading.Event()
 
@@ -190,8 +195,6 @@ def test_a_pool_that_cannot_grow_still_serves_from_the_connections_it_has(
             # Make the pool try to grow, and see that attempt refused.
             with pytest.raises(psycopg_pool.PoolTimeout):
                 client.pool.getconn(timeout=0.5)
-            pool = client.pool
-            assert isinstance(pool, OwnedPool)
             poll(lambda: pool.attempts.down, message="a refused attempt to grow")
             assert "too many connections" in str(pool.attempts.error)
             timer = threading.Timer(1.0, release.set)  # frees it while insert waits

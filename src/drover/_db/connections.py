@@ -70,16 +70,24 @@ class ConnectAttempts:
         self.succeeded_at: float | None = None
         self.live = 0
         """Connections opened and not yet closed (idle or in use)."""
+        self.connecting = 0
+        """Attempts under way now."""
+
+    def started(self) -> None:
+        with self._lock:
+            self.connecting += 1
 
     def failed(self, exc: BaseException) -> None:
         with self._lock:
             self.error = exc
             self.failed_at = time.monotonic()
+            self.connecting -= 1
 
     def succeeded(self) -> None:
         with self._lock:
             self.succeeded_at = time.monotonic()
             self.live += 1
+            self.connecting -= 1
 
     def closed(self) -> None:
         with self._lock:
@@ -87,13 +95,14 @@ class ConnectAttempts:
 
     @property
     def unreachable(self) -> bool:
-        """The latest attempt failed and the pool holds no connection that may come back.
+        """The latest attempt failed, no other is under way, and no connection may come back.
 
         A failed attempt alone is not enough: a pool that cannot grow (the
         server's ``max_connections`` or a role's connection limit) still
-        serves its borrowers from the connections it has.
+        serves its borrowers from the connections it has, and while another
+        attempt is under way (the pool opens several at once) it may succeed.
         """
-        return self.down and self.live <= 0
+        return self.down and self.live <= 0 and self.connecting <= 0
 
     @property
     def down(self) -> bool:
@@ -122,6 +131,7 @@ class OwnedPool(ConnectionPool[Any]):
 
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+                attempts.started()
                 try:
                     conn = super().connect(conninfo, **kwargs)
                 except BaseException as exc:
