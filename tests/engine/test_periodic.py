@@ -173,7 +173,10 @@ def test_a_tick_already_held_by_a_waiting_job_is_absorbed_without_an_error(
     row = conn.execute("SELECT now()").fetchone()
     assert row is not None
     now: datetime = row[0]
-    start = drover.Schedule("@every 250ms").next(now + timedelta(milliseconds=500))
+    # Far enough ahead that the client leads (and registers its watermark,
+    # which starts from then) before the first planted fire time, even on a
+    # loaded machine.
+    start = drover.Schedule("@every 250ms").next(now + timedelta(seconds=2))
     assert start is not None
     planted = [start + i * PERIOD for i in range(3)]
     producer = make_client()
@@ -183,7 +186,15 @@ def test_a_tick_already_held_by_a_waiting_job_is_absorbed_without_an_error(
         )
     registry = CollectorRegistry()
     _client(make_client, _beat(), metrics_registry=registry)
-    poll(lambda: len(_ticks(conn)) >= 6, message="the schedule running past the planted ticks")
+    last = planted[-1]
+
+    def past_the_planted_ticks() -> bool:
+        row = conn.execute(
+            "SELECT fired_through >= %s FROM drover_periodic_ticks WHERE id = 'beat'", (last,)
+        ).fetchone()
+        return bool(row and row[0])
+
+    poll(past_the_planted_ticks, message="the schedule running past the planted ticks")
     keys = _ticks(conn)
     for fire in planted:
         assert keys.count(tick_key("beat", fire)) == 1
