@@ -20,3 +20,8 @@ SELECT pg_notify('drover', q) FROM unnest(%(queues)s::text[]) AS q;
 -- listeners are told at once (an asynchronous commit is visible at once).
 SELECT set_config('synchronous_commit', 'off', true), pg_notify('drover', q)
 FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: notify_ping
+-- The listener's health check on an idle LISTEN connection: a half-open TCP
+-- connection never errors on its own, so the listener asks and times the answer.
+SELECT 1;

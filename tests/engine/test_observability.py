@@ -48,6 +48,9 @@ FAMILIES = {
     "drover_service_deaths": "counter",
     "drover_periodic_ticks": "counter",
     "drover_periodic_leader": "gauge",
+    "drover_listener_reconnects": "counter",
+    "drover_writes_refused": "counter",
+    "drover_leases_lost": "counter",
 }
 BUCKETS = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf,
@@ -494,6 +497,9 @@ def test_only_drovers_own_families_are_exposed(
         "drover_service_deaths": {"service"},
         "drover_periodic_ticks": set(),  # no periodic jobs configured: no series
         "drover_periodic_leader": set(),
+        "drover_listener_reconnects": set(),
+        "drover_writes_refused": {"reason"},
+        "drover_leases_lost": set(),
     }
 
 

@@ -8,6 +8,7 @@ worker's fetcher locally.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -20,6 +21,8 @@ import pytest
 from jobdb import Conn, MakeClient, Poll, observe
 
 import drover
+from drover._runtime import listener as listener_module
+from drover.faults.proxy import Mode, TcpProxy, proxy_target
 
 SAFETY = 20.0
 """Longest a blocked handler waits on its own (a failing test never hangs)."""
@@ -556,59 +559,61 @@ def test_a_notification_for_another_queue_does_not_wake_the_worker(
     worker.stop(timeout=5)
 
 
-def test_a_lost_listener_reconnects_and_wake_ups_resume(
+def test_a_lost_listener_reconnects_at_once_and_wake_ups_resume(
     poll: Poll,
     make_client: MakeClient,
     recorder: Recorder,
     conn: Conn,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.ERROR, logger="drover")
-    # The reconnect backoff starts at one poll interval: 3 s keeps the test short while a
-    # job that starts within 1.5 s of its insert can only have been woken.
-    poll_interval = 3.0
-    worker = _start_idle_worker(poll, make_client, recorder, poll_interval=poll_interval)
+    # The poll interval is 30 s: the reconnect must not wait for it (it once did, so
+    # wake-ups stayed away a whole interval), and a job that starts within the wake
+    # budget after its insert can only have been woken by a notification.
+    caplog.set_level(logging.INFO, logger="drover")
+    worker = _start_idle_worker(poll, make_client, recorder)
     engine = _engine(worker)
     listener, fetcher = engine.listener, engine.fetcher
+    assert listener is not None
     [lost] = _wait_listen_backend(poll, conn)
+    rounds = fetcher.claims
 
     conn.execute("SELECT pg_terminate_backend(%s)", (lost,))
-    poll(
-        lambda: listener.reconnects >= 1 and listener.listening.is_set(),
-        timeout=4 * poll_interval,
-        message="listener reconnected",
+    [again] = poll(
+        lambda: [p for p in _listen_pids(conn) if p != lost],
+        timeout=3.0,
+        message="a new LISTEN backend within the reconnect back-off",
     )
-    [again] = poll(lambda: _listen_pids(conn), message="a new LISTEN backend")
     assert again != lost
-    assert listener.reconnects == 1
-    failures = [
-        r
-        for r in caplog.records
-        if r.name == "drover"
-        and r.levelno == logging.ERROR
-        and r.getMessage().startswith("listen for job notifications failed; reconnecting in ")
-    ]
-    assert len(failures) == 1, [r.getMessage() for r in caplog.records]
+    poll(lambda: listener.reconnects == 1 and listener.listening.is_set(), message="reconnected")
+    # Notifications sent while it was away are lost, so the reconnect looks once.
+    poll(lambda: fetcher.claims > rounds, timeout=3.0, message="a fetch round after reconnecting")
+    messages = [r.getMessage() for r in caplog.records if r.name == "drover"]
+    assert sum(m.startswith("listen for job notifications failed") for m in messages) == 1
+    assert any(m.startswith("listening for job notifications again") for m in messages)
+    registry = worker.metrics_registry
+    assert registry.get_sample_value("drover_listener_reconnects_total") == 1.0
 
-    # The reconnect wakes the fetcher once; let that round (or a regular poll) happen so
-    # the fetcher is at the start of a full poll sleep when the job is inserted.
-    settled = fetcher.claims
-    poll(lambda: fetcher.claims > settled, timeout=2 * poll_interval, message="a fetch round")
     producer = make_client()
     sent = time.monotonic()
     job = producer.insert(Tick())
     poll(lambda: recorder.ran(job.id), timeout=WAKE_BUDGET, message="job started")
     latency = recorder.started_at(job.id) - sent
-    assert latency < poll_interval / 2, f"started after {latency:.2f}s: not woken"
+    assert latency < WAKE_BUDGET, f"started after {latency:.2f}s: not woken"
     poll(lambda: _state(conn, job.id) == "completed", message="job completed")
     worker.stop(timeout=5)
 
 
 def test_listening_is_cleared_as_soon_as_the_listen_connection_is_lost(
-    poll: Poll, make_client: MakeClient, recorder: Recorder, conn: Conn
+    poll: Poll,
+    make_client: MakeClient,
+    recorder: Recorder,
+    conn: Conn,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(listener_module, "_FIRST_RETRY", 10.0)  # stay away long enough to see
     worker = _start_idle_worker(poll, make_client, recorder, poll_interval=10)
     listener = _engine(worker).listener
+    assert listener is not None
     [lost] = _wait_listen_backend(poll, conn)
     conn.execute("SELECT pg_terminate_backend(%s)", (lost,))
     poll(lambda: _listen_pids(conn) == [], message="LISTEN backend gone")
@@ -617,6 +622,51 @@ def test_listening_is_cleared_as_soon_as_the_listen_connection_is_lost(
         timeout=2.0,
         message="listening still set with no LISTEN connection (during the 10 s backoff)",
     )
+
+
+def test_a_half_open_listen_connection_is_detected_and_replaced(
+    poll: Poll,
+    make_client: MakeClient,
+    recorder: Recorder,
+    conn: Conn,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Half-open: the proxy keeps the socket open and swallows every byte, so the
+    # connection never fails on its own; only the listener's timed ping notices.
+    monkeypatch.setattr(listener_module, "_PING_EVERY", 0.3)
+    monkeypatch.setattr(listener_module, "_PING_DEADLINE", 0.5)
+    with TcpProxy(proxy_target(db_url)) as proxy:
+        worker = drover.Client(
+            proxy.via(db_url),
+            drover.Config(workers=recorder.workers(), poll_interval=IDLE_POLL),
+        )
+        try:
+            worker.start()
+            listener = _engine(worker).listener
+            assert listener is not None
+            poll(listener.listening.is_set, message="listener connected")
+            proxy.set_mode(Mode.BLACKHOLE)
+            poll(
+                lambda: not listener.listening.is_set(),
+                timeout=5.0,
+                message="the half-open LISTEN connection given up within ping + deadline",
+            )
+            proxy.set_mode(Mode.PASS)
+            poll(
+                lambda: listener.reconnects >= 1 and listener.listening.is_set(),
+                timeout=10.0,
+                message="listening again once the network heals",
+            )
+            poll(lambda: len(_listen_pids(conn)) == 1, message="exactly one LISTEN backend")
+            # Wake-ups work again: a producer on a direct connection, 30 s poll interval.
+            producer = make_client()
+            job = producer.insert(Tick())
+            poll(lambda: recorder.ran(job.id), timeout=WAKE_BUDGET, message="woken after heal")
+        finally:
+            with contextlib.suppress(drover.DrainIncomplete):
+                worker.stop(timeout=5)
+            worker.close()
 
 
 def test_without_notify_there_is_no_listener_and_polling_finds_jobs(

@@ -154,8 +154,12 @@ class OwnedPool(ConnectionPool[Any]):
 
 def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> OwnedPool:
     """Open a pool that drover owns (and will close)."""
+    kwargs: dict[str, Any] = {}
+    if not _names_application(conninfo):
+        kwargs["application_name"] = "drover"
     return OwnedPool(
         conninfo,
+        kwargs=kwargs,
         min_size=1,
         max_size=max(1, max_size),
         configure=_autocommit,
@@ -326,18 +330,30 @@ def check_conninfo(conninfo: str, *, connect_timeout: int = 5) -> str:
     return psycopg.conninfo.make_conninfo(conninfo, connect_timeout=connect_timeout)
 
 
-def dedicated_connect(pool: ConnectionPool[Any], action: str) -> Connection:
+def dedicated_connect(pool: ConnectionPool[Any], action: str, role: str) -> Connection:
     """An autocommit connection of its own, opened with ``pool``'s settings but not from it.
 
     For session state that must not leak into pooled connections (LISTEN, a
-    session advisory lock) and must end with the connection.
+    session advisory lock) and must end with the connection. Unless the
+    caller's settings name one, its ``application_name`` is ``drover-<role>``,
+    so an operator can tell it apart in ``pg_stat_activity``.
     """
     # psycopg_pool accepts callables for both (credentials that rotate).
     conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
     extra = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
     kwargs = {**(extra or {}), "autocommit": True}
+    conninfo = check_conninfo(conninfo)
+    if "application_name" not in kwargs and not _names_application(conninfo):
+        kwargs["application_name"] = f"drover-{role}"
     with translate(action):
-        return psycopg.connect(check_conninfo(conninfo), **kwargs)
+        return psycopg.connect(conninfo, **kwargs)
+
+
+def _names_application(conninfo: str) -> bool:
+    try:
+        return "application_name" in psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return False
 
 
 def describe_target(conninfo: str) -> str:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
 from drover._db.connections import Connection, dedicated_connect
@@ -16,6 +20,7 @@ __all__ = [
     "listen_connect",
     "notify_queues",
     "notify_queues_now",
+    "ping",
     "wait_notifications",
 ]
 
@@ -28,7 +33,7 @@ def listen_connect(pool: ConnectionPool[Any]) -> Connection:
     Needs session pooling: behind PgBouncer in transaction mode the LISTEN is
     lost and wake-ups silently stop (polling still works).
     """
-    conn = dedicated_connect(pool, "listen for job notifications")
+    conn = dedicated_connect(pool, "listen for job notifications", "listener")
     try:
         with translate("listen for job notifications"):
             conn.execute(query("notify_listen"))
@@ -36,6 +41,37 @@ def listen_connect(pool: ConnectionPool[Any]) -> Connection:
         conn.close()
         raise
     return conn
+
+
+def ping(conn: Connection, deadline: float) -> None:
+    """Round-trip one statement on ``conn``; break the connection if no answer within ``deadline``.
+
+    A half-open connection (the peer or a middlebox stopped answering while
+    TCP still acknowledges) blocks a psycopg call forever: keepalives do not
+    fire. A timer shuts the socket down under the call, which then fails
+    with an ordinary connection error the caller already handles.
+    """
+    timer = threading.Timer(deadline, _shutdown_socket, args=(conn,))
+    timer.daemon = True
+    timer.start()
+    try:
+        with translate("check the notification connection"):
+            conn.execute(query("notify_ping"))
+    finally:
+        timer.cancel()
+
+
+def _shutdown_socket(conn: Connection) -> None:
+    try:
+        dup = socket.socket(fileno=os.dup(conn.fileno()))
+    except (OSError, psycopg.Error):
+        return  # already closed: the blocked call has failed or will
+    try:
+        dup.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        dup.close()
 
 
 def wait_notifications(conn: Connection, timeout: float) -> list[str]:

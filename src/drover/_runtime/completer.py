@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from drover._db.connections import ConnectionPool, borrow
@@ -44,10 +45,12 @@ class Completer(ThreadService):
         inflight: InFlight,
         client_id: str,
         logger: logging.Logger,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(client_id=client_id, logger=logger)
         self._pool = pool
         self._inflight = inflight
+        self._on_refused = on_refused
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._accepting = True
         self._accept_lock = threading.Lock()
@@ -156,6 +159,8 @@ class Completer(ThreadService):
         self._inflight.remove_many((o.id, o.attempt) for o in batch)
 
     def _report(self, recorded: Recorded) -> None:
+        if self._on_refused is not None:
+            self._on_refused(recorded.result.value)
         self._discarded(
             recorded.outcome,
             f"{recorded.result.value}; it is now {recorded.current_state}, "

@@ -66,7 +66,11 @@ class Engine:
             max_workers=config.concurrency, thread_name_prefix=f"drover-job-{client_id}"
         )
         self.completer = Completer(
-            pool=pool, inflight=self.inflight, client_id=client_id, logger=self._log
+            pool=pool,
+            inflight=self.inflight,
+            client_id=client_id,
+            logger=self._log,
+            on_refused=metrics.write_refused,
         )
         self.runner = Runner(
             chain=chain,
@@ -101,7 +105,7 @@ class Engine:
                 pool=pool,
                 queues=config.queues,
                 wake=self.fetcher.wake,
-                backoff=config.poll_interval.total_seconds(),
+                on_reconnect=metrics.listener_reconnected,
                 client_id=client_id,
                 logger=self._log,
             )

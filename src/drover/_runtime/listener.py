@@ -3,29 +3,43 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 from drover._db.connections import Connection, ConnectionPool
-from drover._db.notify import listen_connect, wait_notifications
+from drover._db.notify import listen_connect, ping, wait_notifications
 from drover._runtime.service import ThreadService
 
 __all__ = ["Listener"]
 
 _WAIT = 0.1  # how long one wait may block before the loop checks for stop (no traffic)
-_MAX_BACKOFF = 30.0
+_FIRST_RETRY = 0.1
+_MAX_RETRY = 5.0
+_PING_EVERY = 5.0
+_PING_DEADLINE = 5.0
 
 
 class Listener(ThreadService):
     """Holds one dedicated LISTEN connection and wakes the fetcher on a matching notification.
 
     Notifications only shorten the poll sleep; polling remains the source of
-    truth, so a lost notification costs at most one poll interval. When the
-    connection breaks the listener logs an ERROR, waits (starting at one poll
-    interval, doubling up to 30 s) and reconnects, then wakes the fetcher
-    once in case it missed something meanwhile. ``listening`` is set while
-    LISTEN is active (a NOTIFY sent before that is not delivered).
+    truth, so a lost notification costs at most one poll interval.
+
+    When the connection breaks (the backend was terminated, the server
+    restarted, the network cut it) the listener reconnects after a short
+    back-off (0.1 s, doubling to 5 s with jitter, independent of the poll
+    interval), issues LISTEN again and then wakes the fetcher once, because
+    notifications sent while it was away are lost. A connection that goes
+    quiet is checked every ``ping_every`` seconds with a round trip that must
+    answer within ``ping_deadline``; a half-open connection, which never
+    fails on its own, is broken by that deadline and replaced. The first
+    failure of a run is logged at ERROR with its traceback, later consecutive
+    ones at WARNING, and the recovery at INFO, so an outage logs a bounded
+    number of lines. ``listening`` is set while LISTEN is active (a NOTIFY
+    sent before that is not delivered); ``reconnects`` counts recoveries.
     """
 
     kind = "listener"
@@ -37,57 +51,102 @@ class Listener(ThreadService):
         pool: ConnectionPool[Any],
         queues: Collection[str],
         wake: Callable[[], None],
-        backoff: float,
         client_id: str,
         logger: logging.Logger,
+        first_retry: float | None = None,
+        max_retry: float | None = None,
+        ping_every: float | None = None,
+        ping_deadline: float | None = None,
+        on_reconnect: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(client_id=client_id, logger=logger)
         self._pool = pool
         self._queues = frozenset(queues)
         self._wake_fetcher = wake
-        self._initial_backoff = max(0.05, backoff)
+        # The module constants are read here, not bound as defaults, so a test
+        # can shorten them for the clients it builds.
+        self._first_retry = _FIRST_RETRY if first_retry is None else first_retry
+        self._max_retry = max(self._first_retry, _MAX_RETRY if max_retry is None else max_retry)
+        self._ping_every = _PING_EVERY if ping_every is None else ping_every
+        self._ping_deadline = _PING_DEADLINE if ping_deadline is None else ping_deadline
+        self._on_reconnect = on_reconnect
         self.listening = threading.Event()
         self.reconnects = 0
         self._conn: Connection | None = None
+        self._quiet_since = time.monotonic()
 
     def _loop(self) -> None:
-        backoff = self._initial_backoff
+        retry = self._first_retry
+        failures = 0
         first = True
         while not self._stopping.is_set():
             try:
                 self._conn = listen_connect(self._pool)
+                self._quiet_since = time.monotonic()
                 self.listening.set()
                 if not first:
                     self.reconnects += 1
+                    if self._on_reconnect is not None:
+                        self._on_reconnect()
+                    self._log.info(
+                        "listening for job notifications again after %d failed attempt(s)",
+                        failures,
+                        extra={"attempts": failures},
+                    )
+                    # Whatever was notified while we were away is lost: look once.
                     self._wake_fetcher()
                 first = False
-                backoff = self._initial_backoff
+                failures = 0
+                retry = self._first_retry
                 while not self._stopping.is_set():
                     self.run_once()
-            except Exception:
+            except Exception as exc:
                 # The connection is gone: say so before backing off, not after.
                 self.listening.clear()
                 self._close()
                 if self._stopping.is_set():
                     break
-                self._log.error(
-                    "listen for job notifications failed; reconnecting in %ss",
-                    backoff,
-                    extra={"retry_in": backoff},
-                    exc_info=True,
-                )
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+                first = False
+                failures += 1
+                delay = retry * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
+                if failures == 1:
+                    self._log.error(
+                        "listen for job notifications failed; reconnecting in %.2fs",
+                        delay,
+                        extra={"retry_in": delay},
+                        exc_info=True,
+                    )
+                else:
+                    self._log.warning(
+                        "listen for job notifications: attempt %d failed (%s); "
+                        "reconnecting in %.2fs",
+                        failures,
+                        exc,
+                        delay,
+                        extra={"retry_in": delay, "attempts": failures},
+                    )
+                self._stopping.wait(delay)
+                retry = min(retry * 2, self._max_retry)
             finally:
                 self.listening.clear()
                 self._close()
 
     def run_once(self) -> int:
-        """Wait briefly for notifications; wake the fetcher if one names our queues."""
+        """Wait briefly for notifications; wake the fetcher if one names our queues.
+
+        After ``ping_every`` seconds without a notification, check the
+        connection with a bounded round trip (raises if it is broken).
+        """
         conn = self._conn
         if conn is None:
             return 0
         payloads = wait_notifications(conn, _WAIT)
+        now = time.monotonic()
+        if payloads:
+            self._quiet_since = now
+        elif now - self._quiet_since >= self._ping_every:
+            ping(conn, self._ping_deadline)
+            self._quiet_since = time.monotonic()
         relevant = sum(1 for p in payloads if p in self._queues)
         if relevant:
             self._wake_fetcher()

@@ -158,7 +158,7 @@ class PeriodicScheduler(ThreadService):
             self._conn = None
             try:
                 self._conn = dedicated_connect(
-                    self._pool, "connect for the periodic scheduler lock"
+                    self._pool, "connect for the periodic scheduler lock", "scheduler"
                 )
             except DroverError:
                 self._log.error("connect for the periodic scheduler lock failed", exc_info=True)

@@ -84,7 +84,9 @@ class Metrics:
     ``drover_pool_concurrency``. When a background thread dies:
     ``drover_service_deaths_total{service}``. From the periodic scheduler:
     ``drover_periodic_ticks_total{id,outcome}`` and ``drover_periodic_leader``.
-    Job kind is never a label.
+    Reliability: ``drover_listener_reconnects_total``,
+    ``drover_writes_refused_total{reason}`` (a stale claim's write the fence
+    refused) and ``drover_leases_lost_total``. Job kind is never a label.
     """
 
     def __init__(
@@ -143,6 +145,24 @@ class Metrics:
                 "1 while this client leads the periodic scheduler, else 0.",
                 registry=registry,
             )
+            self._reconnects = Counter(
+                "drover_listener_reconnects",
+                "Times the LISTEN connection was lost and re-established.",
+                registry=registry,
+            )
+            self._refused = Counter(
+                "drover_writes_refused",
+                "Fenced writes the database refused because the claim had moved on "
+                "(rescued, re-claimed, cancelled or finished elsewhere).",
+                ["reason"],
+                registry=registry,
+            )
+            self._lease_lost = Counter(
+                "drover_leases_lost",
+                "Running jobs whose lease this client learned it no longer holds "
+                "(the heartbeat found the claim gone, or the lease ran out unrenewed).",
+                registry=registry,
+            )
             self._queues = _QueueGauges(queues)
             registry.register(self._queues)
         except ValueError as exc:
@@ -153,6 +173,8 @@ class Metrics:
         concurrency_gauge.set(concurrency)
         for service in SERVICES:
             self._deaths.labels(service)
+        for reason in ("not running", "lease lost", "not found"):
+            self._refused.labels(reason)
         for periodic_id in periodic_ids:
             for outcome in TICK_OUTCOMES:
                 self._ticks.labels(periodic_id, outcome)
@@ -175,6 +197,18 @@ class Metrics:
     def periodic_leading(self, leading: bool) -> None:
         """Set the leader gauge."""
         self._leader.set(1 if leading else 0)
+
+    def listener_reconnected(self) -> None:
+        """Count one re-established LISTEN connection."""
+        self._reconnects.inc()
+
+    def write_refused(self, reason: str) -> None:
+        """Count one fenced write refused (``reason``: not running, lease lost, not found)."""
+        self._refused.labels(reason).inc()
+
+    def lease_lost(self) -> None:
+        """Count one running job whose lease was lost."""
+        self._lease_lost.inc()
 
     def service_died(self, service: str) -> None:
         """Count a background service whose thread ended on its own."""
