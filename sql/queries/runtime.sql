@@ -98,12 +98,44 @@ SELECT id, state::text, attempt FROM drover_jobs WHERE id = ANY(%s::bigint[]);
 
 -- name: job_extend_leases
 -- Renew every held lease in one statement. Rows that moved on (finished,
--- rescued, re-claimed) are skipped silently: a heartbeat never resurrects.
-UPDATE drover_jobs j
-SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS held(id, attempt)
-WHERE j.id = held.id AND j.attempt = held.attempt AND j.state = 'running'
-RETURNING j.id;
+-- rescued, re-claimed) are never resurrected. A row another transaction holds
+-- locked (a handler's complete_tx not yet committed, an operator's update) is
+-- skipped for this beat rather than waited for, so one open transaction cannot
+-- stall the renewal of every other lease. One result row per held claim: the
+-- new expiry (NULL if not renewed) and whether the claim is still current as
+-- of the statement's snapshot (false: this client has lost the job).
+WITH held AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+),
+renewed AS (
+    UPDATE drover_jobs j
+    SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
+    FROM held
+    WHERE j.id = held.id AND j.attempt = held.attempt AND j.state = 'running'
+      AND j.id = ANY (ARRAY(
+          SELECT id FROM drover_jobs WHERE id = ANY (%(ids)s::bigint[]) FOR UPDATE SKIP LOCKED
+      ))
+    RETURNING j.id, j.leased_until
+)
+SELECT held.id, r.leased_until,
+       COALESCE(cur.state = 'running' AND cur.attempt = held.attempt, false)
+FROM held
+LEFT JOIN renewed r ON r.id = held.id
+LEFT JOIN drover_jobs cur ON cur.id = held.id;
+
+-- name: job_complete_tx
+-- Job.complete_tx: the completion, in the caller's transaction, with the same
+-- fence and column changes as job_complete_many. No row back means refused.
+UPDATE drover_jobs
+SET state = 'completed',
+    leased_until = NULL,
+    finalized_at = now()
+WHERE id = %(id)s AND attempt = %(attempt)s AND state = 'running'
+RETURNING id;
+
+-- name: job_current_state
+-- Why complete_tx was refused: the job's state and attempt now.
+SELECT state::text, attempt FROM drover_jobs WHERE id = %(id)s;
 
 -- name: job_claim_expired
 -- The rescuer's claim: running rows whose lease passed. Re-leasing them (same

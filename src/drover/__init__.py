@@ -14,7 +14,7 @@ from drover._db.migrator import migrate, migration_status
 from drover._durations import Duration
 from drover.client import Client, InsertItem
 from drover.config import Config
-from drover.context import JobContext
+from drover.context import JobContext, Lease
 from drover.errors import (
     AlreadyStarted,
     ArgsDecodeError,
@@ -29,6 +29,7 @@ from drover.errors import (
     InvalidJobArgs,
     InvalidTransition,
     JobSignal,
+    LeaseLost,
     MigrationError,
     NotFound,
     NotInTransaction,
@@ -86,6 +87,8 @@ __all__ = [
     "JobRow",
     "JobSignal",
     "JobState",
+    "Lease",
+    "LeaseLost",
     "Logging",
     "Middleware",
     "Migration",

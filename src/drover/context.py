@@ -11,11 +11,92 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from drover._durations import Duration, to_seconds
 
-__all__ = ["JobContext"]
+__all__ = ["JobContext", "Lease"]
+
+
+class Lease:
+    """The fence of one execution: which claim it holds and until when the database holds it.
+
+    Every write drover makes for this execution is accepted only while the
+    job is still ``running`` with this :attr:`attempt`. :attr:`leased_until`
+    is the database's expiry time, renewed by the heartbeat (``None`` outside
+    a worker). :attr:`lost` is set, once and for good, when this client learns
+    it no longer holds the job: the heartbeat found the claim gone (rescued,
+    re-claimed, cancelled), or the lease ran out locally without a renewal
+    (the database could not be reached for a whole lease). At the same time
+    the job's context is cancelled with the reason ``"lease lost"``. A long
+    handler should check ``job.lease_lost.is_set()`` (or wait on the context)
+    and stop: whatever it writes through drover afterwards is refused, and
+    another execution may already be running.
+
+    Thread safety: set by drover's heartbeat thread, read from the handler's;
+    the event is a ``threading.Event``.
+    """
+
+    __module__ = "drover"
+
+    def __init__(
+        self,
+        job_id: int | None,
+        attempt: int,
+        leased_until: datetime | None = None,
+        *,
+        local_deadline: float | None = None,
+    ) -> None:
+        self.job_id = job_id
+        """The job's id; ``None`` for a lease not made by a worker (a hand-built Job)."""
+        self.attempt = attempt
+        """The attempt this execution holds (1 on the first run)."""
+        self._leased_until = leased_until
+        self._local_deadline = local_deadline
+        self._lock = threading.Lock()
+        self._lost_reason: str | None = None
+        self.lost = threading.Event()
+        """Set once this execution has lost the job."""
+        self.completed_in_tx = False
+        """True once ``Job.complete_tx`` completed the job in a caller's transaction."""
+        self.tx_connection: object = None
+        """The connection whose transaction carries that completion (drover's bookkeeping)."""
+
+    @property
+    def leased_until(self) -> datetime | None:
+        """When the database lets the lease lapse unless renewed (its clock)."""
+        return self._leased_until
+
+    @property
+    def lost_reason(self) -> str | None:
+        """Why :attr:`lost` was set, or ``None``."""
+        return self._lost_reason
+
+    def renewed(self, leased_until: datetime, local_deadline: float) -> None:
+        """Record a renewal (drover's heartbeat calls this)."""
+        with self._lock:
+            if self._lost_reason is None:
+                self._leased_until = leased_until
+                self._local_deadline = local_deadline
+
+    def expired_locally(self, now: float) -> bool:
+        """True when ``now`` (monotonic) is past the last renewal's conservative deadline."""
+        deadline = self._local_deadline
+        return deadline is not None and now >= deadline
+
+    def lose(self, reason: str) -> bool:
+        """Mark the lease lost; True the first time only (drover's heartbeat calls this)."""
+        with self._lock:
+            if self._lost_reason is not None:
+                return False
+            self._lost_reason = reason
+        self.lost.set()
+        return True
+
+    def __repr__(self) -> str:
+        state = f"lost ({self._lost_reason})" if self._lost_reason else "held"
+        return f"<Lease job={self.job_id} attempt={self.attempt} {state}>"
 
 
 class JobContext:
@@ -39,6 +120,7 @@ class JobContext:
         *,
         deadline: float | None = None,
         values: dict[str, Any] | None = None,
+        lease: Lease | None = None,
         _parent: JobContext | None = None,
     ) -> None:
         # The Event a wait() blocks on is made by the first wait(): most
@@ -52,6 +134,10 @@ class JobContext:
         self._parent = _parent
         self.values: dict[str, Any] = {} if values is None else values
         """Values middleware hands to the worker (shared with child contexts)."""
+        if lease is None:
+            lease = _parent.lease if _parent is not None else Lease(None, 0)
+        self.lease: Lease = lease
+        """The execution's fence (shared with child contexts)."""
 
     @property
     def deadline(self) -> float | None:

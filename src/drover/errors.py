@@ -23,6 +23,7 @@ that too, so ``except ValueError`` keeps working::
     ├── DrainIncomplete              stop() ran out of time; unfinished jobs were handed back
     ├── UnknownJobKind               no worker for a claimed job's kind: the attempt fails, retries
     ├── ArgsDecodeError              a claimed job's stored args do not validate: the job is dead
+    ├── LeaseLost                    complete_tx refused: the claim moved on; roll back
     └── JobSignal                    raised by a handler to steer its job, never an error
         ├── Snooze                   run the job again later, without spending an attempt
         └── Cancel                   stop retrying: the job ends cancelled
@@ -51,6 +52,7 @@ __all__ = [
     "InvalidJobArgs",
     "InvalidTransition",
     "JobSignal",
+    "LeaseLost",
     "MigrationError",
     "NotFound",
     "NotInTransaction",
@@ -236,6 +238,43 @@ class ArgsDecodeError(DroverError):
     """
 
     __module__ = "drover"
+
+
+class LeaseLost(DroverError):
+    """``job.complete_tx`` was refused: this execution no longer holds the job.
+
+    The job's lease lapsed and it was rescued, re-claimed, cancelled by an
+    operator or handed back at shutdown, so another execution owns it now
+    (or it is finished). Raised inside the caller's transaction, before
+    anything of drover's was written: let it propagate out of the
+    ``transaction()`` / ``atomic()`` block so the handler's own writes roll
+    back with it. The engine records no outcome for this execution.
+
+    Attributes:
+        job_id: the job.
+        attempt: the attempt this execution held.
+        state: the job's state now (``None`` if it no longer exists).
+        current_attempt: the job's attempt now.
+    """
+
+    __module__ = "drover"
+
+    def __init__(
+        self, job_id: int, attempt: int, state: str | None, current_attempt: int | None
+    ) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.state = state
+        self.current_attempt = current_attempt
+        now = (
+            "it no longer exists"
+            if state is None
+            else f"it is now {state}, attempt {current_attempt}"
+        )
+        super().__init__(
+            f"job {job_id} attempt {attempt} is no longer this worker's to complete ({now}); "
+            "roll the transaction back"
+        )
 
 
 class JobSignal(DroverError):

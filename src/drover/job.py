@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from drover.context import JobContext
+from drover.context import JobContext, Lease
 from drover.errors import InvalidInsertOpts
 
 __all__ = ["InsertOpts", "Job", "JobArgs", "JobRow", "JobState"]
@@ -273,3 +274,50 @@ class Job(Generic[ArgsT]):
     created_at: datetime
     args: ArgsT
     context: JobContext = field(default_factory=JobContext, compare=False)
+
+    @property
+    def lease(self) -> Lease:
+        """The execution's fence: ``attempt``, ``leased_until`` and the ``lost`` event."""
+        return self.context.lease
+
+    @property
+    def lease_lost(self) -> threading.Event:
+        """Set when this worker learns it no longer holds the job (see :class:`drover.Lease`).
+
+        A long handler checks it between steps and stops early: its outcome
+        would be refused, and another execution may already be running.
+        """
+        return self.context.lease.lost
+
+    def complete_tx(self, conn: object) -> None:
+        """Complete this job inside the caller's transaction, fenced on this execution.
+
+        ``conn`` is what ``Client.insert_tx`` accepts: a psycopg connection or
+        cursor inside a transaction, a Django connection or cursor inside
+        ``transaction.atomic()``, a SQLAlchemy ``Connection`` or ``Session``.
+        The handler's own writes and the job's completion then commit or roll
+        back together: if the transaction commits, the job is ``completed``
+        and its effects are there; if it rolls back, neither is, and the job
+        is retried like a failed attempt (error "complete_tx's transaction did
+        not commit"). The engine writes no completion of its own for the job.
+
+        The update is fenced on ``(id, attempt, state = 'running')``. If this
+        execution no longer holds the job (its lease lapsed and it was
+        rescued or re-claimed, an operator cancelled it, shutdown handed it
+        back), :class:`drover.LeaseLost` is raised and nothing of drover's is
+        written: let it escape the transaction block so the handler's writes
+        roll back too. That is what makes a handler whose side effects live in
+        the same database effectively-once (ADR 0002).
+
+        The completion holds a row lock until the transaction ends: commit
+        before the handler returns (an open transaction at return is reported
+        and the job left to the rescuer). Call it at most once per execution;
+        after a commit, raising from the handler changes nothing.
+
+        Raises :class:`drover.InvalidArgument` for a job not claimed by a
+        worker, :class:`drover.NotInTransaction` for an autocommit connection
+        and :class:`drover.UnsupportedConnection` for anything else it cannot use.
+        """
+        from drover._db.fence import complete_in_transaction
+
+        complete_in_transaction(self.lease, conn)

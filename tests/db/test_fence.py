@@ -21,6 +21,7 @@ import drover
 from drover._db.runtime import (
     Outcome,
     Recorded,
+    Renewal,
     WriteResult,
     job_claim,
     job_claim_expired,
@@ -491,6 +492,14 @@ def test_without_give_back_the_attempt_stays_counted(client: drover.Client, conn
 # --- job_extend_leases ----------------------------------------------------------------------------
 
 
+def _renewed(renewals: list[Renewal]) -> set[int]:
+    return {r.id for r in renewals if r.leased_until is not None}
+
+
+def _moved_on(renewals: list[Renewal]) -> set[int]:
+    return {r.id for r in renewals if not r.current}
+
+
 def test_extend_leases_renews_only_current_running_claims(
     client: drover.Client, conn: Conn
 ) -> None:
@@ -499,8 +508,11 @@ def test_extend_leases_renews_only_current_running_claims(
     conn.execute("UPDATE drover_jobs SET leased_until = now() + interval '1 second'")
     assert _record_one(conn, Outcome(b.id, 1, JobState.COMPLETED)).result is WriteResult.APPLIED
 
-    renewed = job_extend_leases(conn, [(a.id, 1), (b.id, 1), (987654, 1)], LEASE)
-    assert renewed == {a.id}
+    renewals = job_extend_leases(conn, [(a.id, 1), (b.id, 1), (987654, 1)], LEASE)
+    assert _renewed(renewals) == {a.id}
+    assert _moved_on(renewals) == {b.id, 987654}
+    [renewal_of_a] = [r for r in renewals if r.id == a.id]
+    assert renewal_of_a.leased_until == _get(conn, a.id).leased_until
     _lease_is_fresh(conn, _get(conn, a.id).leased_until)
     finished = _get(conn, b.id)
     assert (finished.state, finished.leased_until) == (JobState.COMPLETED, None)
@@ -510,9 +522,10 @@ def test_extend_leases_skips_a_claim_on_another_attempt(client: drover.Client, c
     current = _superseded(conn, client)
     conn.execute("UPDATE drover_jobs SET leased_until = now() + interval '5 seconds'")
     before = _get(conn, current.id).leased_until
-    assert job_extend_leases(conn, [(current.id, 1)], LEASE) == set()
+    stale = job_extend_leases(conn, [(current.id, 1)], LEASE)
+    assert (_renewed(stale), _moved_on(stale)) == (set(), {current.id})
     assert _get(conn, current.id).leased_until == before
-    assert job_extend_leases(conn, [(current.id, 2)], LEASE) == {current.id}
+    assert _renewed(job_extend_leases(conn, [(current.id, 2)], LEASE)) == {current.id}
     _lease_is_fresh(conn, _get(conn, current.id).leased_until)
 
 
@@ -526,12 +539,26 @@ def test_extend_leases_never_resurrects_a_row_that_moved_on(
         (state, row.id),
     )
     before = _get(conn, row.id)
-    assert job_extend_leases(conn, [(row.id, 1)], LEASE) == set()
+    renewals = job_extend_leases(conn, [(row.id, 1)], LEASE)
+    assert (_renewed(renewals), _moved_on(renewals)) == (set(), {row.id})
     assert _get(conn, row.id) == before
 
 
+def test_extend_leases_skips_a_locked_row_without_waiting_and_without_calling_it_lost(
+    client: drover.Client, conn: Conn, db_url: str
+) -> None:
+    locked, free = _claimed(client, conn), _claimed(client, conn)
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT 1 FROM drover_jobs WHERE id = %s FOR UPDATE", (locked.id,))
+        conn.execute("SET lock_timeout = '2s'")  # a wait would fail the statement, not hang
+        renewals = job_extend_leases(conn, [(locked.id, 1), (free.id, 1)], LEASE)
+        holder.rollback()
+    assert _renewed(renewals) == {free.id}
+    assert _moved_on(renewals) == set()
+
+
 def test_extend_leases_with_nothing_held(conn: Conn) -> None:
-    assert job_extend_leases(conn, [], LEASE) == set()
+    assert job_extend_leases(conn, [], LEASE) == []
 
 
 # --- job_claim_expired ----------------------------------------------------------------------------

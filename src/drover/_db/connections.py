@@ -8,6 +8,8 @@ imported by drover.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +35,7 @@ __all__ = [
     "open_pool",
     "pool_from",
     "resolve_connection",
+    "socket_deadline",
 ]
 
 Connection: TypeAlias = psycopg.Connection[Any]
@@ -245,7 +248,7 @@ def borrow(
         )
 
 
-def _from_framework(obj: Any) -> Any:
+def _from_framework(obj: Any, api: str = "insert_tx") -> Any:
     """Unwrap a Django or SQLAlchemy object to its DB-API connection, or return None."""
     # Django CursorWrapper: .db is the DatabaseWrapper, .cursor the raw psycopg cursor.
     if hasattr(obj, "db") and hasattr(obj, "cursor") and not callable(obj.cursor):
@@ -254,13 +257,13 @@ def _from_framework(obj: Any) -> Any:
     if hasattr(obj, "ensure_connection") and hasattr(obj, "vendor"):
         if obj.vendor != "postgresql":
             raise UnsupportedConnection(
-                f"insert_tx needs a PostgreSQL database; this Django connection is {obj.vendor!r}"
+                f"{api} needs a PostgreSQL database; this Django connection is {obj.vendor!r}"
             )
         obj.ensure_connection()
         return obj.connection
     # SQLAlchemy Session / scoped_session: .connection() autobegins the transaction.
     if hasattr(obj, "get_bind") and callable(getattr(obj, "connection", None)):
-        return _from_framework(obj.connection())
+        return _from_framework(obj.connection(), api)
     # SQLAlchemy Connection: .connection is the pool proxy holding the driver connection.
     proxy = getattr(obj, "connection", None)
     if proxy is not None and hasattr(proxy, "driver_connection"):
@@ -268,8 +271,13 @@ def _from_framework(obj: Any) -> Any:
     return None
 
 
-def resolve_connection(obj: object) -> Connection:
+def resolve_connection(
+    obj: object, api: str = "insert_tx", instead: str = "or use client.insert()"
+) -> Connection:
     """The psycopg connection behind ``obj``, checked to be inside a transaction.
+
+    ``api`` names the caller in messages; ``instead`` ends the autocommit
+    message with the alternative.
 
     Accepts a psycopg ``Connection`` or ``Cursor``, a Django connection or
     cursor wrapper, and a SQLAlchemy ``Connection`` or ``Session``.
@@ -280,34 +288,33 @@ def resolve_connection(obj: object) -> Connection:
         conn = obj.connection
     elif isinstance(obj, psycopg.AsyncConnection | psycopg.AsyncCursor):
         raise UnsupportedConnection(
-            "insert_tx is synchronous and cannot use an async psycopg connection"
+            f"{api} is synchronous and cannot use an async psycopg connection"
         )
     else:
-        conn = _from_framework(obj)
+        conn = _from_framework(obj, api)
         if conn is None:
             raise UnsupportedConnection(
-                "insert_tx needs a psycopg Connection or Cursor, a Django connection or cursor, "
+                f"{api} needs a psycopg Connection or Cursor, a Django connection or cursor, "
                 f"or a SQLAlchemy Connection or Session; got {type(obj).__module__}."
                 f"{type(obj).__qualname__}"
             )
     if not isinstance(conn, psycopg.Connection):
         raise UnsupportedConnection(
-            "insert_tx needs psycopg 3 underneath; got a "
+            f"{api} needs psycopg 3 underneath; got a "
             f"{type(conn).__module__}.{type(conn).__qualname__} connection "
             "(with SQLAlchemy use a postgresql+psycopg:// URL)"
         )
     if conn.closed:
-        raise UnsupportedConnection("insert_tx was given a closed connection")
+        raise UnsupportedConnection(f"{api} was given a closed connection")
     if conn.autocommit:
         raise NotInTransaction(
-            "insert_tx needs an open transaction, but the connection is in autocommit mode: "
+            f"{api} needs an open transaction, but the connection is in autocommit mode: "
             "wrap the call in `with conn.transaction():`, Django's transaction.atomic() or "
-            "SQLAlchemy's session.begin(), or use client.insert()"
+            f"SQLAlchemy's session.begin(), {instead}"
         )
     if conn.info.transaction_status == pq.TransactionStatus.INERROR:
         raise NotInTransaction(
-            "insert_tx was given a connection whose transaction has already failed; "
-            "roll it back first"
+            f"{api} was given a connection whose transaction has already failed; roll it back first"
         )
     return conn
 
@@ -354,6 +361,39 @@ def _names_application(conninfo: str) -> bool:
         return "application_name" in psycopg.conninfo.conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
         return False
+
+
+@contextlib.contextmanager
+def socket_deadline(conn: Connection, seconds: float) -> Iterator[None]:
+    """Shut ``conn``'s socket down if the block has not finished within ``seconds``.
+
+    A client-side deadline for calls that must not hang on a half-open
+    connection (the server or a middlebox stopped answering while the kernel
+    still acknowledges, so neither keepalives nor statement timeouts help).
+    The blocked call then fails with an ordinary connection error, and a pool
+    discards the connection. A timer thread does the shutdown; nothing runs
+    when the block finishes in time.
+    """
+    timer = threading.Timer(seconds, _shutdown_socket, args=(conn,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _shutdown_socket(conn: Connection) -> None:
+    try:
+        dup = socket.socket(fileno=os.dup(conn.fileno()))
+    except (OSError, psycopg.Error):
+        return  # already closed: the blocked call has failed or will
+    try:
+        dup.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        dup.close()
 
 
 def describe_target(conninfo: str) -> str:

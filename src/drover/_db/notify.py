@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import threading
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
 from psycopg_pool import ConnectionPool
 
-from drover._db.connections import Connection, dedicated_connect
+from drover._db.connections import Connection, dedicated_connect, socket_deadline
 from drover._db.errors import translate
 from drover._db.queries import query
 
@@ -48,30 +44,10 @@ def ping(conn: Connection, deadline: float) -> None:
 
     A half-open connection (the peer or a middlebox stopped answering while
     TCP still acknowledges) blocks a psycopg call forever: keepalives do not
-    fire. A timer shuts the socket down under the call, which then fails
-    with an ordinary connection error the caller already handles.
+    fire. The deadline breaks it with an ordinary connection error.
     """
-    timer = threading.Timer(deadline, _shutdown_socket, args=(conn,))
-    timer.daemon = True
-    timer.start()
-    try:
-        with translate("check the notification connection"):
-            conn.execute(query("notify_ping"))
-    finally:
-        timer.cancel()
-
-
-def _shutdown_socket(conn: Connection) -> None:
-    try:
-        dup = socket.socket(fileno=os.dup(conn.fileno()))
-    except (OSError, psycopg.Error):
-        return  # already closed: the blocked call has failed or will
-    try:
-        dup.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        dup.close()
+    with socket_deadline(conn, deadline), translate("check the notification connection"):
+        conn.execute(query("notify_ping"))
 
 
 def wait_notifications(conn: Connection, timeout: float) -> list[str]:

@@ -24,6 +24,7 @@ from drover.job import JobRow, JobState
 
 __all__ = [
     "Outcome",
+    "Renewal",
     "WriteResult",
     "job_claim",
     "job_claim_expired",
@@ -45,6 +46,9 @@ class Outcome:
     """Entry appended to ``errors``, or nothing."""
     give_back: bool = False
     """Return the claim's attempt (snooze)."""
+    settles_tx: bool = False
+    """The handler called ``complete_tx``: a refusal because that completion
+    committed is the expected case, not a stale write."""
 
 
 class WriteResult(enum.Enum):
@@ -168,12 +172,23 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
     return recorded
 
 
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What one heartbeat learned about one held claim."""
+
+    id: int
+    leased_until: datetime | None
+    """The new expiry, or ``None`` when not renewed this time."""
+    current: bool
+    """False once the claim moved on: this client has lost the job."""
+
+
 def job_extend_leases(
     conn: Connection, held: Sequence[tuple[int, int]], lease_seconds: float
-) -> set[int]:
-    """Renew the leases of the ``(id, attempt)`` claims still current; return their ids."""
+) -> list[Renewal]:
+    """Renew the leases of the ``(id, attempt)`` claims still current; one result per claim."""
     if not held:
-        return set()
+        return []
     with translate(f"extend {len(held)} job leases"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
             query("job_extend_leases"),
@@ -183,7 +198,7 @@ def job_extend_leases(
                 "lease_seconds": lease_seconds,
             },
         )
-        return {r[0] for r in cur.fetchall()}
+        return [Renewal(id_, until, bool(current)) for id_, until, current in cur.fetchall()]
 
 
 def job_claim_expired(conn: Connection, limit: int, lease_seconds: float) -> list[JobRow]:

@@ -13,6 +13,7 @@ from drover._db.runtime import Outcome, Recorded, WriteResult, job_record_outcom
 from drover._runtime.inflight import InFlight
 from drover._runtime.service import ThreadService
 from drover.errors import DroverError
+from drover.job import JobState
 
 __all__ = ["Completer"]
 
@@ -156,9 +157,18 @@ class Completer(ThreadService):
         for recorded in results:
             if recorded.result is not WriteResult.APPLIED:
                 self._report(recorded)
+            elif recorded.outcome.settles_tx and recorded.outcome.error is not None:
+                self._tx_rolled_back(recorded.outcome)
         self._inflight.remove_many((o.id, o.attempt) for o in batch)
 
     def _report(self, recorded: Recorded) -> None:
+        outcome = recorded.outcome
+        if (
+            outcome.settles_tx
+            and recorded.current_state == JobState.COMPLETED.value
+            and recorded.current_attempt == outcome.attempt
+        ):
+            return  # complete_tx's transaction committed: the expected refusal
         if self._on_refused is not None:
             self._on_refused(recorded.result.value)
         self._discarded(
@@ -168,6 +178,23 @@ class Completer(ThreadService):
             reason=recorded.result.value,
             current_state=recorded.current_state,
             current_attempt=recorded.current_attempt,
+        )
+
+    def _tx_rolled_back(self, outcome: Outcome) -> None:
+        error = outcome.error or {}
+        self._log.warning(
+            "job %d attempt %d called complete_tx but its transaction did not commit; "
+            "recorded as a failed attempt (%s)",
+            outcome.id,
+            outcome.attempt,
+            outcome.state.value,
+            extra={
+                "event": "complete_tx_rolled_back",
+                "job_id": outcome.id,
+                "attempt": outcome.attempt,
+                "outcome": outcome.state.value,
+                "error": error.get("error"),
+            },
         )
 
     def _discarded(self, outcome: Outcome, why: str, **fields: Any) -> None:

@@ -7,13 +7,16 @@ and logs the same records.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import traceback
 from datetime import UTC, datetime
 from typing import Any
 
+from drover._db.fence import transaction_open
 from drover._db.runtime import Outcome
-from drover.errors import ArgsDecodeError, Cancel, Snooze
+from drover.context import Lease
+from drover.errors import ArgsDecodeError, Cancel, LeaseLost, Snooze
 from drover.errors import describe_failure as describe
 from drover.job import JobRow, JobState
 from drover.log import JOB, job_args, job_fields
@@ -22,14 +25,18 @@ from drover.retry import ExponentialRetryPolicy, RetryPolicy
 __all__ = [
     "HANDBACK_MESSAGE",
     "RESCUE_MESSAGE",
+    "TX_NOT_COMMITTED",
     "completed",
+    "decide",
     "failed",
     "find_signal",
     "handed_back",
+    "lease_lost_in",
 ]
 
 RESCUE_MESSAGE = "drover: lease expired, worker presumed dead"
 HANDBACK_MESSAGE = "drover: worker shut down before this attempt finished"
+TX_NOT_COMMITTED = "drover: complete_tx was called but its transaction did not commit"
 
 _fallback_policy = ExponentialRetryPolicy()
 
@@ -169,3 +176,67 @@ def handed_back(row: JobRow) -> Outcome:
         None,
         error=error_entry(row, HANDBACK_MESSAGE, None),
     )
+
+
+def lease_lost_in(exc: BaseException) -> LeaseLost | None:
+    """The LeaseLost ``exc`` is, or was raised from or while handling, if any.
+
+    Frameworks may wrap what escapes a transaction block; the refusal is
+    still a refusal however it arrives.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, LeaseLost):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def decide(
+    row: JobRow,
+    lease: Lease,
+    exc: BaseException | None,
+    *,
+    policy: RetryPolicy,
+    log: logging.Logger,
+) -> Outcome | None:
+    """The outcome of an execution whose handler returned (``exc`` None) or raised.
+
+    ``None`` means write nothing: the handler's ``complete_tx`` was refused
+    (the job is another execution's now), or it returned with that
+    transaction still open (the row lock is the caller's; the rescuer
+    settles the job if the transaction never commits). After a
+    ``complete_tx``, the outcome is a retry marked ``settles_tx``: refused,
+    as expected, when the transaction committed; applied when it rolled back.
+    """
+    if exc is not None:
+        lost = lease_lost_in(exc)
+        if lost is not None:
+            log.warning(
+                JOB + " was no longer this worker's to complete (%s); its transaction "
+                "rolled back and nothing was recorded",
+                *job_args(row),
+                lost,
+                extra={**job_fields(row, "complete_tx_refused"), "error": str(lost)},
+            )
+            return None
+        outcome = failed(row, exc, policy=policy, log=log)
+        return dataclasses.replace(outcome, settles_tx=True) if lease.completed_in_tx else outcome
+    if not lease.completed_in_tx:
+        return completed(row)
+    if transaction_open(lease.tx_connection):
+        log.error(
+            JOB + " returned with its complete_tx transaction still open; commit before "
+            "returning. Nothing was recorded: the job completes if that transaction commits, "
+            "else the rescuer retries it after its lease",
+            *job_args(row),
+            extra=job_fields(row, "complete_tx_left_open"),
+        )
+        return None
+    entry = error_entry(row, TX_NOT_COMMITTED, None)
+    if row.attempt >= row.max_attempts:
+        return Outcome(row.id, row.attempt, JobState.DEAD, error=entry, settles_tx=True)
+    retry_at = _retry_at(row, policy, log)
+    return Outcome(row.id, row.attempt, JobState.RETRYABLE, retry_at, error=entry, settles_tx=True)

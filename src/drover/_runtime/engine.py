@@ -98,6 +98,7 @@ class Engine:
             lease_seconds=lease,
             client_id=client_id,
             logger=self._log,
+            on_lease_lost=metrics.lease_lost,
         )
         self.listener: Listener | None = None
         if config.notify:
@@ -239,6 +240,9 @@ class Engine:
         if not unfinished:
             return None  # the last job finished just as the budget ran out
         for running in unfinished:
+            # Lost before the write, so a heartbeat racing it takes the
+            # refusal for what it is, not for a lease lost elsewhere.
+            running.context.lease.lose("handed back at shutdown")
             running.context.cancel("shutdown")
         self._log.warning(
             "shutdown deadline reached with %d job(s) still running: %s",

@@ -7,6 +7,7 @@ import os
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,7 +15,7 @@ from drover._db.connections import ConnectionPool, borrow
 from drover._db.runtime import job_claim
 from drover._runtime.inflight import InFlight, Running, Slots
 from drover._runtime.service import ThreadService
-from drover.context import JobContext
+from drover.context import JobContext, Lease
 from drover.log import JOB, job_args, job_fields
 
 __all__ = ["Fetcher", "weighted_order"]
@@ -138,6 +139,9 @@ class Fetcher(ThreadService):
             if claimed >= wanted or self._stopping.is_set():
                 break
             try:
+                # Sent before the claim: the database's lease runs from a later
+                # instant, so this local deadline never outlives it.
+                sent = time.monotonic()
                 with borrow(self._pool, "fetch jobs") as conn:
                     rows = job_claim(conn, queue, wanted - claimed, self._lease, self._holder)
                 self.claims += 1
@@ -147,7 +151,10 @@ class Fetcher(ThreadService):
                 )
                 return claimed, True
             for row in rows:
-                running = Running(row, JobContext())
+                lease = Lease(
+                    row.id, row.attempt, row.leased_until, local_deadline=sent + self._lease
+                )
+                running = Running(row, JobContext(lease=lease))
                 self._inflight.add(running)
                 try:
                     self._dispatch(running)

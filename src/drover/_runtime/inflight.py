@@ -37,8 +37,15 @@ class InFlight:
         self._entries: dict[int, Running] = {}
 
     def add(self, running: Running) -> None:
+        """Track a claim. One that replaces an older claim of the same job (rescued, then
+        re-claimed here while the old execution still runs) marks the old lease lost."""
         with self._cond:
+            previous = self._entries.get(running.row.id)
             self._entries[running.row.id] = running
+        if previous is None or previous is running:
+            return
+        if previous.context.lease.lose("the job was re-claimed"):
+            previous.context.cancel("lease lost")
 
     def remove(self, job_id: int, attempt: int) -> bool:
         with self._cond:

@@ -96,13 +96,15 @@ class Runner:
         row = running.row
         outcome: Outcome | None = None
         try:
+            error: BaseException | None = None
             try:
                 with job_scope(row):
                     self._chain(running.context, row)
             except BaseException as exc:
-                outcome = disposition.failed(row, exc, policy=self._policy, log=self._log)
-            else:
-                outcome = disposition.completed(row)
+                error = exc
+            outcome = disposition.decide(
+                row, running.context.lease, error, policy=self._policy, log=self._log
+            )
         except BaseException:
             self._log.critical(
                 "could not decide the outcome of " + JOB + "; the rescuer will retry it",

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from drover._db.connections import borrow
-from drover._db.runtime import job_record_outcomes
+from drover._db.runtime import Outcome, job_record_outcomes
+from drover._db.store import job_get
 from drover._db.testing import job_claim_after, job_list_after, job_max_id
 from drover._runtime import disposition
 from drover.client import Client
-from drover.context import JobContext
+from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument
 from drover.job import JobArgs, JobRow, JobState
 from drover.log import job_scope
@@ -166,20 +167,33 @@ class Jobs:
             if not rows:
                 break
             for row in sorted(rows, key=lambda r: (r.scheduled_at, r.id)):
+                lease = Lease(row.id, row.attempt, row.leased_until)
+                error: BaseException | None = None
                 try:
                     with job_scope(row):
-                        chain(JobContext(), row)
+                        chain(JobContext(lease=lease), row)
                 except BaseException as exc:  # as the runner: any exception is an outcome
-                    outcome = disposition.failed(
-                        row, exc, policy=config.retry_policy, log=config.logger
-                    )
-                else:
-                    outcome = disposition.completed(row)
-                with borrow(self.client.pool, "record job outcome") as conn:
-                    job_record_outcomes(conn, [outcome])
-                error = outcome.error.get("error") if outcome.error else None
-                worked.append(Worked(row, outcome.state, error))
+                    error = exc
+                outcome = disposition.decide(
+                    row, lease, error, policy=config.retry_policy, log=config.logger
+                )
+                if outcome is not None:
+                    with borrow(self.client.pool, "record job outcome") as conn:
+                        job_record_outcomes(conn, [outcome])
+                worked.append(Worked(row, *self._result(row, outcome)))
         return worked
+
+    def _result(self, row: JobRow, outcome: Outcome | None) -> tuple[JobState, str | None]:
+        """What the job's row says now: a complete_tx outcome is settled in the database."""
+        if outcome is not None and not outcome.settles_tx:
+            error = outcome.error.get("error") if outcome.error else None
+            return outcome.state, error
+        with borrow(self.client.pool, "read job state") as conn:
+            current = job_get(conn, row.id)
+        errors = current.errors if current is not None else []
+        state = current.state if current is not None else JobState.RUNNING
+        error = errors[-1].get("error") if errors and state is not JobState.COMPLETED else None
+        return state, error
 
     def _summary(self) -> str:
         with borrow(self.client.pool, "list jobs") as conn:
