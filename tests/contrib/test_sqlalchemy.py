@@ -106,3 +106,43 @@ def test_what_is_not_sqlalchemy_is_refused(conn: Conn) -> None:
         drover_sa.insert(conn, Receipt(order=1))  # type: ignore[arg-type]
     with pytest.raises(drover.InvalidJobArgs):
         drover_sa.insert(conn, "not args")  # type: ignore[arg-type]
+
+
+class Ship(drover.JobArgs, kind="sa_ship"):
+    order: int
+    lose: bool = False
+
+
+def test_complete_in_a_session_commits_the_orm_write_and_the_completion_together(
+    engine: Engine, conn: Conn, db_url: str, make_client: Any, poll: Any
+) -> None:
+    refusals: list[drover.LeaseLost] = []
+
+    class ShipWorker(drover.Worker[Ship]):
+        def work(self, job: drover.Job[Ship]) -> None:
+            try:
+                with Session(engine) as session, session.begin():
+                    session.execute(text("INSERT INTO orders (note) VALUES ('shipped')"))
+                    if job.args.lose:  # another worker takes the job over meanwhile
+                        with psycopg.connect(db_url, autocommit=True) as other:
+                            other.execute(
+                                "UPDATE drover_jobs SET attempt = attempt + 1 WHERE id = %s",
+                                (job.id,),
+                            )
+                    drover_sa.complete(session, job)
+            except drover.LeaseLost as exc:
+                refusals.append(exc)
+                raise
+
+    workers = drover.Workers()
+    workers.add(ShipWorker())
+    client = make_client(workers=workers, poll_interval=0.05)
+    client.start()
+    shipped = client.insert(Ship(order=1))
+    poll(lambda: client.get_job(shipped.id).state == drover.JobState.COMPLETED)
+    assert _orders(conn) == 1
+    lost = client.insert(Ship(order=2, lose=True))
+    poll(lambda: refusals, message="complete refused")
+    assert refusals[0].job_id == lost.id
+    assert _orders(conn) == 1  # the ORM write rolled back with the refused completion
+    client.stop(timeout=5)

@@ -17,9 +17,9 @@ from drover._db.connections import Connection, resolve_connection
 from drover._db.store import job_insert, job_insert_many
 from drover._encode import encode_batch, encode_insert
 from drover.errors import UnsupportedConnection
-from drover.job import InsertOpts, JobArgs, JobRow
+from drover.job import InsertOpts, Job, JobArgs, JobRow
 
-__all__ = ["insert", "insert_many"]
+__all__ = ["complete", "insert", "insert_many"]
 
 InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
 
@@ -82,3 +82,20 @@ def insert_many(
     if not batch.params:
         return []
     return job_insert_many(conn, batch, caller_tx=True, notify=notify)
+
+
+def complete(
+    session_or_connection: Session | scoped_session[Any] | SAConnection, job: Job[Any]
+) -> None:
+    """Complete a running job in the session's (or connection's) transaction.
+
+    ``job.complete_tx`` on SQLAlchemy: the handler's ORM writes and the job's
+    completion commit or roll back together (see :meth:`drover.Job.complete_tx`).
+    Let :class:`drover.LeaseLost` escape ``session.begin()`` (or roll back) so
+    the writes go with it.
+
+    Raises:
+        drover.LeaseLost: this execution no longer holds the job.
+        drover.UnsupportedConnection: not a SQLAlchemy session or connection on psycopg 3.
+    """
+    job.complete_tx(_psycopg(session_or_connection))

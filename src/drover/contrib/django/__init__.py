@@ -27,12 +27,12 @@ from drover._db.store import job_insert, job_insert_many
 from drover._encode import encode_batch, encode_insert
 from drover.contrib.django.settings import alias
 from drover.errors import NotInTransaction
-from drover.job import InsertOpts, JobArgs, JobRow
+from drover.job import InsertOpts, Job, JobArgs, JobRow
 
 if TYPE_CHECKING:
     from drover.contrib.django.tasks import DroverTaskBackend
 
-__all__ = ["DroverTaskBackend", "insert", "insert_many"]
+__all__ = ["DroverTaskBackend", "complete", "insert", "insert_many"]
 
 InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
 
@@ -82,6 +82,22 @@ def insert_many(
     if connection.in_atomic_block:
         return job_insert_many(raw, batch, caller_tx=True, notify=notify)
     return job_insert_many(raw, batch, caller_tx=False, notify=notify)
+
+
+def complete(job: Job[Any], using: str | None = None) -> None:
+    """Complete a running job inside the current ``transaction.atomic()`` on ``using``.
+
+    ``job.complete_tx`` on the Django connection: the handler's model writes
+    and the job's completion commit or roll back together (see
+    :meth:`drover.Job.complete_tx`). Call it inside ``atomic()`` (in
+    autocommit there is no transaction to share) and let
+    :class:`drover.LeaseLost` escape the block so the writes roll back.
+
+    Raises:
+        drover.LeaseLost: this execution no longer holds the job.
+        drover.NotInTransaction: no atomic block, or one that already failed.
+    """
+    job.complete_tx(_raw(using))
 
 
 def __getattr__(name: str) -> Any:
