@@ -76,6 +76,8 @@ def load_client(spec: str) -> drover.Client:
             target = target()
         except drover.DroverError as exc:
             fail(f"{spec} failed: {exc}")
+        except Exception as exc:  # the application's own factory: report it in one line
+            fail(f"{spec} failed: {type(exc).__name__}: {exc}")
     if not isinstance(target, drover.Client):
         usage(f"{spec} is not a drover.Client or a function returning one")
     return target
@@ -89,6 +91,8 @@ def load_workers(spec: str) -> drover.Workers:
             target = target()
         except drover.DroverError as exc:
             fail(f"{spec} failed: {exc}")
+        except Exception as exc:  # the application's own factory: report it in one line
+            fail(f"{spec} failed: {type(exc).__name__}: {exc}")
     if isinstance(target, drover.Client):
         workers = target.config.workers
         target.close()  # only its registry is wanted; its pool is not

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -45,6 +46,26 @@ def _class_defaults(cls: type, where: str) -> _Defaults:
 _NUL_MESSAGE = 'cannot encode args for kind "{kind}": a string contains a NUL character'
 
 
+_NONFINITE_MESSAGE = (
+    'cannot encode args for kind "{kind}": a float is NaN or infinite, which JSON cannot store'
+)
+
+
+def _refuse_constant(token: str) -> Any:
+    raise ValueError(token)
+
+
+def _has_nonfinite(args_json: str) -> bool:
+    """True if the JSON text holds a NaN or Infinity number (not merely the word in a string)."""
+    if "NaN" not in args_json and "Infinity" not in args_json:
+        return False  # the common case: one substring scan, no parse
+    try:
+        json.loads(args_json, parse_constant=_refuse_constant)
+    except ValueError:
+        return True
+    return False
+
+
 def _dump(args: JobArgs, kind: str, where: str) -> str:
     try:
         # What model_dump_json() does with its defaults, without the keyword
@@ -54,6 +75,8 @@ def _dump(args: JobArgs, kind: str, where: str) -> str:
         raise InvalidJobArgs(f'{where}cannot encode args for kind "{kind}": {exc}') from None
     if "\\u0000" in args_json:
         raise InvalidJobArgs(where + _NUL_MESSAGE.format(kind=kind))
+    if _has_nonfinite(args_json):
+        raise InvalidJobArgs(where + _NONFINITE_MESSAGE.format(kind=kind))
     return args_json
 
 
@@ -140,6 +163,8 @@ def encode_batch(items: object) -> EncodedBatch:
                 raise InvalidJobArgs(f'cannot encode args for kind "{kind}": {exc}') from None
             if "\\u0000" in args_json:
                 raise InvalidJobArgs(_NUL_MESSAGE.format(kind=kind))
+            if _has_nonfinite(args_json):
+                raise InvalidJobArgs(_NONFINITE_MESSAGE.format(kind=kind))
             append(new(JobInsertParams, (kind, queue, args_json, max_attempts, None, None)))
     except InvalidJobArgs as exc:
         # Only a failure pays for formatting the position into the message.

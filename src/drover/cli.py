@@ -289,7 +289,11 @@ def enqueue_command(
     if workers is not None and kind not in workers:
         known = ", ".join(workers.kinds()) or "none"
         usage(f"--app {app_spec} has no worker for kind {kind!r} (it knows: {known})")
-    opts = drover.InsertOpts(queue=queue, scheduled_at=scheduled_at, max_attempts=max_attempts)
+    try:
+        opts = drover.InsertOpts(queue=queue, scheduled_at=scheduled_at, max_attempts=max_attempts)
+    except drover.InvalidInsertOpts as exc:
+        flag = "--at" if "scheduled_at" in str(exc) else "--max-attempts"
+        usage(f"{flag}: {exc}")
     with open_inspector(g, workers) as inspector:
         try:
             row = inspector.enqueue(kind, args, opts)

@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry
 
 from drover._address import parse_address
 from drover._durations import DurationField
-from drover.errors import ConfigError
-from drover.job import MAX_QUEUE_LENGTH
+from drover.errors import ConfigError, InvalidInsertOpts
 from drover.middleware import Middleware
 from drover.periodic import PeriodicJob
+from drover.queues import check_queue_name
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Workers
@@ -24,6 +24,9 @@ from drover.worker import Workers
 __all__ = ["Config"]
 
 MIN_LEASE = timedelta(milliseconds=1)
+MAX_DURATION = timedelta(days=3650)
+"""Longest duration a Config field accepts: ten years. Far longer ones overflow
+thread waits (``threading.TIMEOUT_MAX``) and PostgreSQL intervals."""
 MAX_QUEUE_WEIGHT = 100_000
 
 
@@ -201,6 +204,15 @@ class Config:
             value: timedelta = getattr(self, name)
             if value <= timedelta(0):
                 raise ConfigError(f"Config.{name} must be positive, not {_s(value)}")
+        for name in (
+            "lease_duration", "heartbeat_interval", "poll_interval", "rescue_interval",
+            "stats_interval", "prune_interval", "shutdown_timeout",
+        ):  # fmt: skip
+            value = getattr(self, name)
+            if value > MAX_DURATION:
+                raise ConfigError(
+                    f"Config.{name} must be at most {MAX_DURATION.days} days, not {_s(value)}"
+                )
         if self.shutdown_timeout < timedelta(0):
             raise ConfigError(
                 f"Config.shutdown_timeout must not be negative, not {_s(self.shutdown_timeout)}"
@@ -262,8 +274,10 @@ def _queues(queues: object) -> Mapping[str, int]:
         weight = queues[name]
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"Config.queues contains an empty or non-text queue name: {name!r}")
-        if len(name) > MAX_QUEUE_LENGTH or "\x00" in name:
-            raise ConfigError(f"Config.queues: queue name {name[:40]!r}... is not valid")
+        try:
+            check_queue_name(name)
+        except InvalidInsertOpts as exc:
+            raise ConfigError(f"Config.queues: {exc}") from None
         if isinstance(weight, bool) or not isinstance(weight, int):
             raise ConfigError(f"Config.queues[{name!r}] must be an int weight, not {weight!r}")
         if not 1 <= weight <= MAX_QUEUE_WEIGHT:

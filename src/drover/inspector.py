@@ -329,6 +329,8 @@ class Inspector:
             canonical.encode("utf-8")  # a lone surrogate (from "\\ud800") cannot be stored
         except (ValueError, UnicodeEncodeError) as exc:
             raise InvalidJobArgs(f"args must be valid JSON: {exc}") from None
+        except RecursionError:
+            raise InvalidJobArgs("args must be valid JSON: nested too deeply") from None
         if "\x00" in canonical or "\\u0000" in canonical:
             raise InvalidJobArgs("args must not contain NUL characters")
         return checked_kind, canonical

@@ -5,13 +5,13 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from drover.context import JobContext, Lease
-from drover.errors import InvalidInsertOpts
+from drover.errors import InvalidInsertOpts, InvalidJobArgs
 
 __all__ = ["InsertOpts", "Job", "JobArgs", "JobRow", "JobState"]
 
@@ -108,7 +108,8 @@ class JobArgs(BaseModel):
             subject: str
 
     ``kind`` names the job type in the database and selects the worker; it is
-    checked when the class is defined (missing or empty raises ``TypeError``).
+    checked when the class is defined (missing or empty raises
+    :class:`drover.InvalidJobArgs`, a ``TypeError``).
     A base class meant only to be subclassed passes ``abstract=True`` instead.
     ``queue`` and ``max_attempts`` are defaults that :class:`InsertOpts` can
     override per insert.
@@ -121,7 +122,9 @@ class JobArgs(BaseModel):
 
     __module__ = "drover"
 
-    model_config = ConfigDict(frozen=True)
+    # NaN and infinities are written as JSON constants, never silently as null:
+    # the encoder then refuses them (jsonb has no such numbers).
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
 
     kind: ClassVar[str]
     default_queue: ClassVar[str | None] = None
@@ -148,13 +151,13 @@ class JobArgs(BaseModel):
                 cls.default_max_attempts = _check_max_attempts(
                     max_attempts, f"{cls.__qualname__} max_attempts"
                 )
-        except ValueError as exc:
-            raise TypeError(str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise InvalidJobArgs(str(exc)) from None
         if abstract:
             return
         current = getattr(cls, "kind", None)
         if not isinstance(current, str) or not current.strip():
-            raise TypeError(
+            raise InvalidJobArgs(
                 f"{cls.__qualname__} needs a job kind: "
                 f'class {cls.__name__}(drover.JobArgs, kind="...")'
             )
@@ -233,6 +236,13 @@ class InsertOpts:
                         "InsertOpts.scheduled_at must be timezone-aware "
                         "(e.g. datetime.now(timezone.utc)); a naive time is ambiguous"
                     )
+                try:
+                    self.scheduled_at.astimezone(UTC)
+                except OverflowError:
+                    raise ValueError(
+                        f"InsertOpts.scheduled_at {self.scheduled_at.isoformat()} is after "
+                        "9999-12-31 in UTC, beyond what drover can store"
+                    ) from None
             if self.unique_key is not None:
                 if not isinstance(self.unique_key, str):
                     raise TypeError(

@@ -35,6 +35,8 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|h|m|s)")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 MIN_EVERY = timedelta(milliseconds=1)
+MAX_EVERY = timedelta(days=3650)
+"""The longest @every period: ten years."""
 
 
 def _zone(timezone: str | ZoneInfo) -> ZoneInfo:
@@ -53,7 +55,12 @@ def _parse_every(text: str, spec: str) -> timedelta:
     for match in _PART.finditer(text):
         if match.start() != position:
             break
-        total += float(match.group(1)) * _UNITS[match.group(2)]
+        try:
+            total += float(match.group(1)) * _UNITS[match.group(2)]
+        except OverflowError:
+            raise InvalidArgument(
+                f"invalid schedule {spec!r}: @every must be at most {MAX_EVERY.days} days"
+            ) from None
         position = match.end()
     if not text or " " in text or position != len(text):
         raise InvalidArgument(
@@ -61,6 +68,10 @@ def _parse_every(text: str, spec: str) -> timedelta:
         )
     if total < MIN_EVERY:
         raise InvalidArgument(f"invalid schedule {spec!r}: @every must be at least 1ms")
+    if total > MAX_EVERY:
+        raise InvalidArgument(
+            f"invalid schedule {spec!r}: @every must be at most {MAX_EVERY.days} days"
+        )
     return total
 
 
@@ -137,25 +148,29 @@ class Schedule:
     def next(self, after: datetime) -> datetime | None:
         """The first fire time strictly after ``after`` (timezone-aware), in UTC.
 
-        ``None`` when a cron schedule has no fire time in the next 50 years.
+        ``None`` when a cron schedule has no fire time in the next 50 years, or the
+        next one would fall after year 9999.
 
         Raises:
             drover.InvalidArgument: ``after`` is naive.
         """
         if not isinstance(after, datetime) or after.utcoffset() is None:
             raise InvalidArgument(f"Schedule.next needs a timezone-aware datetime, not {after!r}")
-        if self._every is not None:
-            # Integer microseconds: no float rounding at any distance from the epoch.
-            elapsed = (after - _EPOCH) // _MICROSECOND
-            period = self._every // _MICROSECOND
-            return _EPOCH + (elapsed // period + 1) * period * _MICROSECOND
-        assert self._cron is not None
-        local = after.astimezone(self.timezone)
         try:
-            fire = next(iter(CronSim(self._cron, local)))
-        except StopIteration:
-            return None
-        return fire.astimezone(UTC)
+            if self._every is not None:
+                # Integer microseconds: no float rounding at any distance from the epoch.
+                elapsed = (after - _EPOCH) // _MICROSECOND
+                period = self._every // _MICROSECOND
+                return _EPOCH + (elapsed // period + 1) * period * _MICROSECOND
+            assert self._cron is not None
+            local = after.astimezone(self.timezone)
+            try:
+                fire = next(iter(CronSim(self._cron, local)))
+            except StopIteration:
+                return None
+            return fire.astimezone(UTC)
+        except OverflowError:
+            return None  # the next fire time is past year 9999: there is none
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Schedule is immutable")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin, overload
 
+from drover._durations import to_seconds
 from drover.errors import ConfigError
 from drover.job import Job, JobArgs
 
@@ -108,6 +109,9 @@ def _args_type_from_annotation(fn: Callable[..., object]) -> type[JobArgs]:
     )
 
 
+_MAX_TIMEOUT_SECONDS = 3650 * 86400.0
+
+
 def _is_args_class(obj: object) -> bool:
     return isinstance(obj, type) and issubclass(obj, JobArgs)
 
@@ -180,6 +184,11 @@ class Workers:
             raise ConfigError(
                 f"{args_type.__qualname__} has no job kind; workers need a concrete JobArgs class"
             )
+        timeout = getattr(worker, "timeout", None)
+        if timeout is not None:
+            name = f"{type(worker).__qualname__}.timeout"
+            if to_seconds(timeout, name) > _MAX_TIMEOUT_SECONDS:
+                raise ConfigError(f"{name} must be at most ten years, not {timeout!r}")
         with self._lock:
             existing = self._by_kind.get(kind)
             if existing is not None:

@@ -237,13 +237,21 @@ def borrow(
         with translate(action), source.connection(timeout=timeout) as conn:
             yield conn
     elif isinstance(source, str):
+        # The checks pool_from makes: an empty string would mean libpq's
+        # defaults (some other database), and a parse error quotes the text.
+        if not source.strip():
+            raise InvalidArgument(f"{action} needs a conninfo string or URL; got an empty string")
+        try:
+            conninfo = check_conninfo(source)
+        except ValueError as exc:
+            raise InvalidArgument(f"{action}: {exc}") from None
         with translate(action):
-            conn = psycopg.connect(source, autocommit=True)
+            conn = psycopg.connect(conninfo, autocommit=True)
         with conn:
             yield conn
     else:
-        raise TypeError(
-            "expected a psycopg_pool.ConnectionPool or a conninfo string, "
+        raise InvalidArgument(
+            f"{action} needs a psycopg_pool.ConnectionPool or a conninfo string, "
             f"not {type(source).__name__}"
         )
 
@@ -324,6 +332,9 @@ def check_conninfo(conninfo: str, *, connect_timeout: int = 5) -> str:
 
     Raises ``ValueError`` (password-free message) when it cannot be parsed.
     """
+    if "\x00" in conninfo:
+        # libpq would stop reading at the NUL and connect to what came before.
+        raise ValueError("the database URL contains a NUL character")
     try:
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
