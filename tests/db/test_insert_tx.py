@@ -310,6 +310,21 @@ def test_autocommit_connection_raises_not_in_transaction_and_writes_nothing(
     assert count(conn, "drover_jobs") == 0
 
 
+def test_an_autocommit_connection_inside_an_explicit_transaction_block_is_joined(
+    client: drover.Client, conn: PgConn, db_url: str
+) -> None:
+    # psycopg's conn.transaction() issues BEGIN on an autocommit connection: there is a
+    # transaction to join, and the job shares its fate.
+    with psycopg.connect(db_url, autocommit=True) as app:
+        with app.transaction():
+            client.insert_tx(app, SendReceipt(order_id=1))
+        with pytest.raises(RuntimeError, match="rolled back"), app.transaction():
+            client.insert_tx(app, SendReceipt(order_id=2))
+            raise RuntimeError("rolled back")
+    rows = conn.execute("SELECT args->>'order_id' FROM drover_jobs").fetchall()
+    assert rows == [("1",)]
+
+
 def test_failed_transaction_raises_not_in_transaction(
     client: drover.Client, conn: PgConn, user_conn: PgConn
 ) -> None:

@@ -314,7 +314,10 @@ def resolve_connection(
         )
     if conn.closed:
         raise UnsupportedConnection(f"{api} was given a closed connection")
-    if conn.autocommit:
+    # An autocommit connection is fine inside an explicit block (psycopg's
+    # conn.transaction() issues BEGIN): only one with no transaction open has
+    # nothing to join. A non-autocommit connection begins one implicitly.
+    if conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE:
         raise NotInTransaction(
             f"{api} needs an open transaction, but the connection is in autocommit mode: "
             "wrap the call in `with conn.transaction():`, Django's transaction.atomic() or "

@@ -1,0 +1,9 @@
+"""``python -m drover.faults``: one fault-injection scenario, checked (see docs/reliability.md)."""
+
+from __future__ import annotations
+
+import sys
+
+from drover.faults.run import main
+
+sys.exit(main())

@@ -1,0 +1,418 @@
+"""The orchestrator: a cluster, a workload, worker processes, a nemesis, then the checker.
+
+``python -m drover.faults --jobs 5000 --faults 30 --seed 1`` runs one scenario
+end to end and prints the figures; ``--out DIR`` keeps the history, the
+server log and ``report.json`` for replay. Everything is seeded: the job mix,
+which fault comes when and which worker it hits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import drover
+from drover.faults.checker import Report, check
+from drover.faults.cluster import Cluster
+from drover.faults.history import Params, load_history
+from drover.faults.proxy import Mode, TcpProxy
+from drover.faults.workload import EFFECTS_DDL, FaultJob, HistoryFile
+
+__all__ = ["FAULT_KINDS", "Scenario", "main", "run"]
+
+FAULT_KINDS = (
+    "kill", "stop", "pg_restart", "pg_crash", "terminate", "drain", "proxy_cut",
+    "proxy_blackhole",
+)  # fmt: skip
+
+_MIX = (
+    # workload, share of the jobs
+    ("fast", 0.80),
+    ("slow", 0.01),
+    ("flaky", 0.08),
+    ("snooze", 0.05),
+    ("cancel", 0.03),
+    ("poison", 0.03),
+)
+
+
+@dataclass
+class Scenario:
+    """One run's knobs. The defaults are the fast tier's (small, a few minutes at most)."""
+
+    jobs: int = 5000
+    faults: int = 30
+    seed: int = 1
+    workers: int = 3
+    concurrency: int = 4
+    mode: str = "plain"
+    """``plain`` (handlers return; drover completes) or ``tx`` (``job.complete_tx``)."""
+    kinds: tuple[str, ...] = FAULT_KINDS
+    lease: float = 2.0
+    heartbeat: float = 0.5
+    rescue: float = 0.5
+    poll: float = 0.2
+    drain_budget: float = 1.0
+    fault_every: float = 1.0
+    """Seconds between two faults (after the previous one healed)."""
+    quiesce_timeout: float = 240.0
+    out: Path | None = None
+    log: Callable[[str], None] = field(default=print, repr=False)
+
+
+@dataclass
+class _Worker:
+    proc: subprocess.Popen[bytes]
+    started: float
+
+
+class _Fleet:
+    """The worker processes: spawn, replace, and the signals the nemesis sends them."""
+
+    def __init__(self, scenario: Scenario, dsn: str, effects_dsn: str, history: Path) -> None:
+        self._s = scenario
+        self._dsn = dsn
+        self._effects_dsn = effects_dsn
+        self._history = history
+        self.workers: list[_Worker] = []
+
+    def spawn(self) -> _Worker:
+        s = self._s
+        command = [
+            sys.executable, "-m", "drover.faults.workload",
+            "--dsn", self._dsn, "--effects-dsn", self._effects_dsn,
+            "--history", str(self._history), "--mode", s.mode,
+            "--concurrency", str(s.concurrency), "--lease", str(s.lease),
+            "--heartbeat", str(s.heartbeat), "--rescue", str(s.rescue), "--poll", str(s.poll),
+            "--shutdown-timeout", str(s.drain_budget),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+        proc = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        worker = _Worker(proc, time.time())
+        self.workers.append(worker)
+        return worker
+
+    def replace(self, worker: _Worker) -> None:
+        self.workers.remove(worker)
+        self.spawn()
+
+    def pick(self, rng: random.Random) -> _Worker:
+        return rng.choice(self.workers)
+
+    def stop_all(self, timeout: float) -> list[int | None]:
+        for w in self.workers:
+            with contextlib.suppress(ProcessLookupError):
+                w.proc.send_signal(signal.SIGTERM)
+        codes: list[int | None] = []
+        for w in self.workers:
+            try:
+                codes.append(w.proc.wait(timeout))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                codes.append(w.proc.wait())
+        self.workers.clear()
+        return codes
+
+
+class _Nemesis:
+    """Injects one fault at a time and records it (orchestrator history file)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        fleet: _Fleet,
+        cluster: Cluster,
+        proxy: TcpProxy,
+        admin_dsn: str,
+        history: HistoryFile,
+        rng: random.Random,
+    ) -> None:
+        self._s = scenario
+        self._fleet = fleet
+        self._cluster = cluster
+        self._proxy = proxy
+        self._admin = admin_dsn
+        self._history = history
+        self._rng = rng
+        self.counts: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
+
+    def _record(
+        self, kind: str, t_start: float, t_end: float, pid: int | None, **extra: Any
+    ) -> None:
+        self.counts[kind] += 1
+        self._history.write(ev="fault", kind=kind, t_start=t_start, t_end=t_end, pid=pid, **extra)
+
+    def inject(self, kind: str) -> None:
+        getattr(self, f"_{kind}")()
+
+    def _kill(self) -> None:
+        worker = self._fleet.pick(self._rng)
+        t = time.time()
+        worker.proc.send_signal(signal.SIGKILL)
+        worker.proc.wait()
+        self._record("kill", t, t, worker.proc.pid)
+        self._fleet.replace(worker)
+
+    def _stop(self) -> None:
+        # Paused past its lease: it is presumed dead, its jobs rescued and re-run;
+        # when it wakes, its handlers finish and its writes must be refused.
+        worker = self._fleet.pick(self._rng)
+        t = time.time()
+        worker.proc.send_signal(signal.SIGSTOP)
+        time.sleep(2 * self._s.lease + self._s.rescue + 0.5)
+        worker.proc.send_signal(signal.SIGCONT)
+        self._record("stop", t, time.time(), worker.proc.pid)
+
+    def _pg_restart(self) -> None:
+        t = time.time()
+        self._cluster.restart("fast")
+        self._record("pg_restart", t, time.time(), None)
+
+    def _pg_crash(self) -> None:
+        t = time.time()
+        self._cluster.restart("immediate")
+        self._record("pg_crash", t, time.time(), None)
+
+    def _terminate(self) -> None:
+        t = time.time()
+        with psycopg.connect(self._admin, autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM ("
+                " SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'drover%%'"
+                " ORDER BY random() LIMIT 3) AS victims"
+            ).fetchone()
+        self._record("terminate", t, time.time(), None, backends=int(killed[0]) if killed else 0)
+
+    def _drain(self) -> None:
+        worker = self._fleet.pick(self._rng)
+        t = time.time()
+        worker.proc.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = worker.proc.wait(self._s.drain_budget + 30)
+        except subprocess.TimeoutExpired:
+            worker.proc.kill()
+            worker.proc.wait()
+            code = None
+        self._record(
+            "drain", t, time.time(), worker.proc.pid, budget=self._s.drain_budget, exit_code=code
+        )
+        self._fleet.replace(worker)
+
+    def _proxy_cut(self) -> None:
+        t = time.time()
+        self._proxy.cut()
+        self._record("proxy_cut", t, t, None)
+
+    def _proxy_blackhole(self) -> None:
+        # Half-open for longer than a lease, then the middlebox gives up and
+        # resets the flows (the kernel's retransmission timeout would, in life).
+        t = time.time()
+        self._proxy.set_mode(Mode.BLACKHOLE)
+        time.sleep(self._s.lease * 1.5)
+        self._proxy.cut()
+        self._proxy.set_mode(Mode.PASS)
+        self._record("proxy_blackhole", t, time.time(), None)
+
+
+def _schedule(scenario: Scenario, rng: random.Random) -> list[str]:
+    """The faults in order: every kind once per round, each round shuffled (seeded)."""
+    order: list[str] = []
+    while len(order) < scenario.faults:
+        order += rng.sample(scenario.kinds, len(scenario.kinds))
+    return order[: scenario.faults]
+
+
+def _enqueue(dsn: str, scenario: Scenario, rng: random.Random) -> int:
+    items: list[drover.InsertItem] = []
+    names = [w for w, _ in _MIX]
+    weights = [share for _, share in _MIX]
+    for _ in range(scenario.jobs):
+        workload = rng.choices(names, weights)[0]
+        if workload == "slow":
+            item: drover.InsertItem = FaultJob(workload="slow", seconds=scenario.lease * 1.3)
+        elif workload == "fast":
+            item = FaultJob(workload="fast", seconds=rng.uniform(0.002, 0.02))
+        elif workload == "flaky":
+            fails = rng.randint(1, 2)
+            item = (FaultJob(workload="flaky", fail_times=fails), drover.InsertOpts(max_attempts=8))
+        elif workload == "poison":
+            item = (FaultJob(workload="poison"), drover.InsertOpts(max_attempts=2))
+        else:
+            item = FaultJob(workload=workload)
+        items.append(item)
+    client = drover.Client(dsn)
+    try:
+        for start in range(0, len(items), 1000):
+            client.insert_many(items[start : start + 1000])
+    finally:
+        client.close()
+    return len(items)
+
+
+@contextlib.contextmanager
+def _workdir(out: Path | None) -> Iterator[Path]:
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        yield out
+        return
+    path = Path(tempfile.mkdtemp(prefix="drover-faults-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _unsettled(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM drover_jobs WHERE state NOT IN ('completed', 'cancelled', 'dead')"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _snapshot(dsn: str, history_dir: Path) -> None:
+    """Write the database's truth (jobs and effects) next to the process histories."""
+    out = HistoryFile(history_dir / "db.jsonl")
+    with psycopg.connect(dsn) as conn:
+        for row in conn.execute(
+            "SELECT id, args->>'workload', state::text, attempt, max_attempts,"
+            " extract(epoch FROM finalized_at)::float8, errors FROM drover_jobs ORDER BY id"
+        ):
+            out.write(
+                ev="job", id=row[0], workload=row[1], state=row[2], attempt=row[3],
+                max_attempts=row[4], finalized_at=row[5], errors=row[6],
+            )  # fmt: skip
+        for row in conn.execute(
+            "SELECT job_id, attempt, pid, t_start, t_end, db_at, tx FROM fault_effects"
+        ):
+            out.write(
+                ev="effect", job=row[0], attempt=row[1], pid=row[2], t_start=row[3],
+                t_end=row[4], db_at=row[5], tx=row[6],
+            )  # fmt: skip
+    out.close()
+
+
+def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
+    """Run ``scenario`` end to end; return the checker's report and the run's figures."""
+    say = scenario.log
+    rng = random.Random(scenario.seed)  # noqa: S311 - a seeded schedule, not a secret
+    with _workdir(scenario.out) as work, Cluster(max_connections=100) as cluster:
+        history_dir = work / "history"
+        history_dir.mkdir(exist_ok=True)
+        cluster.start()
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE faults")
+        dsn = cluster.url_for("faults")
+        drover.migrate(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(EFFECTS_DDL.encode())
+        enqueued = _enqueue(dsn, scenario, rng)
+        say(f"enqueued {enqueued} jobs; starting {scenario.workers} workers ({scenario.mode})")
+        orchestrator = HistoryFile(history_dir / "orchestrator.jsonl")
+        with TcpProxy(("127.0.0.1", cluster.port)) as proxy:
+            fleet = _Fleet(scenario, proxy.via(dsn), dsn, history_dir)
+            nemesis = _Nemesis(scenario, fleet, cluster, proxy, dsn, orchestrator, rng)
+            began = time.time()
+            for _ in range(scenario.workers):
+                fleet.spawn()
+            for n, kind in enumerate(_schedule(scenario, rng)):
+                time.sleep(scenario.fault_every)
+                nemesis.inject(kind)
+                say(f"fault {n + 1}/{scenario.faults}: {kind}")
+            faults_done = time.time()
+            deadline = time.monotonic() + scenario.quiesce_timeout
+            left = -1
+            while time.monotonic() < deadline:
+                with contextlib.suppress(psycopg.OperationalError), psycopg.connect(dsn) as conn:
+                    left = _unsettled(conn)
+                if left == 0:
+                    break
+                time.sleep(0.5)
+            quiesced = time.time()
+            codes = fleet.stop_all(timeout=scenario.drain_budget + 30)
+        orchestrator.close()
+        say(f"quiesced with {left} unsettled job(s); workers exited {codes}")
+        _snapshot(dsn, history_dir)
+        params = Params(
+            lease=scenario.lease,
+            rescue_interval=scenario.rescue,
+            heartbeat=scenario.heartbeat,
+            poll_interval=scenario.poll,
+            mode=scenario.mode,
+        )
+        history = load_history(history_dir, params)
+        report = check(history)
+        server_log = cluster.log_text()
+        figures = {
+            "scenario": {k: v for k, v in asdict(scenario).items() if k not in ("log", "out")},
+            "faults_by_kind": {k: v for k, v in nemesis.counts.items() if v},
+            "seconds_under_faults": round(faults_done - began, 1),
+            "seconds_to_quiesce": round(quiesced - faults_done, 1),
+            "jobs_per_second": round(enqueued / max(quiesced - began, 1e-9), 1),
+            "worker_exit_codes": codes,
+            "server_deadlocks": server_log.count("deadlock detected"),
+            "server_panics": server_log.count("PANIC"),
+            "report": report.to_json(),
+        }
+        (work / "report.json").write_text(json.dumps(figures, indent=2, default=str))
+        if scenario.out is not None:
+            shutil.copy(cluster.log, work / "server.log")
+    return report, figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m drover.faults``: run a scenario, print the figures, exit 1 on a violation."""
+    parser = argparse.ArgumentParser(
+        prog="python -m drover.faults",
+        description="Run drover under injected faults and check the history it leaves.",
+    )
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--faults", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--mode", choices=("plain", "tx"), default="plain")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(FAULT_KINDS),
+        help=f"comma-separated fault kinds (default: all of {', '.join(FAULT_KINDS)})",
+    )
+    parser.add_argument("--fault-every", type=float, default=1.0)
+    parser.add_argument("--out", type=Path, help="keep history, server log and report here")
+    options = parser.parse_args(argv)
+    kinds = tuple(k for k in options.kinds.split(",") if k)
+    unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    if unknown or not kinds:
+        parser.error(f"unknown fault kind(s): {', '.join(unknown) or '(none given)'}")
+    scenario = Scenario(
+        jobs=options.jobs,
+        faults=options.faults,
+        seed=options.seed,
+        workers=options.workers,
+        concurrency=options.concurrency,
+        mode=options.mode,
+        kinds=kinds,
+        fault_every=options.fault_every,
+        out=options.out,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    report, figures = run(scenario)
+    print(json.dumps(figures, indent=2, default=str))
+    print(report.summary(), file=sys.stderr)
+    return 0 if report.ok else 1
