@@ -239,7 +239,8 @@ def _schedule(scenario: Scenario, rng: random.Random) -> list[str]:
     return order[: scenario.faults]
 
 
-def _enqueue(dsn: str, scenario: Scenario, rng: random.Random) -> int:
+def _workload(scenario: Scenario, rng: random.Random) -> list[drover.InsertItem]:
+    """The scenario's jobs, drawn from the mix with the seeded generator."""
     items: list[drover.InsertItem] = []
     names = [w for w, _ in _MIX]
     weights = [share for _, share in _MIX]
@@ -257,13 +258,33 @@ def _enqueue(dsn: str, scenario: Scenario, rng: random.Random) -> int:
         else:
             item = FaultJob(workload=workload)
         items.append(item)
-    client = drover.Client(dsn)
-    try:
-        for start in range(0, len(items), 1000):
-            client.insert_many(items[start : start + 1000])
-    finally:
-        client.close()
-    return len(items)
+    return items
+
+
+def _chunks(items: list[drover.InsertItem], parts: int) -> list[list[drover.InsertItem]]:
+    """``items`` in ``parts`` consecutive chunks of near-equal size (the first gets the rest)."""
+    size, extra = divmod(len(items), parts)
+    chunks, start = [], 0
+    for n in range(parts):
+        end = start + size + (extra if n == 0 else 0)
+        chunks.append(items[start:end])
+        start = end
+    return chunks
+
+
+def _feed(client: drover.Client, items: list[drover.InsertItem]) -> None:
+    """Insert ``items`` (COPY batches), retrying while the nemesis has the database down."""
+    for start in range(0, len(items), 1000):
+        batch = items[start : start + 1000]
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.insert_many(batch)
+                break
+            except drover.DatabaseError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -322,16 +343,21 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
         drover.migrate(dsn)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(EFFECTS_DDL.encode())
-        enqueued = _enqueue(dsn, scenario, rng)
-        say(f"enqueued {enqueued} jobs; starting {scenario.workers} workers ({scenario.mode})")
+        # The jobs arrive in rounds, one before each fault, so every fault lands
+        # on a working system rather than on one that already drained.
+        rounds = _chunks(_workload(scenario, rng), scenario.faults + 1)
+        feeder = drover.Client(dsn)
+        _feed(feeder, rounds[0])
+        say(f"{scenario.jobs} jobs in {len(rounds)} rounds; {scenario.workers} workers")
         orchestrator = HistoryFile(history_dir / "orchestrator.jsonl")
-        with TcpProxy(("127.0.0.1", cluster.port)) as proxy:
+        with TcpProxy(("127.0.0.1", cluster.port)) as proxy, contextlib.closing(feeder):
             fleet = _Fleet(scenario, proxy.via(dsn), dsn, history_dir)
             nemesis = _Nemesis(scenario, fleet, cluster, proxy, dsn, orchestrator, rng)
             began = time.time()
             for _ in range(scenario.workers):
                 fleet.spawn()
             for n, kind in enumerate(_schedule(scenario, rng)):
+                _feed(feeder, rounds[n + 1])
                 time.sleep(scenario.fault_every)
                 nemesis.inject(kind)
                 say(f"fault {n + 1}/{scenario.faults}: {kind}")
@@ -364,7 +390,7 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
             "faults_by_kind": {k: v for k, v in nemesis.counts.items() if v},
             "seconds_under_faults": round(faults_done - began, 1),
             "seconds_to_quiesce": round(quiesced - faults_done, 1),
-            "jobs_per_second": round(enqueued / max(quiesced - began, 1e-9), 1),
+            "jobs_per_second": round(report.jobs / max(quiesced - began, 1e-9), 1),
             "worker_exit_codes": codes,
             "server_deadlocks": server_log.count("deadlock detected"),
             "server_panics": server_log.count("PANIC"),
