@@ -62,8 +62,19 @@ def test_readme_python_examples_run(db_url: str, conn: psycopg.Connection[Any]) 
     assert users == [("grace@example.com",), ("alan@example.com",), ("edsger@example.com",)]
     by_kind = dict(conn.execute("SELECT kind, count(*) FROM drover_jobs GROUP BY kind").fetchall())
     # ada, the reminder, three transactional inserts, a batch of 1000 + 1, one charge,
-    # and the Inspector's enqueue (which it then cancels).
-    assert by_kind == {"send_email": 1 + 1 + 3 + 1000 + 1, "resize_image": 1, "charge_card": 1}
+    # one receipt completed in its handler's transaction, and the Inspector's enqueue
+    # (which it then cancels).
+    assert by_kind == {
+        "send_email": 1 + 1 + 3 + 1000 + 1,
+        "resize_image": 1,
+        "charge_card": 1,
+        "receipt_in_tx": 1,
+    }
+    receipt = conn.execute(
+        "SELECT j.state::text, r.order_id FROM drover_jobs j, receipts r"
+        " WHERE j.kind = 'receipt_in_tx'"
+    ).fetchone()
+    assert receipt == ("completed", 7)
     cancelled = conn.execute(
         "SELECT count(*) FROM drover_jobs WHERE state = 'cancelled' AND args->>'to' = %s",
         ["ops@example.com"],
