@@ -26,12 +26,19 @@ from drover.faults.run import FAULT_KINDS, Scenario, run
 
 pytestmark = pytest.mark.slow
 
-FAST_TIER = {"jobs": 1500, "faults": 12, "workers": 3, "concurrency": 4}
+FAST_JOBS, FAST_FAULTS = 1500, 12
 
 
 def _run(tmp_path: Path, mode: str, seed: int) -> dict[str, object]:
     report, figures = run(
-        Scenario(**FAST_TIER, mode=mode, seed=seed, out=tmp_path / mode, log=lambda _line: None)
+        Scenario(
+            jobs=FAST_JOBS,
+            faults=FAST_FAULTS,
+            mode=mode,
+            seed=seed,
+            out=tmp_path / mode,
+            log=lambda _line: None,
+        )
     )
     assert report.ok, report.summary()
     assert (tmp_path / mode / "report.json").exists()
@@ -50,7 +57,7 @@ def test_no_loss_no_phantom_no_stale_write_under_every_fault_kind(
     assert result["stale_accepted"] == 0
     assert result["duplicates_unattributed"] == 0
     faults = figures["faults_by_kind"]
-    assert isinstance(faults, dict) and sum(faults.values()) == FAST_TIER["faults"]
+    assert isinstance(faults, dict) and sum(faults.values()) == FAST_FAULTS
     assert set(faults) <= set(FAULT_KINDS)
     if mode == "tx":
         # Effects commit only with the completion: not one job's effect happened twice.
