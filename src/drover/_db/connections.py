@@ -384,17 +384,35 @@ def socket_deadline(conn: Connection, seconds: float) -> Iterator[None]:
     A client-side deadline for calls that must not hang on a half-open
     connection (the server or a middlebox stopped answering while the kernel
     still acknowledges, so neither keepalives nor statement timeouts help).
-    The blocked call then fails with an ordinary connection error, and a pool
-    discards the connection. A timer thread does the shutdown; nothing runs
-    when the block finishes in time.
+    The blocked call then fails with an ordinary connection error. A timer
+    thread does the shutdown; nothing runs when the block finishes in time.
+    If the timer fired at all, even as the block was finishing, the
+    connection is closed on the way out, so a pool discards it instead of
+    lending out a socket that was shut down under it.
     """
-    timer = threading.Timer(seconds, _shutdown_socket, args=(conn,))
+    lock = threading.Lock()
+    state = {"done": False, "fired": False}
+
+    def expire() -> None:
+        with lock:
+            if state["done"]:
+                return
+            state["fired"] = True
+            _shutdown_socket(conn)
+
+    timer = threading.Timer(seconds, expire)
     timer.daemon = True
     timer.start()
     try:
         yield
     finally:
         timer.cancel()
+        with lock:
+            state["done"] = True
+            fired = state["fired"]
+        if fired:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 def _shutdown_socket(conn: Connection) -> None:
