@@ -113,7 +113,13 @@ renewed AS (
     FROM held
     WHERE j.id = held.id AND j.attempt = held.attempt AND j.state = 'running'
       AND j.id = ANY (ARRAY(
-          SELECT id FROM drover_jobs WHERE id = ANY (%(ids)s::bigint[]) FOR UPDATE SKIP LOCKED
+          -- The lock the UPDATE takes anyway (FOR NO KEY UPDATE), so a foreign
+          -- key pointing at the job (FOR KEY SHARE) does not make it skip; and
+          -- only the rows this client still holds, so other clients' claims
+          -- are never locked here.
+          SELECT c.id FROM drover_jobs c JOIN held h ON h.id = c.id AND h.attempt = c.attempt
+          WHERE c.state = 'running'
+          FOR NO KEY UPDATE OF c SKIP LOCKED
       ))
     RETURNING j.id, j.leased_until
 )

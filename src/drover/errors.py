@@ -243,9 +243,9 @@ class ArgsDecodeError(DroverError):
 class LeaseLost(DroverError):
     """``job.complete_tx`` was refused: this execution no longer holds the job.
 
-    The job's lease lapsed and it was rescued, re-claimed, cancelled by an
-    operator or handed back at shutdown, so another execution owns it now
-    (or it is finished). Raised inside the caller's transaction, before
+    The job's lease lapsed and it was rescued (then perhaps re-claimed, or
+    cancelled by an operator once it was waiting), or shutdown handed it
+    back, so another execution owns it now, or it is finished. Raised inside the caller's transaction, before
     anything of drover's was written: let it propagate out of the
     ``transaction()`` / ``atomic()`` block so the handler's own writes roll
     back with it. The engine records no outcome for this execution.

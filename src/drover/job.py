@@ -18,6 +18,8 @@ __all__ = ["InsertOpts", "Job", "JobArgs", "JobRow", "JobState"]
 MAX_QUEUE_LENGTH = 128
 MAX_KIND_LENGTH = 255
 MAX_UNIQUE_KEY_LENGTH = 1024
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+_LATEST = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 class JobState(enum.StrEnum):
@@ -237,12 +239,16 @@ class InsertOpts:
                         "(e.g. datetime.now(timezone.utc)); a naive time is ambiguous"
                     )
                 try:
-                    self.scheduled_at.astimezone(UTC)
+                    in_utc = self.scheduled_at.astimezone(UTC)
                 except OverflowError:
+                    in_utc = None
+                if in_utc is None or not _EARLIEST <= in_utc < _LATEST:
+                    # A day of margin each side: the value is read back in the
+                    # session's time zone, which may be up to 14 hours away.
                     raise ValueError(
-                        f"InsertOpts.scheduled_at {self.scheduled_at.isoformat()} is after "
-                        "9999-12-31 in UTC, beyond what drover can store"
-                    ) from None
+                        f"InsertOpts.scheduled_at {self.scheduled_at.isoformat()} is outside "
+                        "the range drover can store (0001-01-02 to 9999-12-30, UTC)"
+                    )
             if self.unique_key is not None:
                 if not isinstance(self.unique_key, str):
                     raise TypeError(
@@ -313,7 +319,7 @@ class Job(Generic[ArgsT]):
 
         The update is fenced on ``(id, attempt, state = 'running')``. If this
         execution no longer holds the job (its lease lapsed and it was
-        rescued or re-claimed, an operator cancelled it, shutdown handed it
+        rescued, perhaps re-claimed or cancelled since; shutdown handed it
         back), :class:`drover.LeaseLost` is raised and nothing of drover's is
         written: let it escape the transaction block so the handler's writes
         roll back too. That is what makes a handler whose side effects live in

@@ -776,6 +776,21 @@ API_CASES: list[Case] = [
         fixed=DEFECT_YEAR_10000,
     ),
     Case(
+        "scheduled-at-last-day-of-9999-utc",
+        "wrong-types",
+        # Valid in UTC, but read back in a session time zone east of UTC it is year 10000.
+        insert(Nothing, scheduled_at=datetime(9999, 12, 31, 12, tzinfo=UTC)),
+        drover.InvalidInsertOpts,
+        says=("scheduled_at", "outside the range"),
+    ),
+    Case(
+        "scheduled-at-year-1",
+        "wrong-types",
+        insert(Nothing, scheduled_at=datetime(1, 1, 1, 6, tzinfo=UTC)),
+        drover.InvalidInsertOpts,
+        says=("scheduled_at", "outside the range"),
+    ),
+    Case(
         "unique-key-1025-chars",
         "wrong-types",
         insert(Nothing, unique_key="k" * 1025),

@@ -317,7 +317,10 @@ def resolve_connection(
     # An autocommit connection is fine inside an explicit block (psycopg's
     # conn.transaction() issues BEGIN): only one with no transaction open has
     # nothing to join. A non-autocommit connection begins one implicitly.
-    if conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+    if conn.autocommit and conn.info.transaction_status not in (
+        pq.TransactionStatus.INTRANS,
+        pq.TransactionStatus.INERROR,  # refused below with its own message
+    ):
         raise NotInTransaction(
             f"{api} needs an open transaction, but the connection is in autocommit mode: "
             "wrap the call in `with conn.transaction():`, Django's transaction.atomic() or "

@@ -63,7 +63,7 @@ class Completer(ThreadService):
                 self._queue.put(outcome)
                 return
         self._discarded(outcome, "client stopped")
-        self._inflight.remove(outcome.id, outcome.attempt)
+        self._inflight.remove_many([(outcome.id, outcome.attempt)], finished_only=True)
 
     def join_timeout(self, budget: float | None) -> float | None:
         # Every queued outcome is written before the thread ends (its own
@@ -113,8 +113,9 @@ class Completer(ThreadService):
                         extra={"jobs": [o.id for o in batch]},
                         exc_info=True,
                     )
-                    for outcome in batch:
-                        self._inflight.remove(outcome.id, outcome.attempt)
+                    self._inflight.remove_many(
+                        ((o.id, o.attempt) for o in batch), finished_only=True
+                    )
             elif stopping:
                 return
 
@@ -141,8 +142,9 @@ class Completer(ThreadService):
                         extra={"jobs": [o.id for o in batch]},
                         exc_info=True,
                     )
-                    for outcome in batch:
-                        self._inflight.remove(outcome.id, outcome.attempt)
+                    self._inflight.remove_many(
+                        ((o.id, o.attempt) for o in batch), finished_only=True
+                    )
                     return
                 self._log.error(
                     "recording the outcomes of %d job(s) failed; retry %d in %ss",
@@ -159,7 +161,7 @@ class Completer(ThreadService):
                 self._report(recorded)
             elif recorded.outcome.settles_tx and recorded.outcome.error is not None:
                 self._tx_rolled_back(recorded.outcome)
-        self._inflight.remove_many((o.id, o.attempt) for o in batch)
+        self._inflight.remove_many(((o.id, o.attempt) for o in batch), finished_only=True)
 
     def _report(self, recorded: Recorded) -> None:
         outcome = recorded.outcome

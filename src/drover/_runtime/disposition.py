@@ -222,21 +222,28 @@ def decide(
                 extra={**job_fields(row, "complete_tx_refused"), "error": str(lost)},
             )
             return None
+        if lease.completed_in_tx and transaction_open(lease.tx_connection):
+            _left_open(row, log)
+            return None
         outcome = failed(row, exc, policy=policy, log=log)
         return dataclasses.replace(outcome, settles_tx=True) if lease.completed_in_tx else outcome
     if not lease.completed_in_tx:
         return completed(row)
     if transaction_open(lease.tx_connection):
-        log.error(
-            JOB + " returned with its complete_tx transaction still open; commit before "
-            "returning. Nothing was recorded: the job completes if that transaction commits, "
-            "else the rescuer retries it after its lease",
-            *job_args(row),
-            extra=job_fields(row, "complete_tx_left_open"),
-        )
+        _left_open(row, log)
         return None
     entry = error_entry(row, TX_NOT_COMMITTED, None)
     if row.attempt >= row.max_attempts:
         return Outcome(row.id, row.attempt, JobState.DEAD, error=entry, settles_tx=True)
     retry_at = _retry_at(row, policy, log)
     return Outcome(row.id, row.attempt, JobState.RETRYABLE, retry_at, error=entry, settles_tx=True)
+
+
+def _left_open(row: JobRow, log: logging.Logger) -> None:
+    log.error(
+        JOB + " ended with its complete_tx transaction still open; commit or roll back "
+        "before returning. Nothing was recorded: the job completes if that transaction "
+        "commits, else the rescuer retries it after its lease",
+        *job_args(row),
+        extra=job_fields(row, "complete_tx_left_open"),
+    )

@@ -250,7 +250,11 @@ class Engine:
             ", ".join(str(r.row.id) for r in unfinished),
             extra={"jobs": [r.row.id for r in unfinished]},
         )
-        outcomes = [disposition.handed_back(r.row) for r in unfinished]
+        # A job whose handler already completed it in its own transaction is
+        # that transaction's to settle; writing to its row would wait on the
+        # transaction's lock and could hold stop() past its budget.
+        returnable = [r for r in unfinished if not r.context.lease.completed_in_tx]
+        outcomes = [disposition.handed_back(r.row) for r in returnable]
         try:
             with borrow(self._pool, "return jobs to the queue") as conn:
                 results = job_record_outcomes(conn, outcomes)

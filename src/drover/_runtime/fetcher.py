@@ -139,10 +139,11 @@ class Fetcher(ThreadService):
             if claimed >= wanted or self._stopping.is_set():
                 break
             try:
-                # Sent before the claim: the database's lease runs from a later
-                # instant, so this local deadline never outlives it.
-                sent = time.monotonic()
                 with borrow(self._pool, "fetch jobs") as conn:
+                    # Taken just before the claim is sent: the database's lease
+                    # runs from a later instant, so this local deadline never
+                    # outlives it.
+                    sent = time.monotonic()
                     rows = job_claim(conn, queue, wanted - claimed, self._lease, self._holder)
                 self.claims += 1
             except Exception:  # DroverError from the database, or anything unforeseen

@@ -19,8 +19,8 @@ __all__ = ["Heartbeat"]
 class Heartbeat(PeriodicService):
     """Every interval, renews every lease this client holds in one statement.
 
-    Claims that moved on (finished, rescued, re-claimed, cancelled by an
-    operator) are never resurrected: the heartbeat marks their lease lost
+    Claims that moved on (finished elsewhere, rescued, re-claimed) are never
+    resurrected: the heartbeat marks their lease lost
     (``job.lease_lost`` is set and the job's context cancelled with the
     reason "lease lost", so a cooperative handler stops early) and renews
     them no more. A lease whose last renewal is older than a whole lease (the
@@ -45,6 +45,7 @@ class Heartbeat(PeriodicService):
         on_lease_lost: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(interval=interval, client_id=client_id, logger=logger)
+        self._interval = interval
         self._pool = pool
         self._inflight = inflight
         self._lease = lease_seconds
@@ -52,19 +53,22 @@ class Heartbeat(PeriodicService):
 
     def run_once(self) -> int:
         """Renew every held lease; return how many were renewed."""
-        now = time.monotonic()
+        # Give a lease up if it would lapse before the next beat could renew it:
+        # the check runs once per interval, and must act before the database's
+        # expiry, not an interval after it.
+        horizon = time.monotonic() + self._interval
         held: list[Running] = []
         for running in self._inflight.snapshot():
             lease = running.context.lease
             if lease.lost.is_set():
                 continue
-            if lease.expired_locally(now) and not running.finished:
+            settled = running.finished or lease.completed_in_tx
+            if lease.expired_locally(horizon) and not settled:
                 self._lose(running, "its lease ran out without a renewal")
                 continue
             held.append(running)
         if not held:
             return 0
-        sent = time.monotonic()
         # A renewal that takes half a lease is not coming: break the call (a
         # half-open connection would hang it for good) so the next beat retries
         # on another connection and the local deadline check keeps running.
@@ -72,6 +76,7 @@ class Heartbeat(PeriodicService):
             borrow(self._pool, "extend job leases") as conn,
             socket_deadline(conn, max(self._lease / 2, 0.5)),
         ):
+            sent = time.monotonic()  # after the wait for a connection, before the statement
             renewals = job_extend_leases(
                 conn, [(r.row.id, r.row.attempt) for r in held], self._lease
             )

@@ -51,15 +51,25 @@ class InFlight:
         with self._cond:
             return self._remove(job_id, attempt)
 
-    def remove_many(self, claims: Iterable[tuple[int, int]]) -> None:
-        """``remove`` for each ``(id, attempt)``, under one acquisition of the lock."""
+    def remove_many(
+        self, claims: Iterable[tuple[int, int]], *, finished_only: bool = False
+    ) -> None:
+        """``remove`` for each ``(id, attempt)``, under one acquisition of the lock.
+
+        With ``finished_only`` an entry whose handler has not returned stays:
+        after a snooze gives its attempt back, a new claim of the same job can
+        carry the same ``(id, attempt)`` while the old outcome is being
+        recorded, and it must not be untracked by that outcome.
+        """
         with self._cond:
             for job_id, attempt in claims:
-                self._remove(job_id, attempt)
+                self._remove(job_id, attempt, finished_only=finished_only)
 
-    def _remove(self, job_id: int, attempt: int) -> bool:
+    def _remove(self, job_id: int, attempt: int, *, finished_only: bool = False) -> bool:
         entry = self._entries.get(job_id)
         if entry is None or entry.row.attempt != attempt:
+            return False
+        if finished_only and not entry.finished:
             return False
         del self._entries[job_id]
         if not self._entries:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 import drover
 from drover.faults.checker import Report, check
@@ -115,6 +116,20 @@ class _Fleet:
 
     def pick(self, rng: random.Random) -> _Worker:
         return rng.choice(self.workers)
+
+    def __enter__(self) -> _Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Whatever ended the run (an error, a timeout, Ctrl-C mid-SIGSTOP), no
+        # worker outlives it: wake any paused one, then kill what is left.
+        for w in self.workers:
+            with contextlib.suppress(ProcessLookupError):
+                w.proc.send_signal(signal.SIGCONT)
+                w.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                w.proc.wait(10)
+        self.workers.clear()
 
     def stop_all(self, timeout: float) -> list[int | None]:
         for w in self.workers:
@@ -346,12 +361,16 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
         # The jobs arrive in rounds, one before each fault, so every fault lands
         # on a working system rather than on one that already drained.
         rounds = _chunks(_workload(scenario, rng), scenario.faults + 1)
-        feeder = drover.Client(dsn)
-        _feed(feeder, rounds[0])
-        say(f"{scenario.jobs} jobs in {len(rounds)} rounds; {scenario.workers} workers")
+        # Named apart from the workers' connections, so `terminate` never picks it.
+        feeder = drover.Client(make_conninfo(dsn, application_name="fault-feeder"))
         orchestrator = HistoryFile(history_dir / "orchestrator.jsonl")
-        with TcpProxy(("127.0.0.1", cluster.port)) as proxy, contextlib.closing(feeder):
-            fleet = _Fleet(scenario, proxy.via(dsn), dsn, history_dir)
+        with (
+            TcpProxy(("127.0.0.1", cluster.port)) as proxy,
+            contextlib.closing(feeder),
+            _Fleet(scenario, proxy.via(dsn), dsn, history_dir) as fleet,
+        ):
+            _feed(feeder, rounds[0])
+            say(f"{scenario.jobs} jobs in {len(rounds)} rounds; {scenario.workers} workers")
             nemesis = _Nemesis(scenario, fleet, cluster, proxy, dsn, orchestrator, rng)
             began = time.time()
             for _ in range(scenario.workers):
