@@ -245,8 +245,8 @@ class LeaseLost(DroverError):
 
     The job's lease lapsed and it was rescued (then perhaps re-claimed, or
     cancelled by an operator once it was waiting), or shutdown handed it
-    back, so another execution owns it now, or it is finished. Raised inside the caller's transaction, before
-    anything of drover's was written: let it propagate out of the
+    back, so another execution owns it now, or it is finished. Raised inside
+    the caller's transaction, before anything of drover's was written: let it propagate out of the
     ``transaction()`` / ``atomic()`` block so the handler's own writes roll
     back with it. The engine records no outcome for this execution.
 
