@@ -344,3 +344,40 @@ def test_a_lease_not_renewed_for_a_whole_lease_is_given_up_before_the_database_l
     assert expired.context.lease.lost.is_set()
     assert expired.context.reason == "lease lost"
     assert lost == [1]
+
+
+def test_after_complete_tx_the_heartbeat_never_gives_the_lease_up_on_its_own(db_url: str) -> None:
+    lost: list[int] = []
+    inflight = InFlight()
+    lease = Lease(8, 1, None, local_deadline=0.0)  # long unrenewed...
+    lease.completed_in_tx = True  # ...because its row is locked by, then completed in, a tx
+    running = Running(sample_row(id=8, attempt=1), drover.JobContext(lease=lease))
+    inflight.add(running)
+    pool = open_pool(db_url, max_size=1)
+    try:
+        heartbeat = Heartbeat(
+            pool=pool,
+            inflight=inflight,
+            interval=1,
+            lease_seconds=30,
+            client_id="t",
+            logger=logging.getLogger("drover"),
+            on_lease_lost=lambda: lost.append(1),
+        )
+        heartbeat.run_once()
+    finally:
+        pool.close()
+    assert not lease.lost.is_set() and not running.context.cancelled and lost == []
+
+
+def test_recording_a_snoozed_outcome_does_not_untrack_a_new_claim_with_the_same_attempt() -> None:
+    # A snooze gives its attempt back, so the job's next claim (here by the same client,
+    # before the snooze's outcome write returned) carries the same (id, attempt).
+    inflight = InFlight()
+    old = Running(sample_row(id=5, attempt=1), drover.JobContext())
+    old.finished = True
+    inflight.add(old)
+    new = Running(sample_row(id=5, attempt=1), drover.JobContext())
+    inflight.add(new)
+    inflight.remove_many([(5, 1)], finished_only=True)  # what the completer does
+    assert inflight.snapshot() == [new]
