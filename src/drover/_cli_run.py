@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import typer
@@ -18,6 +19,7 @@ from drover._cli_common import (
     url_of,
     usage,
 )
+from drover._supervisor import Supervisor, child_command, run_child
 
 __all__ = ["bench_command", "demo_command", "worker_command"]
 
@@ -33,6 +35,14 @@ def _parse_queues(text: str) -> dict[str, int]:
     return queues
 
 
+def _process_count(text: str) -> int:
+    if text.strip().lower() == "auto":
+        return max(1, os.cpu_count() or 1)
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 256:
+        usage(f"--processes must be a number from 1 to 256, or auto; not {text!r}")
+    return int(text)
+
+
 def worker_command(
     ctx: typer.Context,
     app_spec: str = typer.Argument(..., metavar="APP", help="module:attribute of a Client."),
@@ -42,9 +52,52 @@ def worker_command(
     shutdown_timeout: float | None = typer.Option(
         None, "--shutdown-timeout", min=0, help="Seconds to drain on SIGINT/SIGTERM."
     ),
+    processes: str = typer.Option(
+        "1", "--processes", help="Worker processes under one supervisor: a number, or auto."
+    ),
+    max_jobs_per_child: int | None = typer.Option(
+        None, "--max-jobs-per-child", min=1, help="Replace a process after this many jobs."
+    ),
+    max_memory_per_child: int | None = typer.Option(
+        None, "--max-memory-per-child", min=1, help="Replace a process above this many MB."
+    ),
+    supervised: bool = typer.Option(False, "--supervised", hidden=True),
 ) -> None:
-    """Run a Client from your code until SIGINT/SIGTERM, then drain it."""
+    """Run a Client from your code until SIGINT/SIGTERM, then drain it.
+
+    With ``--processes N`` (or ``auto``, one per CPU) a supervisor runs N
+    worker processes, restarts any that dies, forwards SIGTERM/SIGINT for a
+    graceful drain and serves one ops port for all of them. With
+    ``--max-jobs-per-child`` / ``--max-memory-per-child`` a process drains and
+    is replaced once it reaches the limit.
+    """
+    count = _process_count(processes)
     client = load_client(app_spec)
+    if not supervised and (count > 1 or max_jobs_per_child or max_memory_per_child):
+        budget = (
+            shutdown_timeout
+            if shutdown_timeout is not None
+            else client.config.shutdown_timeout.total_seconds()
+        )
+        client.close()  # each process builds its own
+        child = ["worker", app_spec, "--supervised"]
+        for flag, value in (
+            ("--concurrency", concurrency),
+            ("--queues", queues),
+            ("--shutdown-timeout", shutdown_timeout),
+            ("--max-jobs-per-child", max_jobs_per_child),
+            ("--max-memory-per-child", max_memory_per_child),
+        ):
+            if value is not None:
+                child += [flag, str(value)]
+        supervisor = Supervisor(
+            child_command(child), count, shutdown_timeout=budget, ops_addr=ops_addr
+        )
+        code = supervisor.run()
+        if code:
+            fail(supervisor.failure or "a worker process did not drain cleanly")
+        typer.echo("drover worker stopped cleanly", err=True)
+        return
     changes: dict[str, Any] = {}
     if concurrency is not None:
         changes["concurrency"] = concurrency
@@ -61,6 +114,16 @@ def worker_command(
             usage(str(exc))
         original = client
         client = drover.Client(original.pool, config)
+    if supervised:
+        try:
+            code = run_child(
+                client, max_jobs=max_jobs_per_child, max_memory_mb=max_memory_per_child
+            )
+        finally:
+            client.close()
+            if changes:
+                original.close()
+        raise typer.Exit(code)
     try:
         client.run()
     except drover.DrainIncomplete as exc:

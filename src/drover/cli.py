@@ -413,6 +413,9 @@ _VALUE_OPTIONS = {
     "--app",
     "--listen",
     "--refresh",
+    "--processes",
+    "--max-jobs-per-child",
+    "--max-memory-per-child",
 }
 
 

@@ -50,3 +50,37 @@ def make_client() -> drover.Client:
 
 
 client = make_client()
+
+
+class Hold(drover.JobArgs, kind="cli_hold"):
+    """Blocks its first attempt (until cancelled or 30 s), completes on a later one."""
+
+
+@workers.register
+def hold(job: drover.Job[Hold]) -> None:
+    """The first attempt waits: a test kills its process and sees the job rescued."""
+    if job.attempt == 1:
+        job.context.wait(30)
+        raise RuntimeError("the first attempt was not meant to finish")
+
+
+def short_lease_client() -> drover.Client:
+    """A client whose lease lapses 1 s after its process dies (for the supervisor tests)."""
+    return drover.Client(
+        os.environ["DATABASE_URL"],
+        drover.Config(
+            workers=workers,
+            poll_interval=0.05,
+            lease_duration=1.0,
+            heartbeat_interval=0.25,
+            rescue_interval=0.25,
+            shutdown_timeout=2.0,
+        ),
+    )
+
+
+def crashing_client() -> drover.Client:
+    """Builds a client in the supervisor, but every supervised worker process dies at once."""
+    if os.environ.get("DROVER_SUPERVISED_STATUS"):
+        os._exit(1)
+    return make_client()

@@ -1,0 +1,333 @@
+"""``drover worker --processes N``: a supervisor of worker processes, and the child's run loop.
+
+The supervisor starts N children, each ``python -m drover ... worker APP`` with
+its own ``Client`` (own pool, own lease identity) and an ops port on an
+ephemeral loopback address it reports through a small status file. It
+forwards SIGTERM/SIGINT to every child for a graceful drain, restarts a child
+that dies (exponential back-off, giving up after repeated crashes), restarts
+at once a child that asked to be recycled (job count or memory limit), and
+serves one ops port: ``/metrics`` merges the children's metrics with a
+``child`` label, ``/readyz`` answers 200 only when every child is ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+import drover
+from drover.context import JobContext
+from drover.job import JobRow
+from drover.middleware import Handler
+from drover.ops.server import OpsServer
+
+__all__ = ["RECYCLE_EXIT", "Supervisor", "run_child"]
+
+RECYCLE_EXIT = 75
+"""A child's exit status after it drained because it reached its job or memory limit."""
+DRAIN_INCOMPLETE_EXIT = 3
+"""A child's exit status when its drain ran out of time."""
+STATUS_ENV = "DROVER_SUPERVISED_STATUS"
+"""The file a supervised child writes its ops port into."""
+
+_CRASH_WINDOW = 60.0
+_MAX_CRASHES = 5
+_FIRST_BACKOFF = 0.5
+_MAX_BACKOFF = 10.0
+
+_log = logging.getLogger("drover")
+
+
+# --- the child ---------------------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int | None) -> int:
+    """Run ``client`` as a supervised child: until SIGTERM, or until a recycling limit.
+
+    Reaching ``max_jobs`` executions or ``max_memory_mb`` of resident memory
+    stops claiming and drains, then exits :data:`RECYCLE_EXIT` so the
+    supervisor starts a fresh process. The ops port is bound on an ephemeral
+    loopback port and written to the file named by ``$DROVER_SUPERVISED_STATUS``.
+    """
+    stop = threading.Event()
+    recycled = threading.Event()
+    config = client.config
+    changes: dict[str, object] = {"ops_addr": "127.0.0.1:0", "metrics_registry": None}
+    if max_jobs is not None:
+        done = [0]
+        lock = threading.Lock()
+
+        def count(next_handler: Handler) -> Handler:
+            def handle(ctx: JobContext, row: JobRow) -> None:
+                try:
+                    next_handler(ctx, row)
+                finally:
+                    with lock:
+                        done[0] += 1
+                        reached = done[0] >= max_jobs
+                    if reached:
+                        recycled.set()
+                        stop.set()
+
+            return handle
+
+        changes["middleware"] = (count, *config.middleware)
+    child = drover.Client(client.pool, config.replace(**changes))
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        child.start()
+        status = os.environ.get(STATUS_ENV)
+        address = child.ops_address
+        if status and address is not None:
+            Path(status).write_text(str(address[1]))
+        while not stop.wait(0.5):
+            if max_memory_mb is not None and _rss_bytes() > max_memory_mb * 1024 * 1024:
+                _log.warning(
+                    "worker process %d uses more than %d MB; draining it for a fresh one",
+                    os.getpid(),
+                    max_memory_mb,
+                )
+                recycled.set()
+                stop.set()
+        try:
+            child.stop(config.shutdown_timeout)
+        except drover.DrainIncomplete as exc:
+            _log.error("%s", exc)
+            return DRAIN_INCOMPLETE_EXIT
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        child.close()
+    return RECYCLE_EXIT if recycled.is_set() else 0
+
+
+# --- the supervisor ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Child:
+    slot: int
+    proc: subprocess.Popen[bytes]
+    status: Path
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def port(self) -> int | None:
+        try:
+            return int(self.status.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def get(self, path: str, timeout: float = 1.0) -> tuple[int, str]:
+        port = self.port
+        if port is None:
+            return 0, "not listening yet"
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{port}{path}", timeout=timeout
+            ) as response:
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode(errors="replace")
+        except OSError as exc:
+            return 0, str(exc)
+
+
+class _Merged(Collector):
+    """The children's metrics, each sample labelled with its child's slot."""
+
+    def __init__(self, children: dict[int, _Child]) -> None:
+        self._children = children
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for slot, child in sorted(self._children.items()):
+            status, text = child.get("/metrics")
+            if status != 200:
+                continue
+            for family in text_string_to_metric_families(text):
+                target = merged.get(family.name)
+                if target is None:
+                    target = merged[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                for s in family.samples:
+                    target.add_sample(
+                        s.name, {**s.labels, "child": str(slot)}, s.value, s.timestamp
+                    )
+        yield from merged.values()
+
+
+class Supervisor:
+    """Runs ``processes`` copies of a worker command and keeps them running until told to stop.
+
+    Thread model: :meth:`run` owns the children from the main thread; the ops
+    listener reads them from its own threads (a dict read and HTTP calls to
+    the children). A child that exits on its own is restarted: at once when
+    it was recycled (:data:`RECYCLE_EXIT`), after an exponential back-off
+    (0.5 s doubling to 10 s) when it crashed. Five crashes of the children
+    within 60 s make the supervisor give up: it stops the rest and exits 1
+    with the reason. On SIGTERM/SIGINT every child is sent SIGTERM and
+    given ``shutdown_timeout`` plus 10 s to drain before it is killed. The
+    exit status is 0 when every child drained, 1 otherwise.
+    """
+
+    def __init__(
+        self,
+        command: list[str],
+        processes: int,
+        *,
+        shutdown_timeout: float,
+        ops_addr: str | None,
+    ) -> None:
+        self._command = command
+        self._processes = processes
+        self._shutdown_timeout = shutdown_timeout
+        self._ops_addr = ops_addr
+        self._children: dict[int, _Child] = {}
+        self._stopping = threading.Event()
+        self._crashes: list[float] = []
+        self._dir = Path(tempfile.mkdtemp(prefix="drover-supervisor-"))
+        self.failure: str | None = None
+
+    def _spawn(self, slot: int) -> _Child:
+        status = self._dir / f"child-{slot}.port"
+        status.unlink(missing_ok=True)
+        env = {**os.environ, STATUS_ENV: str(status)}
+        proc = subprocess.Popen(self._command, env=env)
+        child = _Child(slot, proc, status)
+        self._children[slot] = child
+        _log.info("started worker process %d (slot %d)", proc.pid, slot)
+        return child
+
+    def ready(self) -> tuple[bool, str]:
+        """True when every child answers ``/readyz`` with 200."""
+        if len(self._children) < self._processes:
+            return False, "not every worker process is running"
+        for slot, child in sorted(self._children.items()):
+            status, text = child.get("/readyz")
+            if status != 200:
+                return False, f"worker process {child.proc.pid} (slot {slot}): {text.strip()}"
+        return True, f"ok: {self._processes} worker processes ready"
+
+    def run(self) -> int:
+        """Start the children and supervise them until SIGTERM/SIGINT or giving up."""
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self._stopping.set()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        ops: OpsServer | None = None
+        try:
+            if self._ops_addr is not None:
+                registry = CollectorRegistry(auto_describe=False)
+                registry.register(_Merged(self._children))
+                ops = OpsServer(
+                    self._ops_addr,
+                    registry=registry,
+                    ready=self.ready,
+                    client_id="supervisor",
+                    logger=_log,
+                )
+                ops.start()
+            for slot in range(self._processes):
+                self._spawn(slot)
+            backoff = _FIRST_BACKOFF
+            while not self._stopping.wait(0.2):
+                for slot, child in list(self._children.items()):
+                    code = child.proc.poll()
+                    if code is None:
+                        continue
+                    if code == RECYCLE_EXIT:
+                        _log.info("worker process %d recycled", child.proc.pid)
+                        self._spawn(slot)
+                        continue
+                    now = time.monotonic()
+                    self._crashes = [t for t in self._crashes if now - t < _CRASH_WINDOW]
+                    self._crashes.append(now)
+                    if len(self._crashes) >= _MAX_CRASHES:
+                        self.failure = (
+                            f"worker processes crashed {len(self._crashes)} times within "
+                            f"{_CRASH_WINDOW:.0f} s (the last, pid {child.proc.pid}, exited "
+                            f"{code}); giving up"
+                        )
+                        _log.error("%s", self.failure)
+                        self._stopping.set()
+                        break
+                    if now - child.started > _CRASH_WINDOW:
+                        backoff = _FIRST_BACKOFF  # it had been running fine
+                    _log.error(
+                        "worker process %d exited %s; restarting it in %.1fs",
+                        child.proc.pid,
+                        code,
+                        backoff,
+                    )
+                    if self._stopping.wait(backoff):
+                        break
+                    backoff = min(backoff * 2, _MAX_BACKOFF)
+                    self._spawn(slot)
+            return self._stop_children()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if ops is not None:
+                ops.stop()
+            for child in self._children.values():
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.kill()
+            with contextlib.suppress(OSError):
+                for path in self._dir.iterdir():
+                    path.unlink()
+                self._dir.rmdir()
+
+    def _stop_children(self) -> int:
+        for child in self._children.values():
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self._shutdown_timeout + 10
+        clean = self.failure is None
+        for child in self._children.values():
+            try:
+                code = child.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait()
+                code = None
+            if code not in (0, RECYCLE_EXIT):
+                clean = False
+                _log.error("worker process %d ended its drain with status %s", child.proc.pid, code)
+        return 0 if clean else 1
+
+
+def child_command(argv: list[str]) -> list[str]:
+    """The command line a child runs: this process's own, marked as supervised."""
+    return [sys.executable, "-m", "drover", *argv]
