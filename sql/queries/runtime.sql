@@ -69,7 +69,9 @@ updated AS (
             ELSE NULL
         END
     FROM input i
-    WHERE j.id = i.id AND j.attempt = i.attempt AND j.state = 'running'
+    -- By primary key, never through the partial lease index (see job_complete_many).
+    WHERE j.id = ANY (%(ids)s::bigint[])
+      AND j.id = i.id AND j.attempt = i.attempt AND (j.state = 'running') IS TRUE
     -- The claim that was applied, not just the job: a batch may carry a stale
     -- and a current outcome for one job, and only the current one can apply.
     RETURNING i.id, i.attempt
@@ -83,13 +85,21 @@ LEFT JOIN drover_jobs cur ON cur.id = i.id;
 -- The usual batch, every outcome a plain completion: the same fence and the
 -- same column changes as job_record_outcomes, with two integer arrays in and
 -- the applied claims out. The caller looks up the refused ones (rare) with
--- job_current_states. Positional parameters: ids, attempts.
+-- job_current_states.
+--
+-- A plan that cannot go wrong, whatever the statistics say: the rows are
+-- found by primary key (id = ANY), and the fence's state test is written
+-- `(state = 'running') IS TRUE` (the same test: state is NOT NULL) so the
+-- planner cannot match it to the partial lease index. On a table never
+-- analyzed (a burst after a quiet period) it chose that index, whose dead
+-- entries grow with every completed job, and drained at two thirds speed.
 UPDATE drover_jobs j
 SET state = 'completed',
     leased_until = NULL,
     finalized_at = now()
-FROM unnest(%s::bigint[], %s::integer[]) AS d(id, attempt)
-WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)
+WHERE j.id = ANY (%(ids)s::bigint[])
+  AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
 RETURNING j.id, j.attempt;
 
 -- name: job_current_states
@@ -111,14 +121,14 @@ renewed AS (
     UPDATE drover_jobs j
     SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
     FROM held
-    WHERE j.id = held.id AND j.attempt = held.attempt AND j.state = 'running'
+    WHERE j.id = held.id AND j.attempt = held.attempt AND (j.state = 'running') IS TRUE
       AND j.id = ANY (ARRAY(
           -- The lock the UPDATE takes anyway (FOR NO KEY UPDATE), so a foreign
           -- key pointing at the job (FOR KEY SHARE) does not make it skip; and
           -- only the rows this client still holds, so other clients' claims
           -- are never locked here.
           SELECT c.id FROM drover_jobs c JOIN held h ON h.id = c.id AND h.attempt = c.attempt
-          WHERE c.state = 'running'
+          WHERE c.id = ANY (%(ids)s::bigint[]) AND (c.state = 'running') IS TRUE
           FOR NO KEY UPDATE OF c SKIP LOCKED
       ))
     RETURNING j.id, j.leased_until

@@ -50,3 +50,11 @@ ORDER BY name;
 -- Fresh planner statistics. Benchmarks run it after filling the table so they
 -- measure the steady state instead of plans made for an empty table.
 ANALYZE drover_jobs;
+
+-- name: bench_create_database
+-- `drover bench --mode burst`: a database of its own, so drover_jobs starts
+-- never analyzed. {name} is filled in with psycopg.sql.Identifier.
+CREATE DATABASE {name};
+
+-- name: bench_drop_database
+DROP DATABASE {name} WITH (FORCE);

@@ -8,6 +8,9 @@ Modes:
   ``concurrency`` from start until every one of them has completed.
 - ``latency``: an idle client; another client inserts one job at a time (about
   20 per second) and each job's enqueue → start time is recorded.
+- ``burst``: ``drain`` into a freshly created database whose ``drover_jobs``
+  has never been analyzed (its planner statistics still say "empty"), as
+  after a quiet period in production. Compare it with ``drain``.
 
 Each run uses a queue of its own, so leftovers from earlier runs are never
 counted. Peak RSS is this process's.
@@ -27,14 +30,16 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from psycopg.conninfo import make_conninfo
+
 import drover
 from drover._db.connections import borrow
 from drover._db.embedded import embedded_postgres
-from drover._db.stats import analyze_jobs, server_settings
+from drover._db.stats import analyze_jobs, create_database, drop_database, server_settings
 
 __all__ = ["BenchResult", "run_bench"]
 
-MODES = ("enqueue", "drain", "latency")
+MODES = ("enqueue", "drain", "latency", "burst")
 
 
 class BenchNoop(drover.JobArgs, kind="drover_bench_noop"):
@@ -95,6 +100,22 @@ def _database(url: str | None) -> Iterator[str]:
             yield embedded
 
 
+@contextlib.contextmanager
+def _fresh(url: str, wanted: bool) -> Iterator[str]:
+    """``url`` itself, or (``wanted``) a new database on its server, dropped afterwards."""
+    if not wanted:
+        yield url
+        return
+    name = f"drover_bench_burst_{secrets.token_hex(4)}"
+    with borrow(url, "create a benchmark database") as conn:
+        create_database(conn, name)
+    try:
+        yield make_conninfo(url, dbname=name)
+    finally:
+        with borrow(url, "drop the benchmark database") as conn:
+            drop_database(conn, name)
+
+
 def _queue_names(prefix: str, count: int) -> list[str]:
     return [f"{prefix}-{i}" for i in range(count)]
 
@@ -134,13 +155,15 @@ def _enqueue(url: str, jobs: int, batch: int, concurrency: int, queues: list[str
         client.close()
 
 
-def _drain(url: str, jobs: int, concurrency: int, queues: list[str]) -> tuple[float, list[float]]:
+def _drain(
+    url: str, jobs: int, concurrency: int, queues: list[str], *, analyze: bool = True
+) -> tuple[float, list[float]]:
     _enqueue(url, jobs, 5000, 1, queues)
-    # Statistics that still describe an empty table make the planner pick a
-    # plan that is fine for ten rows and slow for twenty thousand; autovacuum
-    # would fix that within a minute. Measure the steady state.
-    with borrow(url, "analyze drover_jobs") as conn:
-        analyze_jobs(conn)
+    if analyze:
+        # The steady state: statistics that describe the filled table, so
+        # autovacuum's ANALYZE does not land mid-drain. ``burst`` skips this.
+        with borrow(url, "analyze drover_jobs") as conn:
+            analyze_jobs(conn)
     latencies: list[float] = []
     done = threading.Event()
     count = 0
@@ -214,14 +237,14 @@ def run_bench(
     """Run one benchmark and return what it measured."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    with _database(database) as url:
+    with _database(database) as server, _fresh(server, mode == "burst") as url:
         drover.migrate(url)
         names = _queue_names(f"bench-{secrets.token_hex(3)}", queues)
         latencies: list[float] = []
         if mode == "enqueue":
             seconds = _enqueue(url, jobs, batch, concurrency, names)
-        elif mode == "drain":
-            seconds, latencies = _drain(url, jobs, concurrency, names)
+        elif mode in ("drain", "burst"):
+            seconds, latencies = _drain(url, jobs, concurrency, names, analyze=mode == "drain")
         else:
             seconds, latencies = _latency(url, jobs, names)
         with borrow(url, "read server settings") as conn:

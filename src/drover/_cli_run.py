@@ -157,7 +157,11 @@ def demo_command(
 
 def bench_command(
     ctx: typer.Context,
-    mode: str = typer.Option("drain", "--mode", help="enqueue, drain or latency."),
+    mode: str = typer.Option(
+        "drain",
+        "--mode",
+        help="enqueue, drain, latency or burst (drain into a never-analyzed table).",
+    ),
     jobs: int = typer.Option(20_000, "--jobs", min=1, max=10_000_000, help="Jobs to run."),
     concurrency: int = typer.Option(10, "--concurrency", min=1, max=1000, help="Pool threads."),
     batch: int = typer.Option(1000, "--batch", min=1, max=100_000, help="insert_many size."),

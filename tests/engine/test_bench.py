@@ -39,6 +39,22 @@ def test_drain_smoke(db_url: str, conn: psycopg.Connection[Any]) -> None:
     assert done == [("completed", 500)]
 
 
+def test_burst_drains_in_a_database_of_its_own_and_drops_it(
+    db_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    def databases() -> set[str]:
+        rows = conn.execute("SELECT datname FROM pg_database").fetchall()
+        return {str(r[0]) for r in rows}
+
+    before = databases()
+    report = _bench(db_url, "--mode", "burst", "--jobs", "300", "--concurrency", "4")
+    assert (report["mode"], report["jobs"]) == ("burst", 300)
+    assert report["jobs_per_second"] > 0
+    # Nothing was run in the test's own database, and the burst's database is gone.
+    assert conn.execute("SELECT count(*) FROM drover_jobs").fetchone() == (0,)
+    assert databases() == before
+
+
 @pytest.mark.parametrize(("batch", "concurrency"), [("100", "1"), ("1", "4")])
 def test_enqueue_smoke(
     db_url: str, conn: psycopg.Connection[Any], batch: str, concurrency: str

@@ -154,7 +154,10 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
     ):
         cur.execute(
             query("job_complete_many"),
-            (_int_array([o.id for o in outcomes]), _int_array([o.attempt for o in outcomes])),
+            {
+                "ids": _int_array([o.id for o in outcomes]),
+                "attempts": _int_array([o.attempt for o in outcomes]),
+            },
         )
         applied = set(cur.fetchall())
         refused = [o.id for o in outcomes if (o.id, o.attempt) not in applied]

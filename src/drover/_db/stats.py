@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from psycopg import sql
 from psycopg.rows import tuple_row
 
 from drover._db.connections import Connection
@@ -68,3 +69,15 @@ def analyze_jobs(conn: Connection) -> None:
     """Refresh the planner's statistics for ``drover_jobs``."""
     with translate("analyze drover_jobs"), conn.cursor() as cur:
         cur.execute(query("stats_analyze"))
+
+
+def create_database(conn: Connection, name: str) -> None:
+    """Create database ``name`` (quoted as an identifier); ``conn`` must be in autocommit."""
+    with translate(f"create database {name}"):
+        conn.execute(sql.SQL(query("bench_create_database")).format(name=sql.Identifier(name)))
+
+
+def drop_database(conn: Connection, name: str) -> None:
+    """Drop database ``name``, disconnecting whoever is still in it."""
+    with translate(f"drop database {name}"):
+        conn.execute(sql.SQL(query("bench_drop_database")).format(name=sql.Identifier(name)))
