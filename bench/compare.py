@@ -13,6 +13,9 @@ repetition, medians reported with the ratio to the raw reference):
   (raw: one autocommit INSERT per job);
 - ``drain-cN``: burn down --drain-jobs pre-inserted no-op jobs at concurrency N
   (--concurrency, default 1,10,50);
+- ``drain-cNxP``: the same, shared by P worker processes of concurrency N
+  started together (raw and drover only): ``drain-c50x2`` is two processes as
+  ``drover worker --processes 2`` runs them, ``drain-c10x4`` four hosts of 10;
 - ``latency``: enqueue→start p50/p99 on an idle queue, --latency-jobs jobs sent
   at --rate per second.
 
@@ -57,7 +60,10 @@ THROUGHPUT_TARGETS = {
     "drain-c50": (0.50, 1.5),
     "bulk": (0.70, None),
     "single": (0.85, None),
+    "drain-c50x2": (0.70, None),
 }
+# (scenario, its one-process counterpart, minimum multiple of it, for drover)
+SCALING_TARGETS = {"drain-c50x2": ("drain-c50", 1.6)}
 LATENCY_TARGETS = {"p50": 5.0, "p99": 25.0}
 RSS_TARGET_MB = 100.0
 
@@ -77,6 +83,10 @@ def child(spec_json: str) -> None:
         result["seconds"] = module.enqueue_single(url, n, spec["threads"])
     elif kind == "drain":
         result["seconds"] = module.drain(url, n, spec["concurrency"])
+    elif kind == "drain_shared":
+        # One of several processes: drain until nothing waits or runs; report the
+        # wall-clock window this process worked in.
+        result["window"] = module.drain_shared(url, spec["concurrency"])
     elif kind == "latency":
         result["latencies_ms"] = module.latency(url, n, spec["rate"])
     else:
@@ -127,6 +137,32 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
         return result
 
 
+def run_children(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run several children at once (a multi-process trial); their results in order."""
+    with tempfile.TemporaryDirectory(prefix="drover-compare-") as tmp:
+        procs = []
+        outs = []
+        for i, spec in enumerate(specs):
+            out = Path(tmp) / f"result-{i}.json"
+            outs.append(out)
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--child", json.dumps({**spec, "out": str(out)})],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+        results = []
+        for proc, out in zip(procs, outs, strict=True):
+            text, _ = proc.communicate(timeout=CHILD_TIMEOUT)
+            if proc.returncode != 0 or not out.exists():
+                tail = "\n".join(text.strip().splitlines()[-15:])
+                raise TrialFailed(f"exit {proc.returncode}\n{tail}")
+            results.append(json.loads(out.read_text()))
+        return results
+
+
 def trial(
     system: str, scenario: str, url: str, sizes: dict[str, Any], *, scale: float = 1.0
 ) -> dict[str, Any]:
@@ -146,7 +182,24 @@ def trial(
         # Statistics that describe the filled table, so autovacuum's ANALYZE does not
         # land at a random moment mid-drain and switch the claim query's plan.
         peers.execute(url, *(f"ANALYZE {t}" for t in module.TABLES))
-        spec.update(kind="drain", n=n, concurrency=int(scenario.removeprefix("drain-c")))
+        concurrency, _, processes = scenario.removeprefix("drain-c").partition("x")
+        spec.update(kind="drain", n=n, concurrency=int(concurrency))
+        if processes:
+            if not hasattr(module, "drain_shared"):
+                raise TrialFailed(f"{system} has no multi-process drain")
+            spec.update(kind="drain_shared")
+            parts = run_children([spec] * int(processes))
+            finished = module.count(url)[1]
+            if finished != n:
+                raise TrialFailed(f"{system} {scenario}: {finished} of {n} jobs finished")
+            start = min(p["window"][0] for p in parts)
+            end = max(p["window"][1] for p in parts)
+            return {
+                "n": n,
+                "seconds": end - start,
+                "jobs_per_s": n / (end - start),
+                "peak_rss_mb": max(p["peak_rss_mb"] for p in parts),
+            }
     elif scenario == "latency":
         n = max(5, int(sizes["latency_jobs"] * scale))
         spec.update(kind="latency", n=n, rate=sizes["rate"])
@@ -281,6 +334,20 @@ def evaluate(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, An
                 "target": f">= {multiple}x fastest peer",
                 "measured": f"{times:.2f}x {fastest}",
                 "met": times >= multiple,
+            }
+        )
+    for scenario, (single, multiple) in SCALING_TARGETS.items():
+        many = results.get(scenario, {}).get("drover")
+        one = results.get(single, {}).get("drover")
+        if not many or not one or "jobs_per_s" not in many or "jobs_per_s" not in one:
+            continue
+        factor = many["jobs_per_s"] / one["jobs_per_s"]
+        checks.append(
+            {
+                "scenario": scenario,
+                "target": f">= {multiple:g}x drover {single}",
+                "measured": f"{factor:.2f}x",
+                "met": factor >= multiple,
             }
         )
     lat = results.get("latency", {}).get("drover")

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+import psycopg
+
 import drover
 from peers import Latencies, raw, run_threads, wait_for
 
@@ -113,3 +115,33 @@ def latency(url: str, n: int, rate: float) -> list[float]:
     finally:
         worker.stop(10)
         producer.close()
+
+
+WORK_LEFT = (
+    "SELECT EXISTS (SELECT 1 FROM drover_jobs "
+    "WHERE state IN ('available', 'retryable', 'scheduled', 'running'))"
+)
+
+
+def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
+    """One of several processes draining one table; returns its (start, end) wall times.
+
+    A started client works until no job waits or runs anywhere, polled every
+    20 ms on a connection of the benchmark's own, then stops (recording every
+    outcome it holds), the same stop rule as the raw reference's.
+    """
+    workers = drover.Workers()
+
+    @workers.register
+    def noop(job: drover.Job[Noop]) -> None:
+        pass
+
+    client = drover.Client(url, drover.Config(workers=workers, concurrency=concurrency))
+    _warm_pool(client, 1)
+    with psycopg.connect(url, autocommit=True) as watch:
+        started = time.time()
+        client.start()
+        while watch.execute(WORK_LEFT).fetchone() == (True,):
+            time.sleep(0.02)
+        client.stop()
+        return started, time.time()

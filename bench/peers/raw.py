@@ -198,3 +198,75 @@ def latency(url: str, n: int, rate: float) -> list[float]:
     finally:
         stop.set()
         thread.join(5)
+
+
+WORK_LEFT = (
+    "SELECT EXISTS (SELECT 1 FROM drover_jobs "
+    "WHERE state IN ('available', 'retryable', 'scheduled', 'running'))"
+)
+
+
+def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
+    """One of several processes draining one table; returns its (start, end) wall times.
+
+    Claims until a claim comes back empty, writes every completion it holds,
+    then waits until no job waits or runs anywhere (the other processes'
+    last completions), polling every 20 ms, the same stop rule as drover's.
+    """
+    finished: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+    slots = threading.Condition()
+    free = concurrency
+
+    def execute(job_id: int, attempt: int, args: str) -> None:
+        nonlocal free
+        _noop(args)
+        finished.put((job_id, attempt))
+        with slots:
+            free += 1
+            slots.notify()
+
+    def complete(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        while True:
+            item = finished.get()
+            done = [] if item is None else [item]
+            stop = item is None
+            while True:
+                try:
+                    more = finished.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                else:
+                    done.append(more)
+            if done:
+                conn.execute(COMPLETE, ([d[0] for d in done], [d[1] for d in done]))
+            if stop:
+                return
+
+    with (
+        psycopg.connect(url, autocommit=True) as fetch_conn,
+        psycopg.connect(url, autocommit=True) as complete_conn,
+        ThreadPoolExecutor(concurrency) as pool,
+    ):
+        completer = threading.Thread(target=complete, args=(complete_conn,))
+        started = time.time()
+        completer.start()
+        while True:
+            with slots:
+                while free == 0:
+                    slots.wait()
+                want = free
+            rows = fetch_conn.execute(CLAIM, (want,)).fetchall()
+            if not rows:
+                break
+            with slots:
+                free -= len(rows)
+            for job_id, attempt, args in rows:
+                pool.submit(execute, job_id, attempt, args)
+        pool.shutdown(wait=True)
+        finished.put(None)
+        completer.join()
+        while fetch_conn.execute(WORK_LEFT).fetchone() == (True,):
+            time.sleep(0.02)
+        return started, time.time()
