@@ -53,9 +53,10 @@ def enqueue_bulk(url: str, n: int, batch: int) -> float:
     client = drover.Client(url)
     try:
         _warm_pool(client, 1)
+        models = [Noop(n=i) for i in range(n)]  # built before the clock, as for raw
         started = time.perf_counter()
         for start in range(0, n, batch):
-            client.insert_many([Noop(n=i) for i in range(start, min(n, start + batch))])
+            client.insert_many(models[start : start + batch])
         return time.perf_counter() - started
     finally:
         client.close()
