@@ -118,12 +118,6 @@ def latency(url: str, n: int, rate: float) -> list[float]:
         producer.close()
 
 
-WORK_LEFT = (
-    "SELECT EXISTS (SELECT 1 FROM drover_jobs "
-    "WHERE state IN ('available', 'retryable', 'scheduled', 'running'))"
-)
-
-
 def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
     """One of several processes draining one table; returns its (start, end) wall times.
 
@@ -142,7 +136,7 @@ def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
     with psycopg.connect(url, autocommit=True) as watch:
         started = time.time()
         client.start()
-        while watch.execute(WORK_LEFT).fetchone() == (True,):
+        while watch.execute(raw.WORK_LEFT).fetchone() == (True,):
             time.sleep(0.02)
         client.stop()
         return started, time.time()
