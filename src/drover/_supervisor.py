@@ -69,10 +69,11 @@ def _rss_bytes() -> int:
 def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int | None) -> int:
     """Run ``client`` as a supervised child: until SIGTERM, or until a recycling limit.
 
-    Reaching ``max_jobs`` executions or ``max_memory_mb`` of resident memory
-    stops claiming and drains, then exits :data:`RECYCLE_EXIT` so the
-    supervisor starts a fresh process. The ops port is bound on an ephemeral
-    loopback port and written to the file named by ``$DROVER_SUPERVISED_STATUS``.
+    A child claims at most ``max_jobs`` jobs; once it has run them all (or
+    exceeds ``max_memory_mb`` of resident memory) it stops and drains, then
+    exits :data:`RECYCLE_EXIT` so the supervisor starts a fresh process. The
+    ops port is bound on an ephemeral loopback port and written to the file
+    named by ``$DROVER_SUPERVISED_STATUS``.
     """
     stop = threading.Event()
     recycled = threading.Event()
@@ -98,6 +99,8 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
 
         changes["middleware"] = (count, *config.middleware)
     child = drover.Client(client.pool, config.replace(**changes))
+    # Claims stop at the limit itself, so a process runs exactly max_jobs.
+    child._claim_budget = max_jobs
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()

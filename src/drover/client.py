@@ -113,6 +113,9 @@ class Client:
         self._lifecycle = threading.Lock()
         self._phase = _Phase.NEW
         self._engine: Engine | None = None
+        # Set by a supervised worker process (``--max-jobs-per-child``) before
+        # start(): the most jobs this client will ever claim.
+        self._claim_budget: int | None = None
         self._ops: OpsServer | None = None
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
@@ -347,6 +350,7 @@ class Client:
                     on_death=self._service_died,
                     metrics=self._metrics,
                     client_id=self._id,
+                    claim_budget=self._claim_budget,
                 )
                 engine.start()
             except BaseException:

@@ -120,6 +120,14 @@ def _holders(conn: Conn, kind: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
+def _jobs_per_holder(conn: Conn, kind: str) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT leased_by, count(*) FROM drover_jobs WHERE kind = %s GROUP BY leased_by",
+        (kind,),
+    ).fetchall()
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
 def _completed(conn: Conn, kind: str) -> int:
     row = conn.execute(
         "SELECT count(*) FROM drover_jobs WHERE kind = %s AND state = 'completed'", (kind,)
@@ -215,9 +223,10 @@ def test_a_process_is_recycled_after_its_job_limit(
     finally:
         producer.close()
     poll(lambda: _completed(conn, "cli_ping") == 30, timeout=60, message="all 30 completed")
-    # Each process stops claiming once it has run 5 jobs (a claim may already hold a
-    # few more), so 30 jobs take several processes, one after another.
-    assert len(_holders(conn, "cli_ping")) >= 3
+    # A process claims exactly 5 jobs, runs them and is replaced: 30 jobs take
+    # six processes, one after another, none of which ran more than its 5.
+    per_holder = _jobs_per_holder(conn, "cli_ping")
+    assert sorted(per_holder.values()) == [5] * 6, per_holder
     code, err = s.stop()
     assert code == 0, err
 

@@ -55,13 +55,14 @@ class Engine:
         on_death: Callable[[ThreadService], None],
         metrics: Metrics,
         client_id: str,
+        claim_budget: int | None = None,
     ) -> None:
         self._pool = pool
         self._config = config
         self._log = config.logger
         lease = config.lease_duration.total_seconds()
         self.inflight = InFlight()
-        self.slots = Slots(config.concurrency)
+        self.slots = Slots(config.concurrency, claim_budget)
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=config.concurrency, thread_name_prefix=f"drover-job-{client_id}"
         )

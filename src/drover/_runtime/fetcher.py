@@ -121,7 +121,7 @@ class Fetcher(ThreadService):
                 # the claim loop die; log, back off one poll interval, go on.
                 self._log.error("fetch round failed", exc_info=True)
             finally:
-                self._slots.give_back(taken - claimed)
+                self._slots.give_back(taken - claimed, unused=True)
             if claimed == 0 or failed:
                 self._wakeup.wait(self._poll)
                 self._wakeup.clear()
@@ -130,7 +130,7 @@ class Fetcher(ThreadService):
         """One claim round for the slots idle right now; returns the number claimed."""
         taken = self._slots.take_all(self._stopping, timeout=0)
         claimed, _ = self._claim_round(taken) if taken else (0, False)
-        self._slots.give_back(taken - claimed)
+        self._slots.give_back(taken - claimed, unused=True)
         return claimed
 
     def _claim_round(self, wanted: int) -> tuple[int, bool]:
@@ -163,7 +163,7 @@ class Fetcher(ThreadService):
                     # Untracked, the heartbeat stops renewing it and the rescuer
                     # recovers the row once its lease expires.
                     self._inflight.remove(row.id, row.attempt)
-                    self._slots.give_back()
+                    self._slots.give_back(unused=True)
                     self._log.error(
                         "could not dispatch claimed " + JOB + "; it will be rescued",
                         *job_args(row),

@@ -103,18 +103,30 @@ class Slots:
     The fetcher takes every idle slot at once (so one claim round trip can fill
     them all) and gives back what it did not use; a pool thread gives its slot
     back when its handler returns.
+
+    An optional ``budget`` caps the slots ever taken, over the client's whole
+    life: a supervised worker process recycled after N jobs claims exactly N,
+    not N plus whatever one more claim round brought in. Slots given back
+    unused (``unused=True``) return to the budget; a finished job's do not.
+    Once the budget is spent, :meth:`take_all` waits as if every slot were busy.
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, budget: int | None = None) -> None:
         self._size = size
         self._idle = size
+        self._budget = budget
         self._cond = threading.Condition()
+
+    def _available(self) -> int:
+        if self._budget is None:
+            return self._idle
+        return min(self._idle, self._budget)
 
     def take_all(self, stopping: threading.Event, timeout: float | None = None) -> int:
         """Wait for at least one idle slot (or stop/timeout), then take every idle one."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._idle == 0 and not stopping.is_set():
+            while self._available() == 0 and not stopping.is_set():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return 0
@@ -122,14 +134,20 @@ class Slots:
                 self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
             if stopping.is_set():
                 return 0
-            taken, self._idle = self._idle, 0
+            taken = self._available()
+            self._idle -= taken
+            if self._budget is not None:
+                self._budget -= taken
             return taken
 
-    def give_back(self, count: int = 1) -> None:
+    def give_back(self, count: int = 1, *, unused: bool = False) -> None:
+        """Return ``count`` slots; ``unused`` ones (never ran a job) also refund the budget."""
         if count <= 0:
             return
         with self._cond:
             self._idle = min(self._size, self._idle + count)
+            if unused and self._budget is not None:
+                self._budget += count
             self._cond.notify_all()
 
     def wake(self) -> None:
