@@ -17,7 +17,11 @@ repetition, medians reported with the ratio to the raw reference):
   started together (raw and drover only): ``drain-c50x2`` is two processes as
   ``drover worker --processes 2`` runs them, ``drain-c10x4`` four hosts of 10;
 - ``latency``: enqueue→start p50/p99 on an idle queue, --latency-jobs jobs sent
-  at --rate per second.
+  at --rate per second;
+- ``latency-load``: the same probes (to a queue of their own, which the worker
+  weights 10:1) while a worker of concurrency 10 drains a backlog of
+  --load-backlog no-op jobs at full speed (raw and drover only); a trial fails
+  if the backlog ran out before the last probe started.
 
 Every timed trial runs in a fresh child process (its peak RSS, VmHWM, is
 reported for the drains), after the parent has reset the system's tables
@@ -51,7 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
 
-SCENARIOS = ("bulk", "single", "drain", "latency")
+SCENARIOS = ("bulk", "single", "drain", "latency", "latency-load")
+LOAD_CONCURRENCY = 10
 CHILD_TIMEOUT = 1800.0
 
 # (scenario, minimum share of raw, minimum multiple of the fastest peer)
@@ -89,6 +94,9 @@ def child(spec_json: str) -> None:
         result["window"] = module.drain_shared(url, spec["concurrency"])
     elif kind == "latency":
         result["latencies_ms"] = module.latency(url, n, spec["rate"])
+    elif kind == "latency_load":
+        values, left = module.latency_load(url, n, spec["rate"], spec["concurrency"])
+        result["latencies_ms"], result["backlog_left"] = values, left
     else:
         raise SystemExit(f"unknown trial kind {kind!r}")
     result["peak_rss_mb"] = peak_rss_mb()
@@ -203,9 +211,22 @@ def trial(
     elif scenario == "latency":
         n = max(5, int(sizes["latency_jobs"] * scale))
         spec.update(kind="latency", n=n, rate=sizes["rate"])
+    elif scenario == "latency-load":
+        if not hasattr(module, "latency_load"):
+            raise TrialFailed(f"{system} has no latency-under-load trial")
+        # Not scaled: the trial ends with the probes, and the backlog must outlast them.
+        module.fill(url, sizes["load_backlog"])
+        peers.execute(url, *(f"ANALYZE {t}" for t in module.TABLES))
+        n = max(5, int(sizes["latency_jobs"] * scale))
+        spec.update(kind="latency_load", n=n, rate=sizes["rate"], concurrency=LOAD_CONCURRENCY)
     else:
         raise ValueError(scenario)
     result = run_child(spec)
+    if scenario == "latency-load":
+        if result["backlog_left"] == 0:
+            raise TrialFailed(f"{system}: the backlog ran out before the last probe started")
+        result["n"] = n
+        return result
     total, finished = module.count(url)
     if scenario in ("bulk", "single") and total != n:
         raise TrialFailed(f"{system} {scenario}: {total} rows in the table, expected {n}")
@@ -274,7 +295,7 @@ def pct(values: list[float], p: float) -> float:
 
 
 def summarise(scenario: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    if scenario == "latency":
+    if scenario.startswith("latency"):
         per_run = [
             {
                 "p50": pct(r["latencies_ms"], 50),
@@ -380,7 +401,7 @@ def _cell(scenario: str, system: str, row: dict[str, dict[str, Any]]) -> str:
     value = row[system]
     if "error" in value:
         return "failed"
-    if scenario == "latency":
+    if scenario.startswith("latency"):
         return f"{value['p50']:.1f} / {value['p99']:.1f}"
     text = f"{value['jobs_per_s']:,.0f}"
     if system != "raw" and "raw" in row and "jobs_per_s" in row["raw"]:
@@ -392,7 +413,7 @@ def table(results: dict[str, dict[str, dict[str, Any]]], systems: list[str]) -> 
     head = "| scenario | " + " | ".join(systems) + " |"
     lines = [head, "|---" * (len(systems) + 1) + "|"]
     for scenario, row in results.items():
-        label = scenario + (" p50 / p99 ms" if scenario == "latency" else " jobs/s")
+        label = scenario + (" p50 / p99 ms" if scenario.startswith("latency") else " jobs/s")
         lines.append(f"| {label} | " + " | ".join(_cell(scenario, s, row) for s in systems) + " |")
     rss = [(s, r) for s, r in results.items() if s.startswith("drain")]
     for scenario, row in rss:
@@ -427,6 +448,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-jobs", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0, help="latency: jobs per second")
     parser.add_argument(
+        "--load-backlog",
+        type=int,
+        default=100_000,
+        help="latency-load: no-op jobs draining meanwhile (not divided by --quick)",
+    )
+    parser.add_argument(
         "--no-warmup", action="store_true", help="skip the untimed 1/10-size trials"
     )
     parser.add_argument("--json", help="also write every number to this file")
@@ -456,6 +483,7 @@ def main(argv: list[str] | None = None) -> None:
         "threads": args.threads,
         "drain_jobs": args.drain_jobs // div,
         "latency_jobs": args.latency_jobs // div,
+        "load_backlog": args.load_backlog,
         "rate": args.rate,
     }
     wanted = [s.strip() for s in args.systems.split(",") if s.strip()]

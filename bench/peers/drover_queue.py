@@ -140,3 +140,39 @@ def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
             time.sleep(0.02)
         client.stop()
         return started, time.time()
+
+
+def latency_load(url: str, n: int, rate: float, concurrency: int) -> tuple[list[float], int]:
+    """Enqueue→start of probe jobs while the client drains the filled backlog (see raw's).
+
+    The client works queue ``probe`` with weight 10 and the backlog's queue
+    ``default`` with weight 1, as an application would weight its urgent
+    queue; the probes are inserted one by one by a second client.
+    """
+    recorder = Latencies(n)
+    workers = drover.Workers()
+
+    @workers.register
+    def noop(job: drover.Job[Noop]) -> None:
+        pass
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        recorder.record(job.args.i, job.args.sent)
+
+    worker = drover.Client(
+        url,
+        drover.Config(workers=workers, concurrency=concurrency, queues={"probe": 10, "default": 1}),
+    )
+    producer = drover.Client(url)
+    _warm_pool(producer, 1)
+    probe = drover.InsertOpts(queue="probe")
+    worker.start()
+    try:
+        values = recorder.drive(rate, lambda i, sent: producer.insert(Ping(i=i, sent=sent), probe))
+        with psycopg.connect(url, autocommit=True) as conn:
+            left = conn.execute(raw.BACKLOG_LEFT).fetchone()
+        return values, int(left[0]) if left else 0
+    finally:
+        worker.stop(10)
+        producer.close()

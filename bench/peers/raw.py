@@ -287,3 +287,101 @@ def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
         while fetch_conn.execute(WORK_LEFT).fetchone() == (True,):
             time.sleep(0.02)
         return started, time.time()
+
+
+CLAIM_QUEUE = CLAIM.replace("queue = 'default'", "queue = %s")
+INSERT_PROBE = (
+    "INSERT INTO drover_jobs (kind, queue, args) VALUES (%s, 'probe', %s::jsonb) "
+    "RETURNING id, pg_notify('drover', 'probe')"
+)
+BACKLOG_LEFT = "SELECT count(*) FROM drover_jobs WHERE queue = 'default' AND state = 'available'"
+
+
+def latency_load(url: str, n: int, rate: float, concurrency: int) -> tuple[list[float], int]:
+    """Enqueue→start of probe jobs while a pool of ``concurrency`` drains the filled backlog.
+
+    The probes go to queue ``probe``, which every claim round tries first; the
+    backlog is queue ``default``. Returns the latencies and how many backlog
+    jobs were still waiting when the last probe had started (0 means the load
+    ran out before the measurement ended).
+    """
+    recorder = Latencies(n)
+    finished: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+    slots = threading.Condition()
+    free = concurrency
+    stop = threading.Event()
+
+    def execute(job_id: int, attempt: int, args: str) -> None:
+        nonlocal free
+        job = json.loads(args)
+        if "sent" in job:
+            recorder.record(job["i"], job["sent"])
+        finished.put((job_id, attempt))
+        with slots:
+            free += 1
+            slots.notify()
+
+    def complete(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        while True:
+            item = finished.get()
+            done = [] if item is None else [item]
+            end = item is None
+            while True:
+                try:
+                    more = finished.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    end = True
+                else:
+                    done.append(more)
+            if done:
+                conn.execute(COMPLETE, ([d[0] for d in done], [d[1] for d in done]))
+            if end:
+                return
+
+    def fetch(conn: psycopg.Connection[tuple[object, ...]], pool: ThreadPoolExecutor) -> None:
+        nonlocal free
+        while not stop.is_set():
+            with slots:
+                while free == 0 and not stop.is_set():
+                    slots.wait(0.1)
+                want = free
+            if want == 0:
+                continue
+            rows = conn.execute(CLAIM_QUEUE, ("probe", want)).fetchall()
+            if len(rows) < want:
+                rows += conn.execute(CLAIM_QUEUE, ("default", want - len(rows))).fetchall()
+            if not rows:
+                time.sleep(0.001)
+                continue
+            with slots:
+                free -= len(rows)
+            for job_id, attempt, args in rows:
+                pool.submit(execute, job_id, attempt, args)
+
+    with (
+        psycopg.connect(url, autocommit=True) as fetch_conn,
+        psycopg.connect(url, autocommit=True) as complete_conn,
+        psycopg.connect(url, autocommit=True) as producer,
+        ThreadPoolExecutor(concurrency) as pool,
+    ):
+        completer = threading.Thread(target=complete, args=(complete_conn,))
+        fetcher = threading.Thread(target=fetch, args=(fetch_conn, pool))
+        completer.start()
+        fetcher.start()
+        try:
+
+            def send(i: int, sent: float) -> None:
+                args = json.dumps({"i": i, "sent": sent})
+                producer.execute(INSERT_PROBE, (KIND, args)).fetchone()
+
+            values = recorder.drive(rate, send)
+            left = producer.execute(BACKLOG_LEFT).fetchone()
+        finally:
+            stop.set()
+            fetcher.join()
+            pool.shutdown(wait=True)
+            finished.put(None)
+            completer.join()
+        return values, int(left[0]) if left else 0

@@ -84,8 +84,8 @@ LEFT JOIN drover_jobs cur ON cur.id = i.id;
 -- name: job_complete_many
 -- The usual batch, every outcome a plain completion: the same fence and the
 -- same column changes as job_record_outcomes, with two integer arrays in and
--- the applied claims out. The caller looks up the refused ones (rare) with
--- job_current_states.
+-- the refused claims out (usually none, so usually no row to send or build).
+-- The caller looks up why (rare) with job_current_states.
 --
 -- A plan that cannot go wrong, whatever the statistics say: the rows are
 -- found by primary key (id = ANY), and the fence's state test is written
@@ -93,14 +93,19 @@ LEFT JOIN drover_jobs cur ON cur.id = i.id;
 -- planner cannot match it to the partial lease index. On a table never
 -- analyzed (a burst after a quiet period) it chose that index, whose dead
 -- entries grow with every completed job, and drained at two thirds speed.
-UPDATE drover_jobs j
-SET state = 'completed',
-    leased_until = NULL,
-    finalized_at = now()
+WITH done AS (
+    UPDATE drover_jobs j
+    SET state = 'completed',
+        leased_until = NULL,
+        finalized_at = now()
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)
+    WHERE j.id = ANY (%(ids)s::bigint[])
+      AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
+    RETURNING j.id, j.attempt
+)
+SELECT d.id, d.attempt
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)
-WHERE j.id = ANY (%(ids)s::bigint[])
-  AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
-RETURNING j.id, j.attempt;
+WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.id = d.id AND done.attempt = d.attempt);
 
 -- name: job_current_states
 -- Why some fenced writes were refused: the rows' state and attempt now.

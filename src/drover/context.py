@@ -56,12 +56,26 @@ class Lease:
         self._local_deadline = local_deadline
         self._lock = threading.Lock()
         self._lost_reason: str | None = None
-        self.lost = threading.Event()
-        """Set once this execution has lost the job."""
+        # Made on first use: most executions never look at it, and an Event
+        # (a Condition and two locks) was a measurable share of a claim.
+        self._lost: threading.Event | None = None
         self.completed_in_tx = False
         """True once ``Job.complete_tx`` completed the job in a caller's transaction."""
         self.tx_connection: object = None
         """The connection whose transaction carries that completion (drover's bookkeeping)."""
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set once this execution has lost the job (the same Event every time)."""
+        event = self._lost
+        if event is None:
+            with self._lock:
+                event = self._lost
+                if event is None:
+                    event = self._lost = threading.Event()
+                    if self._lost_reason is not None:
+                        event.set()
+        return event
 
     @property
     def leased_until(self) -> datetime | None:
@@ -91,7 +105,10 @@ class Lease:
             if self._lost_reason is not None:
                 return False
             self._lost_reason = reason
-        self.lost.set()
+            event = self._lost
+        # An Event made after the lock was released is set by its maker.
+        if event is not None:
+            event.set()
         return True
 
     def __repr__(self) -> str:

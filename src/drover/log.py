@@ -37,6 +37,12 @@ _current: contextvars.ContextVar[JobRow | None] = contextvars.ContextVar(
 )
 
 
+# The runner sets and resets the current job directly (a generator-based
+# context manager per job costs several times more).
+enter_job = _current.set
+leave_job = _current.reset
+
+
 @contextlib.contextmanager
 def job_scope(row: JobRow) -> Iterator[None]:
     """Make ``row`` the current job for the duration of the block (used by the runner)."""

@@ -29,6 +29,7 @@ __all__ = [
     "OwnedPool",
     "PoolOrConninfo",
     "borrow",
+    "borrow_connection",
     "check_conninfo",
     "dedicated_connect",
     "describe_target",
@@ -208,6 +209,14 @@ def _getconn(pool: OwnedPool, timeout: float | None, action: str) -> Connection:
                 f"{action}: no database connection became available within {budget:g}s "
                 f"({stats.get('pool_size', 0)} open, all in use; max_size is {pool.max_size})"
             ) from None
+
+
+def borrow_connection(pool: ConnectionPool[Any], action: str) -> Connection:
+    """Take a connection from ``pool`` for a caller that gives it back itself (``putconn``)."""
+    if isinstance(pool, OwnedPool):
+        return _getconn(pool, None, action)
+    conn: Connection = pool.getconn()
+    return conn
 
 
 @contextlib.contextmanager

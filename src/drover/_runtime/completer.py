@@ -8,7 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from drover._db.connections import ConnectionPool, borrow
+from drover._db.connections import ConnectionPool
+from drover._db.held import HeldConnection
 from drover._db.runtime import Outcome, Recorded, WriteResult, job_record_outcomes
 from drover._runtime.inflight import InFlight
 from drover._runtime.service import ThreadService
@@ -18,6 +19,9 @@ from drover.job import JobState
 __all__ = ["Completer"]
 
 MAX_BATCH = 1000
+# After a write, the connection is kept this long for the next outcomes, so a
+# drain of short jobs writes on one connection; an idle completer gives it back.
+_BUSY_HOLD = 0.05
 _RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -55,6 +59,7 @@ class Completer(ThreadService):
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._accepting = True
         self._accept_lock = threading.Lock()
+        self._conn = HeldConnection(pool, "record job outcomes")
 
     def submit(self, outcome: Outcome) -> None:
         """Queue an outcome for writing; after stop it is discarded with a WARNING."""
@@ -79,10 +84,10 @@ class Completer(ThreadService):
             self._accepting = False
         return super().stop(timeout)
 
-    def _take_batch(self, block: bool) -> list[Outcome]:
+    def _take_batch(self, wait: float) -> list[Outcome]:
         batch: list[Outcome] = []
         try:
-            item = self._queue.get(block=block, timeout=0.5 if block else None)
+            item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
         except queue.Empty:
             return batch
         if item is not None:
@@ -96,10 +101,27 @@ class Completer(ThreadService):
                 batch.append(item)
         return batch
 
+    def _next_batch(self, stopping: bool) -> list[Outcome]:
+        if stopping:
+            return self._take_batch(0)
+        batch = self._take_batch(_BUSY_HOLD)
+        if not batch:
+            # Idle: give the connection back before the long wait. The wait
+            # is bounded so a stop is noticed even if its wake-up is lost.
+            self._conn.release()
+            batch = self._take_batch(0.5)
+        return batch
+
     def _loop(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._conn.release()
+
+    def _run(self) -> None:
         while True:
             stopping = self._stopping.is_set()
-            batch = self._take_batch(block=not stopping)
+            batch = self._next_batch(stopping)
             if batch:
                 try:
                     self._write(batch)
@@ -121,16 +143,19 @@ class Completer(ThreadService):
 
     def run_once(self) -> int:
         """Write whatever is queued now; return how many outcomes were handled."""
-        batch = self._take_batch(block=False)
-        if batch:
-            self._write(batch)
+        batch = self._take_batch(0)
+        try:
+            if batch:
+                self._write(batch)
+        finally:
+            self._conn.release()
         return len(batch)
 
     def _write(self, batch: list[Outcome]) -> None:
         attempt = 0
         while True:
             try:
-                with borrow(self._pool, "record job outcomes") as conn:
+                with self._conn as conn:
                     results = job_record_outcomes(conn, batch)
                 break
             except DroverError:

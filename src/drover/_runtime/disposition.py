@@ -7,7 +7,6 @@ and logs the same records.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import traceback
 from datetime import UTC, datetime
@@ -226,7 +225,7 @@ def decide(
             _left_open(row, log)
             return None
         outcome = failed(row, exc, policy=policy, log=log)
-        return dataclasses.replace(outcome, settles_tx=True) if lease.completed_in_tx else outcome
+        return outcome._replace(settles_tx=True) if lease.completed_in_tx else outcome
     if not lease.completed_in_tx:
         return completed(row)
     if transaction_open(lease.tx_connection):

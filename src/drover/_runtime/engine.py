@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
+import queue
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +33,10 @@ from drover.ops.metrics import Metrics
 __all__ = ["Engine"]
 
 
+# How often an idle pool thread checks that the interpreter is not exiting.
+_IDLE_CHECK = 1.0
+
+
 class Engine:
     """The machinery behind a started client.
 
@@ -38,8 +44,8 @@ class Engine:
     completer, the heartbeat, the rescuer, the stats refresher, the pruner,
     the listener and the periodic scheduler (when configured), and last the
     fetcher, so nothing is
-    claimed before everything that handles a claim runs. The job pool
-    (``concurrency`` threads) is created on demand. :meth:`start` starts them
+    claimed before everything that handles a claim runs. The job pool's
+    ``concurrency`` threads start first, each serving jobs from one queue. :meth:`start` starts them
     in that order and, if one fails to start, stops those already running;
     :meth:`stop` stops them in reverse order, draining after the intake
     services (see its docstring).
@@ -66,6 +72,7 @@ class Engine:
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=config.concurrency, thread_name_prefix=f"drover-job-{client_id}"
         )
+        self._ready: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self.completer = Completer(
             pool=pool,
             inflight=self.inflight,
@@ -166,21 +173,49 @@ class Engine:
 
     def _dispatch(self, running: Running) -> None:
         # The fetcher only claims for idle slots, so a pool thread is free for
-        # this job: nothing waits in the executor's queue while the database
-        # already calls it running.
-        self.executor.submit(self.runner.run, running)
+        # this job: nothing waits in this queue while the database already
+        # calls it running.
+        self._ready.put(running)
+
+    def _serve(self) -> None:
+        """One pool thread's life: run the jobs handed to it until told to end (``None``).
+
+        One long task per executor thread, fed through a queue, instead of one
+        ``submit`` per job: a submit builds a Future (a Condition and its
+        locks) and takes the executor's locks, and on a drain of short jobs
+        that was a tenth of the claim thread's time.
+        """
+        main = threading.main_thread()
+        while True:
+            try:
+                running = self._ready.get(timeout=_IDLE_CHECK)
+            except queue.Empty:
+                # A client never stopped must not hold the interpreter at exit
+                # (the executor joins its threads then): the main thread has
+                # finished, so end, as an idle executor thread would.
+                if not main.is_alive():
+                    return
+                continue
+            if running is None:
+                return
+            try:
+                self.runner.run(running)
+            except BaseException:  # run() handles everything; this keeps the thread
+                self._log.critical("a pool thread's job runner failed", exc_info=True)
 
     def start(self) -> None:
         """Start every service in order; on failure stop the started ones and re-raise."""
         started: list[ThreadService] = []
         try:
+            for _ in range(self._config.concurrency):
+                self.executor.submit(self._serve)
             for service in self.services:
                 service.start()
                 started.append(service)
         except BaseException:
             for service in reversed(started):
                 service.stop()
-            self.executor.shutdown(wait=False, cancel_futures=True)
+            self._end_pool_threads(wait=False)
             raise
         c = self._config
         self._log.info(
@@ -232,9 +267,16 @@ class Engine:
         # After the budget ran out, never wait for pool threads: a handler that
         # ignores cancellation (even one whose job finished or was taken over)
         # would hold stop() hostage.
-        self.executor.shutdown(wait=not escalated, cancel_futures=True)
+        self._end_pool_threads(wait=not escalated)
         self._log.info("worker pool stopped")
         return verdict
+
+    def _end_pool_threads(self, *, wait: bool) -> None:
+        # One end marker per thread; a thread still inside an abandoned handler
+        # takes its marker when (if) the handler returns.
+        for _ in range(self._config.concurrency):
+            self._ready.put(None)
+        self.executor.shutdown(wait=wait, cancel_futures=True)
 
     def _hand_back(self) -> DrainIncomplete | None:
         unfinished = [r for r in self.inflight.snapshot() if not r.finished]

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from drover._db.connections import ConnectionPool, borrow
+from drover._db.connections import ConnectionPool
+from drover._db.held import HeldConnection
 from drover._db.runtime import job_claim
 from drover._runtime.inflight import InFlight, Running, Slots
 from drover._runtime.service import ThreadService
@@ -19,6 +20,10 @@ from drover.context import JobContext, Lease
 from drover.log import JOB, job_args, job_fields
 
 __all__ = ["Fetcher", "weighted_order"]
+
+# While every slot is busy the claim connection is kept this long, so a drain
+# of short jobs keeps it from round to round, and long jobs do not hold it.
+_BUSY_HOLD = 0.05
 
 
 def weighted_order(queues: Mapping[str, int], rng: random.Random) -> list[str]:
@@ -89,6 +94,8 @@ class Fetcher(ThreadService):
         self._lease = lease_seconds
         self._rng = rng or random.Random()  # noqa: S311 - queue ordering, not security
         self._wakeup = threading.Event()
+        # Kept while rounds keep finding work; given back before every sleep.
+        self._conn = HeldConnection(pool, "fetch jobs")
         # Written into each claimed row for operators (Inspector.lease_holder).
         self._holder = f"{client_id} (pid {os.getpid()} on {socket.gethostname()})"
         self.claims = 0
@@ -109,27 +116,39 @@ class Fetcher(ThreadService):
         self._slots.wake()
 
     def _loop(self) -> None:
-        while not self._stopping.is_set():
-            taken = self._slots.take_all(self._stopping)
-            if taken == 0:
-                continue
-            claimed, failed = 0, True
-            try:
-                claimed, failed = self._claim_round(taken)
-            except Exception:
-                # Backstop (claims and dispatch handle their own errors): never let
-                # the claim loop die; log, back off one poll interval, go on.
-                self._log.error("fetch round failed", exc_info=True)
-            finally:
-                self._slots.give_back(taken - claimed, unused=True)
-            if claimed == 0 or failed:
-                self._wakeup.wait(self._poll)
-                self._wakeup.clear()
+        try:
+            while not self._stopping.is_set():
+                taken = self._slots.take_all(self._stopping, timeout=_BUSY_HOLD)
+                if taken == 0:
+                    # Every slot stays busy (long jobs): give the connection back
+                    # rather than keep it from the handlers while they run.
+                    self._conn.release()
+                    taken = self._slots.take_all(self._stopping)
+                    if taken == 0:
+                        continue
+                claimed, failed = 0, True
+                try:
+                    claimed, failed = self._claim_round(taken)
+                except Exception:
+                    # Backstop (claims and dispatch handle their own errors): never let
+                    # the claim loop die; log, back off one poll interval, go on.
+                    self._log.error("fetch round failed", exc_info=True)
+                finally:
+                    self._slots.give_back(taken - claimed, unused=True)
+                if claimed == 0 or failed:
+                    self._conn.release()
+                    self._wakeup.wait(self._poll)
+                    self._wakeup.clear()
+        finally:
+            self._conn.release()
 
     def run_once(self) -> int:
         """One claim round for the slots idle right now; returns the number claimed."""
         taken = self._slots.take_all(self._stopping, timeout=0)
-        claimed, _ = self._claim_round(taken) if taken else (0, False)
+        try:
+            claimed, _ = self._claim_round(taken) if taken else (0, False)
+        finally:
+            self._conn.release()
         self._slots.give_back(taken - claimed, unused=True)
         return claimed
 
@@ -139,7 +158,7 @@ class Fetcher(ThreadService):
             if claimed >= wanted or self._stopping.is_set():
                 break
             try:
-                with borrow(self._pool, "fetch jobs") as conn:
+                with self._conn as conn:
                     # Taken just before the claim is sent: the database's lease
                     # runs from a later instant, so this local deadline never
                     # outlives it.

@@ -60,7 +60,7 @@ class Heartbeat(PeriodicService):
         held: list[Running] = []
         for running in self._inflight.snapshot():
             lease = running.context.lease
-            if lease.lost.is_set():
+            if lease.lost_reason is not None:
                 continue
             settled = running.finished or lease.completed_in_tx
             if lease.expired_locally(horizon) and not settled:

@@ -13,7 +13,7 @@ from drover._runtime.inflight import InFlight, Running, Slots
 from drover.context import JobContext
 from drover.errors import ArgsDecodeError, UnknownJobKind
 from drover.job import Job, JobRow
-from drover.log import JOB, Logging, job_args, job_fields, job_scope
+from drover.log import JOB, Logging, enter_job, job_args, job_fields, leave_job
 from drover.middleware import Handler, Middleware, compose
 from drover.retry import RetryPolicy
 from drover.worker import Workers
@@ -97,11 +97,13 @@ class Runner:
         outcome: Outcome | None = None
         try:
             error: BaseException | None = None
+            token = enter_job(row)
             try:
-                with job_scope(row):
-                    self._chain(running.context, row)
+                self._chain(running.context, row)
             except BaseException as exc:
                 error = exc
+            finally:
+                leave_job(token)
             outcome = disposition.decide(
                 row, running.context.lease, error, policy=self._policy, log=self._log
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -14,6 +14,7 @@ from drover.context import JobContext
 from drover.errors import ConfigError
 from drover.job import JobRow
 from drover.middleware import Handler
+from drover.ops.executions import Executions
 
 __all__ = ["DURATION_BUCKETS", "PUBLISHED_STATES", "SERVICES", "TICK_OUTCOMES", "Metrics"]
 
@@ -99,30 +100,8 @@ class Metrics:
     ) -> None:
         self.registry = registry
         try:
-            self._completed = Counter(
-                "drover_jobs_completed",
-                "Executions whose handler returned.",
-                ["queue"],
-                registry=registry,
-            )
-            self._failed = Counter(
-                "drover_jobs_failed",
-                "Executions whose handler raised (including snooze, cancel and timeouts).",
-                ["queue"],
-                registry=registry,
-            )
-            self._duration = Histogram(
-                "drover_job_duration_seconds",
-                "Wall-clock time of one execution, successful or not.",
-                ["queue"],
-                buckets=DURATION_BUCKETS,
-                registry=registry,
-            )
-            self._executing = Gauge(
-                "drover_jobs_executing",
-                "Executions currently inside the middleware chain.",
-                registry=registry,
-            )
+            self._executions = Executions(queues, DURATION_BUCKETS)
+            registry.register(self._executions)
             concurrency_gauge = Gauge(
                 "drover_pool_concurrency",
                 "Configured pool size; compare with drover_jobs_executing for saturation.",
@@ -178,11 +157,6 @@ class Metrics:
         for periodic_id in periodic_ids:
             for outcome in TICK_OUTCOMES:
                 self._ticks.labels(periodic_id, outcome)
-        # Configured queues show 0 from the first scrape instead of a missing series.
-        for queue in queues:
-            self._completed.labels(queue)
-            self._failed.labels(queue)
-            self._duration.labels(queue)
 
     def publish_queue_stats(
         self, depth: dict[tuple[str, str], int], ages: dict[str, float]
@@ -215,35 +189,22 @@ class Metrics:
         self._deaths.labels(service).inc()
 
     def middleware(self, next_handler: Handler) -> Handler:
-        """Count, time and track every execution (installed by the client, inside Logging)."""
+        """Count, time and track every execution (installed by the client, inside Logging).
 
-        # The labelled children per queue, looked up once: labels() validates
-        # and locks on every call, and this runs for every job.
-        children: dict[str, tuple[Counter, Counter, Histogram]] = {}
-
-        def series(queue: str) -> tuple[Counter, Counter, Histogram]:
-            found = children.get(queue)
-            if found is None:
-                found = children[queue] = (
-                    self._completed.labels(queue),
-                    self._failed.labels(queue),
-                    self._duration.labels(queue),
-                )
-            return found
+        The tally is the running thread's own (see :class:`Executions`): no
+        lock is taken per job.
+        """
+        executions = self._executions
+        clock = time.perf_counter
 
         def handle(ctx: JobContext, row: JobRow) -> None:
-            completed, failed, duration = series(row.queue)
-            self._executing.inc()
-            started = time.perf_counter()
+            tally = executions.begin()
+            started = clock()
+            ok = False
             try:
                 next_handler(ctx, row)
-            except BaseException:
-                failed.inc()
-                raise
-            else:
-                completed.inc()
+                ok = True
             finally:
-                duration.observe(time.perf_counter() - started)
-                self._executing.dec()
+                executions.end(tally, row.queue, ok, clock() - started)
 
         return handle
