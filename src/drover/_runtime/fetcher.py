@@ -170,12 +170,19 @@ class Fetcher(ThreadService):
                     "fetch jobs from queue %s failed", queue, extra={"queue": queue}, exc_info=True
                 )
                 return claimed, True
-            for row in rows:
-                lease = Lease(
-                    row.id, row.attempt, row.leased_until, local_deadline=sent + self._lease
+            deadline = sent + self._lease
+            runnings = [
+                Running(
+                    row,
+                    JobContext(
+                        lease=Lease(row.id, row.attempt, row.leased_until, local_deadline=deadline)
+                    ),
                 )
-                running = Running(row, JobContext(lease=lease))
-                self._inflight.add(running)
+                for row in rows
+            ]
+            self._inflight.add_many(runnings)
+            for running in runnings:
+                row = running.row
                 try:
                     self._dispatch(running)
                 except Exception:

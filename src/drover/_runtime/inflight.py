@@ -47,6 +47,20 @@ class InFlight:
         if previous.context.lease.lose("the job was re-claimed"):
             previous.context.cancel("lease lost")
 
+    def add_many(self, runnings: list[Running]) -> None:
+        """``add`` for a claim round's jobs, under one acquisition of the lock."""
+        replaced: list[Running] = []
+        with self._cond:
+            entries = self._entries
+            for running in runnings:
+                previous = entries.get(running.row.id)
+                entries[running.row.id] = running
+                if previous is not None and previous is not running:
+                    replaced.append(previous)
+        for previous in replaced:
+            if previous.context.lease.lose("the job was re-claimed"):
+                previous.context.cancel("lease lost")
+
     def remove(self, job_id: int, attempt: int) -> bool:
         with self._cond:
             return self._remove(job_id, attempt)
@@ -115,7 +129,10 @@ class Slots:
         self._size = size
         self._idle = size
         self._budget = budget
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
+        # Threads inside take_all's wait: give_back skips the notify without one
+        # (a pool thread gives its slot back after every job).
+        self._waiting = 0
 
     def _available(self) -> int:
         if self._budget is None:
@@ -131,7 +148,11 @@ class Slots:
                 if remaining is not None and remaining <= 0:
                     return 0
                 # Bounded so a stop that cannot notify us is still noticed.
-                self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+                self._waiting += 1
+                try:
+                    self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+                finally:
+                    self._waiting -= 1
             if stopping.is_set():
                 return 0
             taken = self._available()
@@ -148,7 +169,8 @@ class Slots:
             self._idle = min(self._size, self._idle + count)
             if unused and self._budget is not None:
                 self._budget += count
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
 
     def wake(self) -> None:
         with self._cond:
