@@ -87,7 +87,13 @@ def child(spec_json: str) -> None:
     elif kind == "single":
         result["seconds"] = module.enqueue_single(url, n, spec["threads"])
     elif kind == "drain":
+        before = os.times()
         result["seconds"] = module.drain(url, n, spec["concurrency"])
+        after = os.times()
+        # The worker process's CPU (all threads, user + system) per job: on a
+        # machine whose cores PostgreSQL shares, this is what a client costs.
+        cpu = (after.user - before.user) + (after.system - before.system)
+        result["cpu_us_per_job"] = cpu / n * 1e6
     elif kind == "drain_shared":
         # One of several processes: drain until nothing waits or runs; report the
         # wall-clock window this process worked in.
@@ -315,6 +321,8 @@ def summarise(scenario: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if scenario.startswith("drain"):
         out["peak_rss_mb"] = median_of(runs, "peak_rss_mb")
+        if all("cpu_us_per_job" in r for r in runs):
+            out["cpu_us_per_job"] = median_of(runs, "cpu_us_per_job")
     return out
 
 
@@ -404,6 +412,9 @@ def _cell(scenario: str, system: str, row: dict[str, dict[str, Any]]) -> str:
     if scenario.startswith("latency"):
         return f"{value['p50']:.1f} / {value['p99']:.1f}"
     text = f"{value['jobs_per_s']:,.0f}"
+    runs = value.get("runs", [])
+    if len(runs) > 1:
+        text += f" [{min(runs):,.0f}-{max(runs):,.0f}]"
     if system != "raw" and "raw" in row and "jobs_per_s" in row["raw"]:
         text += f" ({value['jobs_per_s'] / row['raw']['jobs_per_s']:.0%})"
     return text
@@ -422,6 +433,14 @@ def table(results: dict[str, dict[str, dict[str, Any]]], systems: list[str]) -> 
             for s in systems
         ]
         lines.append(f"| {scenario} worker peak RSS MB | " + " | ".join(cells) + " |")
+    for scenario, row in rss:
+        if not any("cpu_us_per_job" in row.get(s, {}) for s in systems):
+            continue
+        cells = [
+            f"{row[s]['cpu_us_per_job']:.0f}" if "cpu_us_per_job" in row.get(s, {}) else "—"
+            for s in systems
+        ]
+        lines.append(f"| {scenario} worker CPU µs/job | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -549,6 +568,8 @@ def main(argv: list[str] | None = None) -> None:
                         shown = f"{result['jobs_per_s']:10,.0f} jobs/s"
                         if "peak_rss_mb" in result and scenario.startswith("drain"):
                             shown += f"  rss {result['peak_rss_mb']:.0f} MB"
+                        if "cpu_us_per_job" in result:
+                            shown += f"  cpu {result['cpu_us_per_job']:.0f} µs/job"
                     else:
                         lat = result["latencies_ms"]
                         shown = f"p50 {pct(lat, 50):6.2f} ms  p99 {pct(lat, 99):6.2f} ms"

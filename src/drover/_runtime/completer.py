@@ -105,7 +105,7 @@ class Completer(ThreadService):
         if stopping:
             return self._take_batch(0)
         batch = self._take_batch(_BUSY_HOLD)
-        if not batch:
+        if not batch and not self._stopping.is_set():
             # Idle: give the connection back before the long wait. The wait
             # is bounded so a stop is noticed even if its wake-up is lost.
             self._conn.release()
