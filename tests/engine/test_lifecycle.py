@@ -794,6 +794,46 @@ def test_run_stops_cleanly_on_sigterm(db_url: str, conn: Conn, tmp_path: Path) -
     assert _states(conn) and set(_states(conn).values()) == {"completed"}
 
 
+FORGOTTEN_SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    import drover
+
+
+    class Ping(drover.JobArgs, kind="lifecycle_ping"):
+        pass
+
+
+    workers = drover.Workers()
+
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        print("RAN", flush=True)
+
+
+    client = drover.Client(sys.argv[1], drover.Config(workers=workers, poll_interval=0.05))
+    client.start()
+    client.insert(Ping())
+    # The main thread ends with the client still started: never stopped.
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_started_client_never_stopped_does_not_hold_the_interpreter_at_exit(
+    db_url: str, tmp_path: Path
+) -> None:
+    # The pool threads are long executor tasks; the executor joins its threads
+    # at exit, so an idle one must notice that the main thread has finished.
+    argv = [sys.executable, "-c", FORGOTTEN_SCRIPT, db_url]
+    with Child(argv, tmp_path / "forgotten.stderr") as child:
+        child.wait_for("RAN", timeout=30)
+        returncode = child.proc.wait(15)
+        assert returncode == 0, child.diagnostics()
+
+
 def test_run_outside_the_main_thread_raises(make_client: MakeClient) -> None:
     client = make_client(poll_interval=0.05)
     caught: list[BaseException] = []

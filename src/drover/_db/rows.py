@@ -71,6 +71,19 @@ def decode_sent_json(text: str) -> Any:
 # tuple.__new__ skips the named tuple's Python-level __new__: a claim or a bulk
 # insert builds one row per job.
 _tuple_new = tuple.__new__
+# A dict lookup, where JobState(value) goes through EnumType.__call__ (several
+# times slower); an unknown value still raises ValueError through the fallback.
+_STATES: dict[str, JobState] = {state.value: state for state in JobState}
+
+
+def _state(value: str) -> JobState:
+    state = _STATES.get(value)
+    return state if state is not None else JobState(value)
+
+
+def _errors(text: str) -> Any:
+    # Most rows have no errors yet: skip the decoder for the empty array.
+    return [] if text == "[]" else decode_json(text)
 
 
 def row_from_db(values: Sequence[Any]) -> JobRow:
@@ -83,10 +96,10 @@ def row_from_db(values: Sequence[Any]) -> JobRow:
             values[1],
             values[2],
             decode_json(values[3]),
-            JobState(values[4]),
+            _state(values[4]),
             values[5],
             values[6],
-            decode_json(values[7]),
+            _errors(values[7]),
             values[8],
             values[9],
             values[10],

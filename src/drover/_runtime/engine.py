@@ -43,10 +43,10 @@ class Engine:
     :attr:`services` lists the background loops in start order: the
     completer, the heartbeat, the rescuer, the stats refresher, the pruner,
     the listener and the periodic scheduler (when configured), and last the
-    fetcher, so nothing is
-    claimed before everything that handles a claim runs. The job pool's
-    ``concurrency`` threads start first, each serving jobs from one queue. :meth:`start` starts them
-    in that order and, if one fails to start, stops those already running;
+    fetcher, so nothing is claimed before everything that handles a claim
+    runs. The job pool's ``concurrency`` threads start before them all, each
+    serving jobs from one queue. :meth:`start` starts them in that order and,
+    if one fails to start, stops those already running;
     :meth:`stop` stops them in reverse order, draining after the intake
     services (see its docstring).
     """
