@@ -797,6 +797,7 @@ def test_run_stops_cleanly_on_sigterm(db_url: str, conn: Conn, tmp_path: Path) -
 FORGOTTEN_SCRIPT = textwrap.dedent(
     """
     import sys
+    import threading
 
     import drover
 
@@ -806,17 +807,21 @@ FORGOTTEN_SCRIPT = textwrap.dedent(
 
 
     workers = drover.Workers()
+    ran = threading.Event()
 
 
     @workers.register
     def ping(job: drover.Job[Ping]) -> None:
-        print("RAN", flush=True)
+        ran.set()
 
 
     client = drover.Client(sys.argv[1], drover.Config(workers=workers, poll_interval=0.05))
     client.start()
     client.insert(Ping())
-    # The main thread ends with the client still started: never stopped.
+    assert ran.wait(30)
+    print("RAN", flush=True)
+    # The main thread ends with the client still started (never stopped) and
+    # its pool threads idle.
     """
 )
 

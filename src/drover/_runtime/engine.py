@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,8 +35,15 @@ from drover.ops.metrics import Metrics
 __all__ = ["Engine"]
 
 
-# How often an idle pool thread checks that the interpreter is not exiting.
+# How often an idle pool thread checks that the main thread is still running
+# (the fallback where the hook below is missing).
 _IDLE_CHECK = 1.0
+# What ThreadPoolExecutor itself uses to wake its idle threads when the
+# interpreter exits, before it joins them; private to the standard library
+# (3.9+), so looked up rather than relied on.
+_register_atexit: Callable[[Callable[[], None]], None] | None = getattr(
+    threading, "_register_atexit", None
+)
 
 
 class Engine:
@@ -190,9 +199,8 @@ class Engine:
             try:
                 running = self._ready.get(timeout=_IDLE_CHECK)
             except queue.Empty:
-                # A client never stopped must not hold the interpreter at exit
-                # (the executor joins its threads then): the main thread has
-                # finished, so end, as an idle executor thread would.
+                # The fallback for _end_at_exit: once the main thread has
+                # finished, end, as an idle executor thread would.
                 if not main.is_alive():
                     return
                 continue
@@ -207,6 +215,7 @@ class Engine:
         """Start every service in order; on failure stop the started ones and re-raise."""
         started: list[ThreadService] = []
         try:
+            self._end_at_exit()
             for _ in range(self._config.concurrency):
                 self.executor.submit(self._serve)
             for service in self.services:
@@ -270,6 +279,23 @@ class Engine:
         self._end_pool_threads(wait=not escalated)
         self._log.info("worker pool stopped")
         return verdict
+
+    def _end_at_exit(self) -> None:
+        # A client never stopped must not hold the interpreter at exit: the
+        # executor joins its threads then, and ours wait on our queue, not on
+        # the executor's. The hook runs before that join and ends idle ones.
+        if _register_atexit is None:
+            return
+        ref = weakref.ref(self)
+
+        def at_exit() -> None:
+            engine = ref()
+            if engine is not None:
+                for _ in range(engine._config.concurrency):
+                    engine._ready.put(None)
+
+        with contextlib.suppress(RuntimeError):  # the interpreter is already exiting
+            _register_atexit(at_exit)
 
     def _end_pool_threads(self, *, wait: bool) -> None:
         # One end marker per thread; a thread still inside an abandoned handler
