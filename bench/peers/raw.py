@@ -48,16 +48,26 @@ WHERE j.id = ANY (ARRAY(
 ))
 RETURNING j.id, j.attempt, j.args::text
 """
+# The same plan-proof form as drover's job_complete_many (ADR 0008, amended):
+# rows by primary key, and a state test the partial lease index cannot match.
+# With `j.state = 'running'` the planner may walk that index, whose dead
+# entries grow with every completion; at concurrency 50 that dropped this
+# reference to a few hundred jobs/s in some repetitions.
 COMPLETE = """
 UPDATE drover_jobs j SET state = 'completed', finalized_at = now(), leased_until = NULL
-FROM unnest(%s::bigint[], %s::int[]) AS d(id, attempt)
-WHERE j.id = d.id AND j.attempt = d.attempt AND j.state = 'running'
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
+WHERE j.id = ANY (%(ids)s::bigint[])
+  AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
 """
 INSERT = "INSERT INTO drover_jobs (kind, args) VALUES (%s, %s::jsonb) RETURNING id"
 INSERT_NOTIFY = (
     "INSERT INTO drover_jobs (kind, args) VALUES (%s, %s::jsonb) "
     "RETURNING id, pg_notify('drover', queue)"
 )
+
+
+def _complete(conn: psycopg.Connection[tuple[object, ...]], done: list[tuple[int, int]]) -> None:
+    conn.execute(COMPLETE, {"ids": [d[0] for d in done], "attempts": [d[1] for d in done]})
 
 
 def setup(url: str) -> None:
@@ -154,7 +164,7 @@ def drain(url: str, n: int, concurrency: int) -> float:
                     done.append(finished.get_nowait())
                 except queue.Empty:
                     break
-            conn.execute(COMPLETE, ([d[0] for d in done], [d[1] for d in done]))
+            _complete(conn, done)
             written += len(done)
 
     with (
@@ -196,7 +206,7 @@ def latency(url: str, n: int, rate: float) -> list[float]:
                     job = json.loads(args)
                     recorder.record(job["i"], job["sent"])
                 if rows:
-                    conn.execute(COMPLETE, ([r[0] for r in rows], [r[1] for r in rows]))
+                    _complete(conn, [(r[0], r[1]) for r in rows])
                     continue
                 for _ in conn.notifies(timeout=1.0, stop_after=1):
                     pass
@@ -257,7 +267,7 @@ def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
                 else:
                     done.append(more)
             if done:
-                conn.execute(COMPLETE, ([d[0] for d in done], [d[1] for d in done]))
+                _complete(conn, done)
             if stop:
                 return
 
@@ -336,7 +346,7 @@ def latency_load(url: str, n: int, rate: float, concurrency: int) -> tuple[list[
                 else:
                     done.append(more)
             if done:
-                conn.execute(COMPLETE, ([d[0] for d in done], [d[1] for d in done]))
+                _complete(conn, done)
             if end:
                 return
 

@@ -883,3 +883,31 @@ def test_stop_leaves_a_borrowed_pool_open(db_url: str) -> None:
         with pool.connection() as c:
             found = c.execute("SELECT state::text FROM drover_jobs WHERE id = %s", (row.id,))
             assert found.fetchone() == ("available",)
+
+
+# --- held connections ---------------------------------------------------------------------
+
+
+def test_busy_loops_keep_their_connection_and_give_it_back_when_idle(
+    poll: Poll, make_client: MakeClient, conn: Conn
+) -> None:
+    recorder = Recorder()
+    workers = drover.Workers()
+    workers.register(args=Quick)(recorder.record)
+    client = make_client(workers=workers, concurrency=4, poll_interval=0.05)
+    client.insert_many([Quick(n=i) for i in range(400)])
+    requests_before = client.pool.get_stats().get("requests_num", 0)
+    client.start()
+    poll(lambda: _count(conn, "completed") == 400, message="all 400 completed")
+    engine = _engine(client)
+    rounds = engine.fetcher.claims
+    requests = client.pool.get_stats().get("requests_num", 0) - requests_before
+    # A checkout per claim round and per completion write would be at least
+    # one per claim round; held connections make it a handful for the drain.
+    assert rounds >= 50, rounds
+    assert requests < rounds / 2, (requests, rounds)
+    # Idle again: both loops give their connection back to the pool.
+    poll(
+        lambda: not engine.fetcher._conn.holding and not engine.completer._conn.holding,
+        message="the fetcher and the completer gave their connections back",
+    )
