@@ -175,6 +175,11 @@ class JobRow(NamedTuple):
     claim or a bulk insert builds one per job; see ADR 0009). Read fields by
     name; ``row._replace(...)`` and ``row._asdict()`` are the tuple's own
     helpers. A row is a snapshot: it does not change when the job does.
+
+    A job that has not failed yet has ``errors`` equal to ``[]``: one shared,
+    read-only empty list (changing it raises ``TypeError``; ``list(row.errors)``
+    gives a list of your own). A fresh list per row would add a collector-
+    tracked object to every row a bulk insert or a claim returns.
     """
 
     # drover._db.store builds rows positionally: keep this order in step with it.

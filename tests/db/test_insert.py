@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import threading
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -73,6 +75,24 @@ def test_insert_persists_defaults(client: drover.Client, conn: Conn) -> None:
          0, 25, []),
     ]  # fmt: skip
     assert client.get_job(row.id) == row
+
+
+def test_rows_without_errors_share_one_read_only_empty_list(client: drover.Client) -> None:
+    # A fresh list per row is a collector-tracked object that outlives the
+    # call: a bulk insert of many rows then paid for extra full collections.
+    rows = client.insert_many([SendEmail(to=f"{i}@example.com") for i in range(3)])
+    single = client.insert(SendEmail(to="one@example.com"))
+    read_back = client.get_job(rows[0].id)
+    shared = rows[0].errors
+    assert all(row.errors is shared for row in [*rows, single, read_back])
+    assert shared == [] and isinstance(shared, list)
+    with pytest.raises(TypeError, match="read-only snapshot"):
+        shared.append({"error": "boom"})
+    with pytest.raises(TypeError, match="read-only snapshot"):
+        shared += [{"error": "boom"}]
+    assert shared == [] and list(shared) is not shared
+    assert pickle.loads(pickle.dumps(read_back)) == read_back  # noqa: S301 - our own bytes
+    assert copy.deepcopy(read_back).errors is shared
 
 
 def test_class_keywords_are_insert_defaults_and_opts_override_them(client: drover.Client) -> None:
