@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from drover._db.store import EncodedBatch, JobInsertParams
+from drover._db.store import EncodedBatch, JobInsertParams, UniformBatch
 from drover.errors import InvalidJobArgs
 from drover.job import InsertOpts, JobArgs
 
@@ -125,12 +125,14 @@ def encode_batch(items: object) -> EncodedBatch:
             f"insert_many needs a list of JobArgs or (JobArgs, InsertOpts) pairs, "
             f"not {type(items).__qualname__}"
         )
-    encoded: list[JobInsertParams] = []
-    append = encoded.append
     # Per args class: its insert defaults and its serializer. Most batches
-    # hold one class and no options, so that case runs inline below: this
-    # loop is the whole of insert_many's per-item Python before the COPY.
+    # hold one class and no options: their items stay bare JSON texts (a
+    # UniformBatch) until an item of another class or with options arrives.
+    # This loop is the whole of insert_many's per-item Python before the COPY.
     known: dict[type, tuple[_Defaults, Callable[[Any], bytes]]] = {}
+    texts: list[str] = []
+    first: tuple[type, _Defaults] | None = None
+    encoded: list[JobInsertParams] | None = None  # once the batch is not uniform
     queues: set[str] = set()
     unique = timed = False
     new = tuple.__new__
@@ -140,13 +142,15 @@ def encode_batch(items: object) -> EncodedBatch:
             if isinstance(item, tuple):
                 if len(item) != 2:
                     raise InvalidJobArgs(f"expected (JobArgs, InsertOpts), got a {len(item)}-tuple")
+                if encoded is None:
+                    encoded = _spill(first, texts)
                 args, opts = item
                 defaults = _class_defaults(type(args), "")
                 params = _apply(defaults, _dump(args, defaults[0], ""), opts, "")
                 queues.add(params.queue)
                 unique = unique or params.unique_key is not None
                 timed = timed or params.scheduled_at is not None
-                append(params)
+                encoded.append(params)
                 continue
             cls = type(item)
             found = known.get(cls)
@@ -156,17 +160,39 @@ def encode_batch(items: object) -> EncodedBatch:
                     item.__pydantic_serializer__.to_json,
                 )
                 queues.add(found[0][1])
-            (kind, queue, max_attempts), to_json = found
+            defaults, to_json = found
             try:
                 args_json = to_json(item).decode()
             except Exception as exc:  # pydantic raises several types here
+                kind = defaults[0]
                 raise InvalidJobArgs(f'cannot encode args for kind "{kind}": {exc}') from None
             if "\\u0000" in args_json:
-                raise InvalidJobArgs(_NUL_MESSAGE.format(kind=kind))
+                raise InvalidJobArgs(_NUL_MESSAGE.format(kind=defaults[0]))
             if _has_nonfinite(args_json):
-                raise InvalidJobArgs(_NONFINITE_MESSAGE.format(kind=kind))
-            append(new(JobInsertParams, (kind, queue, args_json, max_attempts, None, None)))
+                raise InvalidJobArgs(_NONFINITE_MESSAGE.format(kind=defaults[0]))
+            if encoded is None:
+                if first is None:
+                    first = (cls, defaults)
+                if cls is first[0]:
+                    texts.append(args_json)
+                    continue
+                encoded = _spill(first, texts)
+            kind, queue, max_attempts = defaults
+            encoded.append(new(JobInsertParams, (kind, queue, args_json, max_attempts, None, None)))
     except InvalidJobArgs as exc:
         # Only a failure pays for formatting the position into the message.
         raise InvalidJobArgs(f"item {index}: {exc}") from None
-    return EncodedBatch(encoded, queues, unique, timed)
+    if encoded is not None:
+        return EncodedBatch(encoded, queues, unique, timed)
+    if first is None:
+        return EncodedBatch([], queues, unique, timed)
+    kind, queue, max_attempts = first[1]
+    return EncodedBatch(UniformBatch(kind, queue, max_attempts, texts), queues, unique, timed)
+
+
+def _spill(first: tuple[type, _Defaults] | None, texts: list[str]) -> list[JobInsertParams]:
+    """The uniform items read so far, as one JobInsertParams each."""
+    if first is None:
+        return []
+    kind, queue, max_attempts = first[1]
+    return [JobInsertParams(kind, queue, text, max_attempts, None, None) for text in texts]

@@ -25,6 +25,8 @@ from psycopg import pq
 
 import drover
 from drover._db.rows import decode_json
+from drover._db.store import UniformBatch
+from drover._encode import encode_batch
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -473,6 +475,51 @@ def test_insert_many_copies_escaped_names_and_text_exactly_across_chunks(
     for row in rows:
         assert stored[row.id] == (row.kind, row.queue, row.args["text"], row.state.value)
     assert_stored(client, rows[:5] + rows[995:1005] + rows[-5:])
+
+
+class AwkwardQueued(drover.JobArgs, kind="awkward_queued", queue=AWKWARD_QUEUE, max_attempts=7):
+    text: str
+
+
+@pytest.mark.parametrize("shape", ["one_class", "class_changes_midway", "options_midway"])
+def test_insert_many_of_bare_items_copies_them_exactly_in_order(
+    client: drover.Client, conn: Conn, shape: str
+) -> None:
+    # A batch of one class without options travels as bare JSON texts (a
+    # UniformBatch) until another class or an option arrives; either way the
+    # rows, their order and every character COPY escapes must come back as sent.
+    items: list[drover.InsertItem] = [
+        AwkwardQueued(text=f"{AWKWARD_TEXT} {i}") for i in range(2345)
+    ]
+    if shape == "class_changes_midway":
+        items[1500] = Plain(n=1500)
+    elif shape == "options_midway":
+        items[1500] = (AwkwardQueued(text="opts"), drover.InsertOpts(queue="other", max_attempts=2))
+    encoded = encode_batch(items)
+    assert isinstance(encoded.params, UniformBatch) == (shape == "one_class")
+
+    rows = client.insert_many(items)
+
+    ids = [r.id for r in rows]
+    assert all(a < b for a, b in itertools.pairwise(ids)), ids
+    for i, (item, row) in enumerate(zip(items, rows, strict=True)):
+        args, opts = item if isinstance(item, tuple) else (item, None)
+        assert (row.kind, row.args) == (args.kind, args.model_dump(mode="json")), i
+        if opts is not None:
+            assert (row.queue, row.max_attempts) == ("other", 2)
+        elif isinstance(args, Plain):
+            assert (row.queue, row.max_attempts) == ("plain_q", 3)
+        else:
+            assert (row.queue, row.max_attempts) == (AWKWARD_QUEUE, 7)
+        assert row.errors == [] and row.state is drover.JobState.AVAILABLE
+    stored = {
+        r[0]: r[1:]
+        for r in conn.execute("SELECT id, kind, queue, args, max_attempts FROM drover_jobs")
+    }
+    assert len(stored) == len(items)
+    for row in rows:
+        assert stored[row.id] == (row.kind, row.queue, row.args, row.max_attempts)
+    assert_stored(client, rows[:3] + rows[999:1002] + rows[1499:1502] + rows[-3:])
 
 
 # --- insert_many_tx inside the caller's transaction ---------------------------------------------

@@ -18,7 +18,7 @@ from drover.job import JobRow, JobState
 if TYPE_CHECKING:
     from drover._db.store import JobInsertParams
 
-__all__ = ["NO_ERRORS", "decode_json", "decode_sent_json", "new_row", "row_from_db"]
+__all__ = ["NO_ERRORS", "decode_json", "decode_sent_json", "new_row", "new_rows", "row_from_db"]
 
 
 class _NoErrors(list[Any]):
@@ -116,6 +116,40 @@ def _state(value: str) -> JobState:
 def _errors(text: str) -> Any:
     # Most rows have no errors yet: skip the decoder for the empty array.
     return NO_ERRORS if text == "[]" else decode_json(text)
+
+
+def new_rows(
+    kind: str,
+    queue: str,
+    max_attempts: int,
+    ids: Sequence[int],
+    args_json: Sequence[str],
+    created_at: datetime,
+) -> list[JobRow]:
+    """:func:`new_row` for a run of jobs of one kind and queue, inserted due now."""
+    new = _tuple_new
+    decode = decode_sent_json
+    return [
+        new(
+            JobRow,
+            (
+                id_,
+                kind,
+                queue,
+                decode(text),
+                JobState.AVAILABLE,
+                0,
+                max_attempts,
+                NO_ERRORS,
+                created_at,
+                None,
+                created_at,
+                None,
+                None,
+            ),
+        )
+        for id_, text in zip(ids, args_json, strict=True)
+    ]
 
 
 def row_from_db(values: Sequence[Any]) -> JobRow:
