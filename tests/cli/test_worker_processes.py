@@ -231,6 +231,37 @@ def test_a_process_is_recycled_after_its_job_limit(
     assert code == 0, err
 
 
+def test_a_process_above_its_memory_limit_is_drained_and_replaced(
+    db_url: str, conn: Conn, poll: Poll, supervised: list[Supervised]
+) -> None:
+    # 1 MB is below any Python process: each child drains at its first check
+    # (every 0.5 s) and exits for a fresh one, which still works jobs meanwhile.
+    s = _start(
+        supervised, db_url, "cli_app:make_client", "--processes", "1", "--max-memory-per-child", "1"
+    )
+    poll(lambda: s.children(), timeout=30, message="a first child")
+    seen: set[int] = set(s.children())
+
+    def replaced() -> bool:
+        now = set(s.children())
+        seen.update(now)
+        return len(seen) >= 3
+
+    poll(replaced, timeout=60, message="the child replaced twice")
+    producer = drover.Client(db_url)
+    try:
+        producer.insert_many([Ping(note=str(i)) for i in range(5)])
+    finally:
+        producer.close()
+    poll(lambda: _completed(conn, "cli_ping") == 5, timeout=60, message="all 5 completed")
+    # A crash loop would have ended the supervisor with status 1 ("giving up");
+    # recycled processes are replaced without back-off and end cleanly.
+    assert s.proc.poll() is None
+    code, err = s.stop()
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
 def test_the_supervisor_gives_up_on_processes_that_keep_crashing(
     db_url: str, supervised: list[Supervised]
 ) -> None:
