@@ -3,6 +3,7 @@
     python bench/compare.py                       # full sizes, embedded PostgreSQL (fsync on)
     python bench/compare.py --quick               # sizes / 10, for a smoke run
     python bench/compare.py --database URL --json results.json
+    python bench/compare.py --no-flush            # commits do not wait for the disk
     python bench/compare.py --systems raw,drover --scenarios drain
 
 Scenarios (each repeated --reps times, systems alternating within every
@@ -280,14 +281,16 @@ def machine(url: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def database(url: str | None) -> Iterator[str]:
+def database(url: str | None, *, no_flush: bool = False) -> Iterator[str]:
     if url:
         yield url
         return
     from drover._db.embedded import embedded_postgres
 
-    # tune_for_tests=False: fsync, synchronous_commit and full_page_writes stay on.
-    with embedded_postgres(tune_for_tests=False) as embedded:
+    # By default fsync, synchronous_commit and full_page_writes stay on, as in
+    # production. --no-flush turns them off: commits then stop waiting for the
+    # disk, which separates the clients' own latency from the flush times.
+    with embedded_postgres(tune_for_tests=no_flush) as embedded:
         yield embedded
 
 
@@ -453,6 +456,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
     parser.add_argument("--quick", action="store_true", help="divide every size by 10")
     parser.add_argument(
+        "--no-flush",
+        action="store_true",
+        help="embedded server with fsync and synchronous_commit off: commits do not wait "
+        "for the disk (a diagnostic, not a deployment setting)",
+    )
+    parser.add_argument(
         "--systems", default=",".join(peers.SYSTEMS), help="comma-separated, default all"
     )
     parser.add_argument(
@@ -524,7 +533,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"skipping {name}: {why}")
 
     began = time.perf_counter()
-    with database(args.database) as url:
+    with database(args.database, no_flush=args.no_flush) as url:
         info = machine(url)
         pg = info["postgresql"]
         print(
