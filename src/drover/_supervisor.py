@@ -201,7 +201,8 @@ class Supervisor:
     within 60 s make the supervisor give up: it stops the rest and exits 1
     with the reason. On SIGTERM/SIGINT every child is sent SIGTERM and
     given ``shutdown_timeout`` plus 10 s to drain before it is killed. The
-    exit status is 0 when every child drained, 1 otherwise.
+    exit status is 0 when every child drained, 1 otherwise, with
+    :attr:`failure` naming each process that did not and why.
     """
 
     def __init__(
@@ -317,7 +318,7 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 child.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self._shutdown_timeout + 10
-        clean = self.failure is None
+        problems: list[str] = []
         for child in self._children.values():
             try:
                 code = child.proc.wait(max(0.1, deadline - time.monotonic()))
@@ -326,9 +327,26 @@ class Supervisor:
                 child.proc.wait()
                 code = None
             if code not in (0, RECYCLE_EXIT):
-                clean = False
-                _log.error("worker process %d ended its drain with status %s", child.proc.pid, code)
-        return 0 if clean else 1
+                problems.append(f"worker process {child.proc.pid} {_drain_outcome(code)}")
+                _log.error("%s", problems[-1])
+        if problems and self.failure is None:
+            # What the CLI prints, so an operator learns which process did not
+            # drain and why without having configured logging.
+            self.failure = "; ".join(problems)
+        return 0 if self.failure is None else 1
+
+
+def _drain_outcome(code: int | None) -> str:
+    if code is None:
+        return "did not stop within its drain budget + 10 s and was killed"
+    if code == DRAIN_INCOMPLETE_EXIT:
+        return (
+            "ran out of its drain budget; the jobs it was running were handed back "
+            "(their next claim is their next attempt)"
+        )
+    if code < 0:
+        return f"was killed by signal {-code} during its drain"
+    return f"ended its drain with status {code}"
 
 
 def child_command(argv: list[str]) -> list[str]:

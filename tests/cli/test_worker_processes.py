@@ -262,6 +262,54 @@ def test_a_process_above_its_memory_limit_is_drained_and_replaced(
     assert "Traceback" not in err
 
 
+def test_sigint_drains_every_process_and_an_incomplete_drain_exits_1(
+    db_url: str, conn: Conn, poll: Poll, supervised: list[Supervised]
+) -> None:
+    s = _start(
+        supervised,
+        db_url,
+        "cli_app:make_client",
+        "--processes",
+        "2",
+        "--shutdown-timeout",
+        "0.5",
+    )
+    poll(lambda: s.get("/readyz")[0] == 200, timeout=30, message="ready")
+    producer = drover.Client(db_url)
+    try:
+        held = producer.insert(Hold())
+    finally:
+        producer.close()
+
+    def state() -> str:
+        row = conn.execute("SELECT state FROM drover_jobs WHERE id = %s", (held.id,)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+    poll(lambda: state() == "running", timeout=20, message="the held job running")
+    children = s.children()
+    assert len(children) == 2
+    # SIGINT (Ctrl-C in a terminal) reaches every child as SIGTERM. The child
+    # running the held job cannot finish within 0.5 s: its drain is incomplete,
+    # it hands the job back, and the supervisor reports that with status 1.
+    s.proc.send_signal(signal.SIGINT)
+    _, err = s.proc.communicate(timeout=30)
+    assert s.proc.returncode == 1, err
+    assert "ran out of its drain budget; the jobs it was running were handed back" in err
+    assert err.count("drain budget") == 1, "the other process drained cleanly"
+    assert "Traceback" not in err
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)
+    row = conn.execute(
+        "SELECT state, attempt, leased_by FROM drover_jobs WHERE id = %s", (held.id,)
+    ).fetchone()
+    assert row is not None
+    job_state: Any = row[0]
+    attempt: Any = row[1]
+    assert job_state != "running"
+    assert job_state in ("available", "retryable")
+    assert attempt == 1
+
+
 def test_the_supervisor_gives_up_on_processes_that_keep_crashing(
     db_url: str, supervised: list[Supervised]
 ) -> None:
