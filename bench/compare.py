@@ -458,8 +458,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-flush",
         action="store_true",
-        help="embedded server with fsync and synchronous_commit off: commits do not wait "
-        "for the disk (a diagnostic, not a deployment setting)",
+        help="embedded server with fsync, synchronous_commit and full_page_writes off: "
+        "commits do not wait for the disk (a diagnostic, not a deployment setting)",
     )
     parser.add_argument(
         "--systems", default=",".join(peers.SYSTEMS), help="comma-separated, default all"

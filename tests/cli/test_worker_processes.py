@@ -112,6 +112,15 @@ def _start(started: list[Supervised], db_url: str, app: str, *args: str) -> Supe
     return s
 
 
+def _enqueue(db_url: str, jobs: list[drover.JobArgs]) -> list[drover.JobRow]:
+    """Insert ``jobs`` from a client of the test's own, as an application would."""
+    producer = drover.Client(db_url)
+    try:
+        return producer.insert_many(jobs)
+    finally:
+        producer.close()
+
+
 def _holders(conn: Conn, kind: str) -> set[str]:
     rows = conn.execute(
         "SELECT DISTINCT leased_by FROM drover_jobs WHERE kind = %s AND leased_by IS NOT NULL",
@@ -151,12 +160,8 @@ def test_n_processes_share_the_work_one_ops_port_aggregates_and_sigterm_drains_t
     poll(lambda: s.get("/readyz")[0] == 200, timeout=30, message="every worker process ready")
     assert len(s.children()) == 2
     assert s.get("/readyz")[1].startswith("ok: 2 worker processes ready")
-    producer = drover.Client(db_url)
-    try:
-        # Enough that both processes must take some: each claims at most its 10 idle slots.
-        producer.insert_many([Ping(note=str(i)) for i in range(300)])
-    finally:
-        producer.close()
+    # Enough that both processes must take some: each claims at most its 10 idle slots.
+    _enqueue(db_url, [Ping(note=str(i)) for i in range(300)])
     poll(lambda: _completed(conn, "cli_ping") == 300, timeout=60, message="all 300 completed")
     assert len(_holders(conn, "cli_ping")) == 2, "both processes claimed jobs"
     status, metrics = s.get("/metrics")
@@ -173,11 +178,7 @@ def test_a_killed_process_is_replaced_and_its_job_rescued_after_the_lease(
 ) -> None:
     s = _start(supervised, db_url, "cli_app:short_lease_client", "--processes", "2")
     poll(lambda: s.get("/readyz")[0] == 200, timeout=30, message="ready")
-    producer = drover.Client(db_url)
-    try:
-        held = producer.insert(Hold())
-    finally:
-        producer.close()
+    (held,) = _enqueue(db_url, [Hold()])
 
     def holder_pid() -> int | None:
         row = conn.execute(
@@ -217,11 +218,7 @@ def test_a_process_is_recycled_after_its_job_limit(
         supervised, db_url, "cli_app:make_client", "--processes", "1", "--max-jobs-per-child", "5"
     )
     poll(lambda: s.get("/readyz")[0] == 200, timeout=30, message="ready")
-    producer = drover.Client(db_url)
-    try:
-        producer.insert_many([Ping(note=str(i)) for i in range(30)])
-    finally:
-        producer.close()
+    _enqueue(db_url, [Ping(note=str(i)) for i in range(30)])
     poll(lambda: _completed(conn, "cli_ping") == 30, timeout=60, message="all 30 completed")
     # A process claims exactly 5 jobs, runs them and is replaced: 30 jobs take
     # six processes, one after another, none of which ran more than its 5.
@@ -248,11 +245,7 @@ def test_a_process_above_its_memory_limit_is_drained_and_replaced(
         return len(seen) >= 3
 
     poll(replaced, timeout=60, message="the child replaced twice")
-    producer = drover.Client(db_url)
-    try:
-        producer.insert_many([Ping(note=str(i)) for i in range(5)])
-    finally:
-        producer.close()
+    _enqueue(db_url, [Ping(note=str(i)) for i in range(5)])
     poll(lambda: _completed(conn, "cli_ping") == 5, timeout=60, message="all 5 completed")
     # A crash loop would have ended the supervisor with status 1 ("giving up");
     # recycled processes are replaced without back-off and end cleanly.
@@ -275,11 +268,7 @@ def test_sigint_drains_every_process_and_an_incomplete_drain_exits_1(
         "0.5",
     )
     poll(lambda: s.get("/readyz")[0] == 200, timeout=30, message="ready")
-    producer = drover.Client(db_url)
-    try:
-        held = producer.insert(Hold())
-    finally:
-        producer.close()
+    (held,) = _enqueue(db_url, [Hold()])
 
     def state() -> str:
         row = conn.execute("SELECT state FROM drover_jobs WHERE id = %s", (held.id,)).fetchone()
