@@ -4,8 +4,7 @@
 -- finishes the same job first.
 
 -- name: job_list
-SELECT id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
-       scheduled_at, leased_until, created_at, finalized_at, unique_key
+SELECT {{job_columns}}
 FROM drover_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text::drover_job_state)
@@ -19,8 +18,7 @@ LIMIT %(limit)s;
 UPDATE drover_jobs
 SET state = 'cancelled', finalized_at = now(), leased_until = NULL
 WHERE id = %(id)s AND state IN ({{states:cancellable}})
-RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
-          scheduled_at, leased_until, created_at, finalized_at, unique_key;
+RETURNING {{job_columns}};
 
 -- name: job_retry
 -- Redrive a dead or cancelled job: a full set of attempts again, its error
@@ -29,8 +27,7 @@ UPDATE drover_jobs
 SET state = 'available', attempt = 0, scheduled_at = now(), leased_until = NULL,
     finalized_at = NULL
 WHERE id = %(id)s AND state IN ({{states:retriable}})
-RETURNING id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
-          scheduled_at, leased_until, created_at, finalized_at, unique_key;
+RETURNING {{job_columns}};
 
 -- name: job_retry_dead_of_kind
 -- Redrive every dead job of one kind (optionally one queue) at once. A dead

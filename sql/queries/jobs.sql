@@ -137,12 +137,9 @@ WITH inserted AS (
         WHERE unique_key IS NOT NULL
           AND state IN ({{states:active}})
         DO NOTHING
-    RETURNING id, kind, queue, args::text AS args, state::text AS state, attempt, max_attempts,
-              errors::text AS errors, scheduled_at, leased_until, created_at, finalized_at,
-              unique_key
+    RETURNING {{job_columns}}
 )
-SELECT i.id, i.kind, i.queue, i.args, i.state, i.attempt, i.max_attempts, i.errors,
-       i.scheduled_at, i.leased_until, i.created_at, i.finalized_at, i.unique_key
+SELECT i.*
 FROM inserted i
 JOIN drover_insert_batch b ON b.id = i.id
 ORDER BY b.ord;
@@ -152,7 +149,8 @@ ORDER BY b.ord;
 SELECT ord, id FROM drover_insert_batch ORDER BY ord;
 
 -- name: job_get
-SELECT id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
-       scheduled_at, leased_until, created_at, finalized_at, unique_key
+-- Every query that returns jobs returns {{job_columns}}: the columns of
+-- drover._db.rows.JOB_COLUMNS, in JobRow's order, jsonb and enums as text.
+SELECT {{job_columns}}
 FROM drover_jobs
 WHERE id = %(id)s;

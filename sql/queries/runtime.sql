@@ -34,27 +34,25 @@ WHERE j.id = ANY (ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))
-RETURNING j.id, j.kind, j.queue, j.args::text, j.state::text, j.attempt, j.max_attempts,
-          j.errors::text, j.scheduled_at, j.leased_until, j.created_at, j.finalized_at,
-          j.unique_key;
+RETURNING {{job_columns:j}};
 
 -- name: job_record_outcomes
 -- Many outcomes in one round trip. Each input row carries the claim it
 -- belongs to and the state to move to. A NULL scheduled_at on a waiting state
--- means "now" on the database clock; give_back returns the claim's attempt
--- (snooze). The result has one row per input: applied, or the row's current
--- state and attempt (NULL when the job no longer exists) to explain why not.
+-- means "now" on the database clock; refund_attempt returns the claim's
+-- attempt (snooze). The result has one row per input: applied, or the row's
+-- current state and attempt (NULL when the job no longer exists) to explain why not.
 WITH input AS (
     SELECT *
     FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
-        %(scheduled_at)s::timestamptz[], %(errors)s::jsonb[], %(give_back)s::bool[]
-    ) AS t(id, attempt, state, scheduled_at, error, give_back)
+        %(scheduled_at)s::timestamptz[], %(errors)s::jsonb[], %(refund_attempt)s::bool[]
+    ) AS t(id, attempt, state, scheduled_at, error, refund_attempt)
 ),
 updated AS (
     UPDATE drover_jobs j
     SET state = i.state::drover_job_state,
-        attempt = CASE WHEN i.give_back THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
+        attempt = CASE WHEN i.refund_attempt THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
         scheduled_at = CASE
             WHEN i.state IN ({{states:waiting}}) THEN COALESCE(i.scheduled_at, now())
             ELSE j.scheduled_at
@@ -82,10 +80,12 @@ LEFT JOIN updated u ON u.id = i.id AND u.attempt = i.attempt
 LEFT JOIN drover_jobs cur ON cur.id = i.id;
 
 -- name: job_complete_many
--- The usual batch, every outcome a plain completion: the same fence and the
--- same column changes as job_record_outcomes, with two integer arrays in and
--- the refused claims out (usually none, so usually no row to send or build).
--- The caller looks up why (rare) with job_current_states.
+-- The one completion statement: the completer's usual batch (every outcome a
+-- plain completion) and Job.complete_tx's single claim in the caller's
+-- transaction. The same fence and the same column changes as
+-- job_record_outcomes, with two integer arrays in and the refused claims out
+-- (usually none, so usually no row to send or build). The caller looks up
+-- why (rare) with job_current_states.
 --
 -- A plan that cannot go wrong, whatever the statistics say: the rows are
 -- found by primary key (id = ANY), and the fence's state test is written
@@ -108,7 +108,7 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)
 WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.id = d.id AND done.attempt = d.attempt);
 
 -- name: job_current_states
--- Why some fenced writes were refused: the rows' state and attempt now.
+-- Why some fenced writes were refused (or a complete_tx): the rows' state and attempt now.
 SELECT id, state::text, attempt FROM drover_jobs WHERE id = ANY(%s::bigint[]);
 
 -- name: job_extend_leases
@@ -144,20 +144,6 @@ FROM held
 LEFT JOIN renewed r ON r.id = held.id
 LEFT JOIN drover_jobs cur ON cur.id = held.id;
 
--- name: job_complete_tx
--- Job.complete_tx: the completion, in the caller's transaction, with the same
--- fence and column changes as job_complete_many. No row back means refused.
-UPDATE drover_jobs
-SET state = 'completed',
-    leased_until = NULL,
-    finalized_at = now()
-WHERE id = %(id)s AND attempt = %(attempt)s AND state = 'running'
-RETURNING id;
-
--- name: job_current_state
--- Why complete_tx was refused: the job's state and attempt now.
-SELECT state::text, attempt FROM drover_jobs WHERE id = %(id)s;
-
 -- name: job_claim_expired
 -- The rescuer's claim: running rows whose lease passed. Re-leasing them (same
 -- attempt) makes this sweep their owner until it records their outcome;
@@ -172,6 +158,4 @@ WHERE j.id = ANY (ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))
-RETURNING j.id, j.kind, j.queue, j.args::text, j.state::text, j.attempt, j.max_attempts,
-          j.errors::text, j.scheduled_at, j.leased_until, j.created_at, j.finalized_at,
-          j.unique_key;
+RETURNING {{job_columns:j}};

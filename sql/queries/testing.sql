@@ -19,13 +19,10 @@ WHERE j.id = ANY (ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))
-RETURNING j.id, j.kind, j.queue, j.args::text, j.state::text, j.attempt, j.max_attempts,
-          j.errors::text, j.scheduled_at, j.leased_until, j.created_at, j.finalized_at,
-          j.unique_key;
+RETURNING {{job_columns:j}};
 
 -- name: job_list_after
-SELECT id, kind, queue, args::text, state::text, attempt, max_attempts, errors::text,
-       scheduled_at, leased_until, created_at, finalized_at, unique_key
+SELECT {{job_columns}}
 FROM drover_jobs
 WHERE id > %(after)s
 ORDER BY id;

@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
-from drover._db.migrator import migrate, migration_status
 from drover._durations import Duration
-from drover.client import Client, InsertItem
+from drover.client import Client
 from drover.config import Config
 from drover.context import JobContext, Lease
 from drover.errors import (
@@ -40,10 +39,16 @@ from drover.errors import (
     UnsupportedConnection,
 )
 from drover.inspector import Inspector, QueueAge, QueueDepth, Stats, Throughput
-from drover.job import InsertOpts, Job, JobArgs, JobRow, JobState
+from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
-from drover.migrations import AppliedMigration, Migration, MigrationStatus
+from drover.migrations import (
+    AppliedMigration,
+    Migration,
+    MigrationStatus,
+    migrate,
+    migration_status,
+)
 from drover.periodic import PeriodicInfo, PeriodicJob
 from drover.queues import QueueState, QueueSummary
 from drover.retention import Retention
@@ -119,3 +124,15 @@ __all__ = [
     "migrate",
     "migration_status",
 ]
+
+
+def _documented_here() -> None:
+    # Every public class is documented, and shown in reprs and tracebacks, as
+    # drover.<Name>, wherever its module: set once, here, for all of them.
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type) and value.__module__.startswith("drover."):
+            value.__module__ = "drover"
+
+
+_documented_here()

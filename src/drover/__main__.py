@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drover.cli import main
+from drover.cli.app import main
 
 if __name__ == "__main__":
     main()

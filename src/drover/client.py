@@ -1,9 +1,11 @@
 """The Client facade: inserts, queue switches, and the lifecycle of a running client.
 
-The client validates input and configuration, owns or borrows the connection
-pool, builds the metrics and the middleware chain, and starts and stops the
-engine and the ops server. It runs no SQL and no loops of its own: database
-work goes through ``drover._db``, background work through ``drover._runtime``.
+The client validates input and configuration, builds its store (on its own
+pool or the application's), the metrics and the middleware chain, and starts
+and stops the engine and the ops server. It runs no SQL and no loops of its
+own: database work goes through its :class:`~drover._db.store.Store` (inserts
+in the caller's transaction through :mod:`drover._insert.tx`), background
+work through ``drover._runtime``.
 """
 
 from __future__ import annotations
@@ -18,40 +20,24 @@ from typing import Any, Self
 
 from prometheus_client import CollectorRegistry
 
-from drover._db import queues, store
-from drover._db.connections import (
-    ConnectionPool,
-    borrow,
-    describe_target,
-    pool_from,
-    resolve_connection,
-)
-from drover._db.migrator import require_current_schema
-from drover._db.stats import QueueStats
+from drover._db.caller import resolve_connection
+from drover._db.pool import ConnectionPool
+from drover._db.store import Store
 from drover._durations import Duration, to_seconds
-from drover._encode import encode_batch, encode_insert
-from drover._inserter import Combiner
+from drover._insert.combiner import Combiner
+from drover._insert.encode import encode_batch, encode_insert
+from drover._insert.tx import insert_many_tx, insert_tx
+from drover._jobs_and_queues import JobsAndQueues
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
-from drover._runtime.service import ThreadService
 from drover.config import Config
-from drover.errors import (
-    AlreadyStarted,
-    DroverError,
-    InvalidArgument,
-    NotFound,
-    NotStarted,
-)
-from drover.job import InsertOpts, JobArgs, JobRow
+from drover.errors import AlreadyStarted, DroverError, InvalidArgument, NotStarted
+from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
-from drover.queues import QueueState, check_queue_name
 
 __all__ = ["Client", "InsertItem"]
-
-InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
-"""An element of ``insert_many``: args alone, or ``(args, opts)``."""
 
 
 class _Phase(enum.Enum):
@@ -61,33 +47,45 @@ class _Phase(enum.Enum):
     STOPPED = "stopped"
 
 
-class Client:
+class Client(JobsAndQueues):
     """drover's entry point: inserts jobs and, once started, runs them.
 
     ``pool_or_conninfo`` is either a ``psycopg_pool.ConnectionPool`` that the
     application owns (drover borrows connections and never closes it) or a
     conninfo string / URL, from which the client opens its own pool and closes
     it on :meth:`stop` or :meth:`close`. ``config`` says how jobs run; a client
-    that only inserts needs none.
+    that only inserts needs none. ``max_jobs``, if given, is the most jobs the
+    client ever claims (``drover worker --max-jobs-per-child`` sets it): once
+    it has claimed that many it claims no more, and runs until stopped.
 
     All methods are thread-safe. Each non-transactional insert borrows one pool
-    connection for one round trip (``insert_many``: a constant three), so a
-    client can be shared by every thread of a web application. When no pool
-    connection frees up within the pool's timeout, the insert raises
-    :class:`drover.DatabaseError`.
+    connection: ``insert`` for one round trip (concurrent calls share one),
+    ``insert_many`` for a handful whatever the batch's size. So a client can be
+    shared by every thread of a web application. When no pool connection frees
+    up within the pool's timeout, the call raises :class:`drover.DatabaseError`.
 
-    Running jobs: :meth:`start` launches the fetcher, the job pool
-    (``config.concurrency`` threads), the completer, the heartbeat and the
-    rescuer; :meth:`stop` drains them. A running job holds no database
-    connection, so the pool needs only a handful of connections whatever the
-    concurrency. The lifecycle runs once per client.
+    Running jobs: :meth:`start` launches the job pool (``config.concurrency``
+    threads) and the background services: the fetcher, the completer, the
+    heartbeat, the rescuer and the stats refresher, plus the listener
+    (``config.notify``), the pruner (``config.retention``) and the periodic
+    ticker (``config.periodic_jobs``) when configured, and the ops server
+    (``config.ops_addr``); the first insert starts the notifier
+    (``config.notify``). :meth:`stop` drains them. A running job holds no
+    database connection, so the pool needs only a handful of connections
+    whatever the concurrency. The lifecycle runs once per client.
     """
 
-    __module__ = "drover"
-
     def __init__(
-        self, pool_or_conninfo: ConnectionPool[Any] | str, config: Config | None = None
+        self,
+        pool_or_conninfo: ConnectionPool[Any] | str,
+        config: Config | None = None,
+        *,
+        max_jobs: int | None = None,
     ) -> None:
+        if max_jobs is not None and (
+            isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1
+        ):
+            raise InvalidArgument(f"max_jobs must be a positive int or None, not {max_jobs!r}")
         if config is None:
             config = Config()
         elif not isinstance(config, Config):
@@ -105,72 +103,41 @@ class Client:
         self._chain = build_chain(
             config.workers, config.middleware, config.logger, self._metrics.middleware
         )
-        self._pool, self._owns_pool = pool_from(pool_or_conninfo, who="Client", max_size=10)
+        self._store = Store.open(pool_or_conninfo, who="Client", max_size=10)
         self._config = config
+        self._max_jobs = max_jobs
         self._id = secrets.token_hex(3)
         self._close_lock = threading.Lock()
         self._closed = False
         self._lifecycle = threading.Lock()
         self._phase = _Phase.NEW
         self._engine: Engine | None = None
-        # Set by a supervised worker process (``--max-jobs-per-child``) before
-        # start(): the most jobs this client will ever claim.
-        self._claim_budget: int | None = None
         self._ops: OpsServer | None = None
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
-        self._combiner = Combiner(self._pool)
+        self._combiner = Combiner(self._store)
         # Wake-ups for the client's own inserts, sent after they commit.
         self._notifier = (
-            Notifier(pool=self._pool, client_id=self._id, logger=config.logger)
+            Notifier(store=self._store, client_id=self._id, logger=config.logger)
             if config.notify
             else None
         )
         if self._notifier is not None:
-            self._notifier.on_death = self._service_died
+            self._notifier.on_death = self._metrics.service_died
 
     @property
     def config(self) -> Config:
         """The validated configuration this client runs with."""
         return self._config
 
-    # --- queues -----------------------------------------------------------------------------
-
-    def pause_queue(self, name: str) -> QueueState:
-        """Stop every client from claiming jobs from ``name``, until :meth:`resume_queue`.
-
-        Persisted in the database (``drover_queues``), so it applies to all
-        clients on this database, including ones started later, from their next
-        claim (within one poll interval). Jobs already running finish normally;
-        inserts into a paused queue are accepted and wait. Idempotent: pausing
-        a paused queue keeps its first ``paused_at``. Returns the queue's state.
-        """
-        queue = check_queue_name(name)
-        with borrow(self._pool, "pause queue") as conn:
-            return queues.queue_pause(conn, queue)
-
-    def resume_queue(self, name: str) -> bool:
-        """Let clients claim from ``name`` again; False if it was not paused (a no-op).
-
-        Listening clients (``Config.notify``) are woken at once; others pick
-        the queue up within one poll interval.
-        """
-        queue = check_queue_name(name)
-        with borrow(self._pool, "resume queue") as conn:
-            resumed = queues.queue_resume(conn, queue)
-        if resumed:
-            self._nudge()
-        return resumed
-
-    def queue_states(self) -> list[QueueState]:
-        """Every queue ever paused, by name; ``QueueState.paused`` tells whether it still is."""
-        with borrow(self._pool, "list queues") as conn:
-            return queues.queue_list(conn)
+    def _resumed(self) -> None:
+        # Jobs that waited in the resumed queue start without a poll's wait.
+        self._nudge()
 
     @property
     def pool(self) -> ConnectionPool[Any]:
         """The connection pool the client uses (its own, or the one it was given)."""
-        return self._pool
+        return self._store.pool
 
     def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:
         """Insert one job, committed when this returns, and return the stored row.
@@ -224,8 +191,9 @@ class Client:
             drover.DatabaseError: the statement failed; the caller's transaction
                 is then aborted, as with any failed statement.
         """
-        params = encode_insert(args, opts)
-        return store.job_insert(resolve_connection(conn), params, notify=self._config.notify)
+        return insert_tx(
+            lambda: (resolve_connection(conn), True), args, opts, notify=self._config.notify
+        )
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -238,7 +206,7 @@ class Client:
 
         A batch without unique keys is copied straight into the table, four
         round trips whatever its size; one with unique keys goes through a
-        staging table. The rows are committed when this returns, and each
+        staging table (a few more). The rows are committed when this returns, and each
         queue gets one wake-up after the commit (as for :meth:`insert`).
         Safe to call from several threads; each call holds one pool
         connection.
@@ -251,8 +219,7 @@ class Client:
         batch = encode_batch(items)
         if not batch.params:
             return []
-        with borrow(self._pool, "insert jobs") as conn:
-            rows = store.job_insert_many(conn, batch, caller_tx=False, notify=False)
+        rows = self._store.insert_many(batch)
         self._committed(batch.queues)
         return rows
 
@@ -266,28 +233,9 @@ class Client:
         queued inside the transaction and delivered only if it commits.
         Several calls in one transaction are fine.
         """
-        batch = encode_batch(items)
-        resolved = resolve_connection(conn)
-        if not batch.params:
-            return []
-        return store.job_insert_many(resolved, batch, caller_tx=True, notify=self._config.notify)
-
-    def get_job(self, job_id: int) -> JobRow:
-        """The job's current row, read now (a snapshot; it does not follow the job).
-
-        Raises:
-            drover.NotFound: no job has that id (it never existed, or retention
-                deleted it), as :meth:`drover.Inspector.get_job` does.
-            drover.InvalidArgument: ``job_id`` is not an int.
-            drover.DatabaseError: the database refused or could not be reached.
-        """
-        if isinstance(job_id, bool) or not isinstance(job_id, int):
-            raise InvalidArgument(f"job_id must be an int, not {type(job_id).__qualname__}")
-        with borrow(self._pool, "get job") as conn:
-            row = store.job_get(conn, job_id)
-        if row is None:
-            raise NotFound(f"job {job_id} does not exist")
-        return row
+        return insert_many_tx(
+            lambda: (resolve_connection(conn), True), items, notify=self._config.notify
+        )
 
     def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit
@@ -339,18 +287,19 @@ class Client:
                     logger=self._config.logger,
                 )
             try:
-                self._check_schema()
+                # One connection, one read: a wrong URL, a refused login or a
+                # missing schema fails start() with its real cause, before any
+                # thread starts.
+                self._store.require_current_schema("start")
                 # Built and launched under the lock, so a stop() racing this start
                 # either sees NEW (and refuses) or a fully running engine.
                 engine = Engine(
-                    pool=self._pool,
+                    store=self._store,
                     config=self._config,
                     chain=self._chain,
-                    publish_stats=self._publish_stats,
-                    on_death=self._service_died,
                     metrics=self._metrics,
                     client_id=self._id,
-                    claim_budget=self._claim_budget,
+                    max_jobs=self._max_jobs,
                 )
                 engine.start()
             except BaseException:
@@ -362,14 +311,6 @@ class Client:
             if ops is not None:
                 ops.start()
                 self._ops = ops
-
-    def _check_schema(self) -> None:
-        # One connection, one read: a wrong URL, a refused login or a missing
-        # schema fails start() with its real cause, before any thread starts.
-        conninfo = self._pool.conninfo
-        target = describe_target(conninfo) if isinstance(conninfo, str) else "the database"
-        with borrow(self._pool, "start") as conn:
-            require_current_schema(conn, target, "start")
 
     def stop(self, timeout: Duration | None = None) -> None:
         """Stop claiming, drain in-flight jobs, and return once each recorded its outcome.
@@ -458,12 +399,6 @@ class Client:
 
     # --- observability ----------------------------------------------------------------------
 
-    def _service_died(self, service: ThreadService) -> None:
-        self._metrics.service_died(service.kind)
-
-    def _publish_stats(self, stats: QueueStats) -> None:
-        self._metrics.publish_queue_stats(stats.depth, stats.oldest_age)
-
     @property
     def metrics_registry(self) -> CollectorRegistry:
         """The Prometheus registry this client records on (serve it yourself if no ops_addr)."""
@@ -492,7 +427,7 @@ class Client:
             return False, "not started"
         dead = engine.dead_services()
         if self._notifier is not None and self._notifier.died is not None:
-            dead.append(self._notifier.kind)
+            dead.append(self._notifier.name)
         if dead:
             return False, f"service died: {', '.join(dead)}"
         bound = 2 * self._config.stats_interval.total_seconds()
@@ -522,9 +457,8 @@ class Client:
         if self._notifier is not None:
             # Pending wake-ups go out first, while the pool is still open.
             self._notifier.stop()
-        if self._owns_pool:
-            self._pool.close()
+        self._store.close()
 
     def __repr__(self) -> str:
-        owner = "own pool" if self._owns_pool else "borrowed pool"
+        owner = "own pool" if self._store.owned else "borrowed pool"
         return f"<drover.Client {self._id} {self._phase.value}, {owner}>"

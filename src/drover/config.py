@@ -54,8 +54,6 @@ class Config:
     ``metrics_registry``.
     """
 
-    __module__ = "drover"
-
     workers: Workers = dataclasses.field(default_factory=Workers)
     """The :class:`drover.Workers` registry. A started client claims jobs of every
     kind on its queues; a kind with no worker fails (and retries), so rolling

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -20,49 +21,47 @@ __all__ = ["JobContext", "Lease"]
 
 
 class Lease:
-    """The fence of one execution: which claim it holds and until when the database holds it.
+    """The fence of one execution, read-only: which claim it holds and until when.
 
     Every write drover makes for this execution is accepted only while the
     job is still ``running`` with this :attr:`attempt`. :attr:`leased_until`
     is the database's expiry time, renewed by the heartbeat (``None`` outside
     a worker). :attr:`lost` is set, once and for good, when this client learns
     it no longer holds the job: the heartbeat found the claim gone (rescued,
-    re-claimed, cancelled), or the lease ran out locally without a renewal
-    (the database could not be reached for a whole lease). At the same time
-    the job's context is cancelled with the reason ``"lease lost"``. A long
-    handler should check ``job.lease_lost.is_set()`` (or wait on the context)
-    and stop: whatever it writes through drover afterwards is refused, and
+    re-claimed, cancelled), the lease ran out locally without a renewal (the
+    database could not be reached for a whole lease), or shutdown handed the
+    job back. At the same time the job's context is cancelled. A long handler
+    should check ``job.lease_lost.is_set()`` (or wait on the context) and
+    stop: whatever it writes through drover afterwards is refused, and
     another execution may already be running.
 
-    Thread safety: set by drover's heartbeat thread, read from the handler's;
-    the event is a ``threading.Event``.
+    Thread safety: drover's threads change it (the heartbeat, shutdown), the
+    handler's thread reads it; :attr:`lost` is a ``threading.Event``.
     """
 
-    __module__ = "drover"
+    __slots__ = ("_attempt", "_job_id", "_leased_until", "_lock", "_lost", "_lost_reason")
 
     def __init__(
-        self,
-        job_id: int | None,
-        attempt: int,
-        leased_until: datetime | None = None,
-        *,
-        local_deadline: float | None = None,
+        self, job_id: int | None, attempt: int, leased_until: datetime | None = None
     ) -> None:
-        self.job_id = job_id
-        """The job's id; ``None`` for a lease not made by a worker (a hand-built Job)."""
-        self.attempt = attempt
-        """The attempt this execution holds (1 on the first run)."""
+        self._job_id = job_id
+        self._attempt = attempt
         self._leased_until = leased_until
-        self._local_deadline = local_deadline
         self._lock = threading.Lock()
         self._lost_reason: str | None = None
         # Made on first use: most executions never look at it, and an Event
         # (a Condition and two locks) was a measurable share of a claim.
         self._lost: threading.Event | None = None
-        self.completed_in_tx = False
-        """True once ``Job.complete_tx`` completed the job in a caller's transaction."""
-        self.tx_connection: object = None
-        """The connection whose transaction carries that completion (drover's bookkeeping)."""
+
+    @property
+    def job_id(self) -> int | None:
+        """The job's id; ``None`` for a lease not made by a worker (a hand-built Job)."""
+        return self._job_id
+
+    @property
+    def attempt(self) -> int:
+        """The attempt this execution holds (1 on the first run)."""
+        return self._attempt
 
     @property
     def lost(self) -> threading.Event:
@@ -87,20 +86,16 @@ class Lease:
         """Why :attr:`lost` was set, or ``None``."""
         return self._lost_reason
 
-    def renewed(self, leased_until: datetime, local_deadline: float) -> None:
-        """Record a renewal (drover's heartbeat calls this)."""
+    # Called by drover's engine only (the claim that owns this lease).
+
+    def _renew(self, leased_until: datetime) -> bool:
         with self._lock:
-            if self._lost_reason is None:
-                self._leased_until = leased_until
-                self._local_deadline = local_deadline
+            if self._lost_reason is not None:
+                return False
+            self._leased_until = leased_until
+            return True
 
-    def expired_locally(self, now: float) -> bool:
-        """True when ``now`` (monotonic) is past the last renewal's conservative deadline."""
-        deadline = self._local_deadline
-        return deadline is not None and now >= deadline
-
-    def lose(self, reason: str) -> bool:
-        """Mark the lease lost; True the first time only (drover's heartbeat calls this)."""
+    def _lose(self, reason: str) -> bool:
         with self._lock:
             if self._lost_reason is not None:
                 return False
@@ -113,7 +108,7 @@ class Lease:
 
     def __repr__(self) -> str:
         state = f"lost ({self._lost_reason})" if self._lost_reason else "held"
-        return f"<Lease job={self.job_id} attempt={self.attempt} {state}>"
+        return f"<Lease job={self._job_id} attempt={self._attempt} {state}>"
 
 
 class JobContext:
@@ -130,8 +125,6 @@ class JobContext:
     never cancels its parent.
     """
 
-    __module__ = "drover"
-
     def __init__(
         self,
         *,
@@ -139,6 +132,7 @@ class JobContext:
         values: dict[str, Any] | None = None,
         lease: Lease | None = None,
         _parent: JobContext | None = None,
+        _complete_tx: Callable[[object], None] | None = None,
     ) -> None:
         # The Event a wait() blocks on is made by the first wait(): most
         # handlers never wait, and a context is created for every execution.
@@ -155,6 +149,11 @@ class JobContext:
             lease = _parent.lease if _parent is not None else Lease(None, 0)
         self.lease: Lease = lease
         """The execution's fence (shared with child contexts)."""
+        if _complete_tx is None and _parent is not None:
+            _complete_tx = _parent._complete_tx
+        # What Job.complete_tx calls: set by the engine for a claimed job
+        # (shared with child contexts), None for a hand-built one.
+        self._complete_tx: Callable[[object], None] | None = _complete_tx
 
     @property
     def deadline(self) -> float | None:

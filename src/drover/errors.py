@@ -67,16 +67,12 @@ __all__ = [
 class DroverError(Exception):
     """Root of every exception drover raises. Do not raise it directly."""
 
-    __module__ = "drover"
-
 
 class InvalidArgument(DroverError, ValueError, TypeError):
     """An argument of the wrong type or out of range (a job id, a limit, a state, a pool).
 
     It is both a ``ValueError`` and a ``TypeError`` so either ``except`` keeps working.
     """
-
-    __module__ = "drover"
 
 
 class ConfigError(InvalidArgument):
@@ -87,8 +83,6 @@ class ConfigError(InvalidArgument):
     runs anything; drover never silently replaces a value it was given.
     """
 
-    __module__ = "drover"
-
 
 class InvalidJobArgs(DroverError, TypeError):
     """The job arguments are not a :class:`drover.JobArgs` instance or cannot be encoded.
@@ -97,19 +91,13 @@ class InvalidJobArgs(DroverError, TypeError):
     batch, the item index).
     """
 
-    __module__ = "drover"
-
 
 class InvalidInsertOpts(DroverError, ValueError):
     """An insert option is invalid: an empty queue, a naive datetime, a bad unique key."""
 
-    __module__ = "drover"
-
 
 class UnsupportedConnection(DroverError, TypeError):
     """``insert_tx`` was given an object it cannot resolve to a psycopg 3 connection."""
-
-    __module__ = "drover"
 
 
 class NotInTransaction(DroverError):
@@ -121,8 +109,6 @@ class NotInTransaction(DroverError):
     :meth:`drover.Client.insert`.
     """
 
-    __module__ = "drover"
-
 
 class DuplicateJob(DroverError):
     """A job with the same ``(queue, kind, unique_key)`` is still waiting or running.
@@ -130,8 +116,6 @@ class DuplicateJob(DroverError):
     The insert wrote nothing. In ``insert_tx`` the caller's transaction is left
     usable: drover detects the conflict without raising inside the database.
     """
-
-    __module__ = "drover"
 
     def __init__(self, message: str, *, queue: str, kind: str, unique_key: str) -> None:
         super().__init__(message)
@@ -143,8 +127,6 @@ class DuplicateJob(DroverError):
 class MigrationError(DroverError):
     """A migration file is malformed, or applying one failed (it was rolled back)."""
 
-    __module__ = "drover"
-
 
 class DatabaseError(DroverError):
     """The database refused a statement or could not be reached.
@@ -153,19 +135,13 @@ class DatabaseError(DroverError):
     contain the connection password.
     """
 
-    __module__ = "drover"
-
 
 class SchemaMissing(DatabaseError):
     """drover's tables are missing from this database; run :func:`drover.migrate` first."""
 
-    __module__ = "drover"
-
 
 class NotFound(DroverError, LookupError):
     """No job has the requested id."""
-
-    __module__ = "drover"
 
 
 class InvalidTransition(DroverError):
@@ -173,8 +149,6 @@ class InvalidTransition(DroverError):
 
     ``state`` is the state the job was in (a :class:`drover.JobState`).
     """
-
-    __module__ = "drover"
 
     def __init__(self, message: str, *, state: object) -> None:
         super().__init__(message)
@@ -187,13 +161,9 @@ class AlreadyStarted(DroverError):
     A client's lifecycle runs once; build a new client to start again.
     """
 
-    __module__ = "drover"
-
 
 class NotStarted(DroverError):
     """``stop()`` was called on a client that was never started."""
-
-    __module__ = "drover"
 
 
 class DrainIncomplete(DroverError):
@@ -208,8 +178,6 @@ class DrainIncomplete(DroverError):
         count: how many jobs were still running.
         job_ids: their ids, ascending.
     """
-
-    __module__ = "drover"
 
     def __init__(self, job_ids: Sequence[int]) -> None:
         self.job_ids: tuple[int, ...] = tuple(sorted(job_ids))
@@ -227,8 +195,6 @@ class UnknownJobKind(DroverError):
     deploy heals: a worker that knows the kind picks it up on a later attempt.
     """
 
-    __module__ = "drover"
-
 
 class ArgsDecodeError(DroverError):
     """A claimed job's stored args do not validate against its registered args class.
@@ -236,8 +202,6 @@ class ArgsDecodeError(DroverError):
     No retry can fix stored args, so the job goes to ``dead`` at once with the
     validation message in its errors, whatever attempts it has left.
     """
-
-    __module__ = "drover"
 
 
 class LeaseLost(DroverError):
@@ -256,8 +220,6 @@ class LeaseLost(DroverError):
         state: the job's state now (``None`` if it no longer exists).
         current_attempt: the job's attempt now.
     """
-
-    __module__ = "drover"
 
     def __init__(
         self, job_id: int, attempt: int, state: str | None, current_attempt: int | None
@@ -284,8 +246,6 @@ class JobSignal(DroverError):
     another exception (``raise SomeError(...) from drover.Cancel(...)``).
     """
 
-    __module__ = "drover"
-
 
 class Snooze(JobSignal):
     """Raise from a handler to run the job again after ``delay``.
@@ -295,8 +255,6 @@ class Snooze(JobSignal):
     its errors. ``delay`` is a ``timedelta`` or seconds; negative means zero
     (claimable at once).
     """
-
-    __module__ = "drover"
 
     def __init__(self, delay: timedelta | float = 0) -> None:
         if isinstance(delay, timedelta):
@@ -319,8 +277,6 @@ class Cancel(JobSignal):
     The reason is recorded in the job's errors. Cancel wins over Snooze when an
     exception chain carries both.
     """
-
-    __module__ = "drover"
 
     def __init__(self, reason: object = None) -> None:
         self.reason = "" if reason is None else str(reason)

@@ -10,10 +10,11 @@ from typing import Any, Self
 
 import pydantic
 
-from drover._db import inspect, periodic, queues, stats
-from drover._db.connections import ConnectionPool, borrow, pool_from
-from drover._db.store import JobInsertParams, job_get, job_insert
-from drover._encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
+from drover._db.pool import ConnectionPool
+from drover._db.store import Store
+from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
+from drover._jobs_and_queues import JobsAndQueues
+from drover._records import JobInsertParams, PeriodicInfo
 from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
 from drover.job import (
     MAX_KIND_LENGTH,
@@ -23,9 +24,9 @@ from drover.job import (
     JobRow,
     JobState,
     _check_name,
+    check_job_id,
 )
-from drover.periodic import PeriodicInfo
-from drover.queues import QueueState, QueueSummary, check_queue_name
+from drover.queues import QueueSummary, check_queue_name
 from drover.worker import Workers
 
 __all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats", "Throughput"]
@@ -38,8 +39,6 @@ MAX_ENQUEUE_ARGS_BYTES = 1 << 20
 class QueueDepth:
     """Jobs of one queue in one state."""
 
-    __module__ = "drover"
-
     queue: str
     state: str
     count: int
@@ -49,8 +48,6 @@ class QueueDepth:
 class QueueAge:
     """Age in seconds of a queue's oldest job claimable now (database clock)."""
 
-    __module__ = "drover"
-
     queue: str
     age_seconds: float
 
@@ -58,8 +55,6 @@ class QueueAge:
 @dataclass(frozen=True, slots=True)
 class Throughput:
     """One minute of :meth:`Inspector.throughput` (``minute`` is its start, UTC)."""
-
-    __module__ = "drover"
 
     minute: datetime
     completed: int
@@ -76,16 +71,9 @@ class Stats:
     with a job claimable now; ``paused`` the queues operators paused.
     """
 
-    __module__ = "drover"
-
     depths: list[QueueDepth]
     oldest: list[QueueAge]
     paused: list[str]
-
-
-def _queue_then_state(item: tuple[tuple[str, str], int]) -> tuple[str, int]:
-    (queue, state), _ = item
-    return queue, PUBLISHED_STATES.index(JobState(state))
 
 
 def _refuse_constant(name: str) -> None:
@@ -102,15 +90,7 @@ def _validated(args_type: type[JobArgs], kind: str, args_json: str) -> JobArgs:
         ) from None
 
 
-def _job_id(job_id: object) -> int:
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise InvalidArgument(f"job id must be an int, not {type(job_id).__name__}")
-    if not 1 <= job_id <= 2**63 - 1:
-        raise InvalidArgument(f"job id must be between 1 and 9223372036854775807, not {job_id}")
-    return job_id
-
-
-class Inspector:
+class Inspector(JobsAndQueues):
     """Operator access to jobs, queues and periodic jobs, without running any.
 
     No worker pool and no start/stop. ``pool_or_conninfo`` is a
@@ -124,8 +104,6 @@ class Inspector:
     of the two wins and the other is refused.
     """
 
-    __module__ = "drover"
-
     def __init__(
         self, pool_or_conninfo: ConnectionPool[Any] | str, *, workers: Workers | None = None
     ) -> None:
@@ -134,13 +112,12 @@ class Inspector:
                 f"Inspector workers must be a drover.Workers, not {type(workers).__name__}"
             )
         self._workers = workers
-        self._pool, self._owns_pool = pool_from(pool_or_conninfo, who="Inspector", max_size=2)
+        self._store = Store.open(pool_or_conninfo, who="Inspector", max_size=2)
 
     def stats(self) -> Stats:
         """Depth per queue and state, oldest claimable age per queue, paused queues."""
-        with borrow(self._pool, "stats") as conn:
-            snapshot = stats.queue_stats(conn)
-            paused = [q.name for q in queues.queue_list(conn) if q.paused]
+        snapshot, states = self._store.queue_overview("stats")
+        paused = [q.name for q in states if q.paused]
         return Stats(
             depths=[
                 QueueDepth(q, s, n)
@@ -162,9 +139,8 @@ class Inspector:
         one connection; like :meth:`stats`, the counts are served by partial
         indexes and never scan finished jobs.
         """
-        with borrow(self._pool, "list queues") as conn:
-            snapshot = stats.queue_stats(conn)
-            pauses = {q.name: q for q in queues.queue_list(conn)}
+        snapshot, states = self._store.queue_overview("list queues")
+        pauses = {q.name: q for q in states}
         names = sorted({q for q, _ in snapshot.depth} | set(snapshot.oldest_age) | set(pauses))
         return [
             QueueSummary(
@@ -184,35 +160,7 @@ class Inspector:
         no client holds the lock). ``current`` is False for an entry the
         current leader does not have, which is therefore not firing.
         """
-        with borrow(self._pool, "list periodic jobs") as conn:
-            return periodic.periodic_list(conn)
-
-    def pause_queue(self, name: str) -> QueueState:
-        """Stop every client from claiming from ``name`` (see :meth:`Client.pause_queue`).
-
-        Idempotent; returns the queue's state. Takes effect on each client's
-        next claim, within one poll interval; running jobs finish normally.
-
-        Raises:
-            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
-        """
-        queue = check_queue_name(name)
-        with borrow(self._pool, "pause queue") as conn:
-            return queues.queue_pause(conn, queue)
-
-    def resume_queue(self, name: str) -> bool:
-        """Let clients claim from ``name`` again; False if it was not paused.
-
-        Wakes listening clients at once (a notification on the queue), so the
-        jobs that waited during the pause start without waiting out a poll
-        interval.
-
-        Raises:
-            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
-        """
-        queue = check_queue_name(name)
-        with borrow(self._pool, "resume queue") as conn:
-            return queues.queue_resume(conn, queue)
+        return self._store.periodic_list()
 
     def list_jobs(
         self,
@@ -250,11 +198,10 @@ class Inspector:
                 _check_name(kind, "kind", MAX_KIND_LENGTH)
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(str(exc)) from None
-        before = None if before_id is None else _job_id(before_id)
-        with borrow(self._pool, "list jobs") as conn:
-            return inspect.job_list(
-                conn, queue=queue, state=parsed_state, limit=limit, kind=kind, before_id=before
-            )
+        before = None if before_id is None else check_job_id(before_id)
+        return self._store.list_jobs(
+            queue=queue, state=parsed_state, limit=limit, kind=kind, before_id=before
+        )
 
     def lease_holder(self, job_id: int) -> str | None:
         """The worker whose claim set the job's current attempt (``None`` if never claimed).
@@ -265,9 +212,8 @@ class Inspector:
         Raises:
             drover.NotFound: no such job.
         """
-        checked = _job_id(job_id)
-        with borrow(self._pool, "read the lease holder") as conn:
-            exists, holder = inspect.job_lease_holder(conn, checked)
+        checked = check_job_id(job_id)
+        exists, holder = self._store.lease_holder(checked)
         if not exists:
             raise NotFound(f"job {checked} does not exist")
         return holder
@@ -281,8 +227,7 @@ class Inspector:
         """
         if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
             raise InvalidArgument(f"minutes must be an int between 1 and 1440, not {minutes!r}")
-        with borrow(self._pool, "read throughput") as conn:
-            since, counts = stats.throughput(conn, minutes)
+        since, counts = self._store.throughput(minutes)
         return [
             Throughput(
                 minute=minute,
@@ -292,19 +237,6 @@ class Inspector:
             )
             for minute in (since + timedelta(minutes=i) for i in range(minutes))
         ]
-
-    def get_job(self, job_id: int) -> JobRow:
-        """The job with ``job_id``.
-
-        Raises:
-            drover.NotFound: no such job.
-        """
-        checked = _job_id(job_id)
-        with borrow(self._pool, "get job") as conn:
-            row = job_get(conn, checked)
-        if row is None:
-            raise NotFound(f"job {checked} does not exist")
-        return row
 
     @staticmethod
     def validate_enqueue(kind: object, args_json: object) -> tuple[str, str]:
@@ -365,8 +297,7 @@ class Inspector:
                 scheduled_at=opts.scheduled_at,
                 unique_key=opts.unique_key or None,
             )
-        with borrow(self._pool, "enqueue job") as conn:
-            return job_insert(conn, params, notify=True)
+        return self._store.insert(params, notify=True)
 
     def cancel_job(self, job_id: int) -> JobRow:
         """Cancel a waiting (available, scheduled, retryable) or dead job.
@@ -375,9 +306,7 @@ class Inspector:
             drover.NotFound: no such job.
             drover.InvalidTransition: the job is running, completed or cancelled.
         """
-        checked = _job_id(job_id)
-        with borrow(self._pool, "cancel job") as conn:
-            return inspect.job_operator_transition(conn, checked, inspect.CANCEL)
+        return self._store.cancel_job(check_job_id(job_id))
 
     def retry_job(self, job_id: int) -> JobRow:
         """Send a dead or cancelled job back to ``available`` with fresh attempts (errors kept).
@@ -387,9 +316,7 @@ class Inspector:
             drover.InvalidTransition: the job is not dead or cancelled.
             drover.DuplicateJob: its unique key is now held by another active job.
         """
-        checked = _job_id(job_id)
-        with borrow(self._pool, "retry job") as conn:
-            return inspect.job_operator_transition(conn, checked, inspect.RETRY)
+        return self._store.retry_job(check_job_id(job_id))
 
     def retry_dead(self, kind: str, queue: str | None = None) -> int:
         """Send every dead job of ``kind`` (on ``queue`` if given) back to ``available``.
@@ -405,13 +332,11 @@ class Inspector:
             raise InvalidArgument(str(exc)) from None
         if queue is not None:
             check_queue_name(queue)
-        with borrow(self._pool, "retry dead jobs") as conn:
-            return inspect.job_retry_dead_of_kind(conn, checked_kind, queue)
+        return self._store.retry_dead(checked_kind, queue)
 
     def close(self) -> None:
         """Close the pool if the Inspector opened it; idempotent."""
-        if self._owns_pool:
-            self._pool.close()
+        self._store.close()
 
     def __enter__(self) -> Self:
         return self

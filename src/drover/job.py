@@ -11,9 +11,9 @@ from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from drover.context import JobContext, Lease
-from drover.errors import InvalidInsertOpts, InvalidJobArgs
+from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
 
-__all__ = ["InsertOpts", "Job", "JobArgs", "JobRow", "JobState"]
+__all__ = ["InsertItem", "InsertOpts", "Job", "JobArgs", "JobRow", "JobState", "check_job_id"]
 
 MAX_QUEUE_LENGTH = 128
 MAX_KIND_LENGTH = 255
@@ -30,8 +30,6 @@ class JobState(enum.StrEnum):
     ``cancelled`` and ``dead`` are terminal (``dead`` is the dead-letter state
     an operator can retry).
     """
-
-    __module__ = "drover"
 
     AVAILABLE = "available"
     SCHEDULED = "scheduled"
@@ -122,8 +120,6 @@ class JobArgs(BaseModel):
     older producer still validate (unknown fields are ignored).
     """
 
-    __module__ = "drover"
-
     # NaN and infinities are written as JSON constants, never silently as null:
     # the encoder then refuses them (jsonb has no such numbers).
     model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
@@ -168,21 +164,18 @@ class JobArgs(BaseModel):
 class JobRow(NamedTuple):
     """One row of ``drover_jobs`` as stored, with ``args`` still raw JSON (decoded to Python).
 
-    Timestamps are timezone-aware. ``errors`` holds one entry per failed attempt:
-    ``{"attempt", "at", "error", "trace"}``.
+    Timestamps are timezone-aware. ``errors`` is a tuple with one entry per
+    failed attempt, oldest first: ``{"attempt", "at", "error", "trace"}``
+    (empty for a job that has not failed).
 
     A named tuple: immutable, compared field by field, and cheap to build (a
     claim or a bulk insert builds one per job; see ADR 0009). Read fields by
     name; ``row._replace(...)`` and ``row._asdict()`` are the tuple's own
     helpers. A row is a snapshot: it does not change when the job does.
-
-    A job that has not failed yet has ``errors`` equal to ``[]``: one shared,
-    read-only empty list (changing it raises ``TypeError``; ``list(row.errors)``
-    gives a list of your own). A fresh list per row would add a collector-
-    tracked object to every row a bulk insert or a claim returns.
     """
 
-    # drover._db.store builds rows positionally: keep this order in step with it.
+    # The database layer builds rows by position (drover._db.rows.JOB_COLUMNS
+    # declares the same order and checks it against these fields).
     id: int
     kind: str
     queue: str
@@ -190,16 +183,12 @@ class JobRow(NamedTuple):
     state: JobState
     attempt: int
     max_attempts: int
-    errors: list[dict[str, Any]]
+    errors: tuple[dict[str, Any], ...]
     scheduled_at: datetime
     leased_until: datetime | None
     created_at: datetime
     finalized_at: datetime | None
     unique_key: str | None
-
-
-# Documented and reported (repr, tracebacks) under the package that exports it.
-JobRow.__module__ = "drover"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,8 +209,6 @@ class InsertOpts:
 
     Invalid values raise :class:`drover.InvalidInsertOpts` at construction.
     """
-
-    __module__ = "drover"
 
     queue: str | None = None
     scheduled_at: datetime | None = None
@@ -273,6 +260,21 @@ class InsertOpts:
             raise InvalidInsertOpts(str(exc)) from None
 
 
+InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
+"""An element of ``insert_many``: args alone, or ``(args, opts)``."""
+
+MAX_JOB_ID = 2**63 - 1
+
+
+def check_job_id(job_id: object) -> int:
+    """``job_id`` if it can name a job (an int in 1..2**63-1), else :class:`InvalidArgument`."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise InvalidArgument(f"job id must be an int, not {type(job_id).__name__}")
+    if not 1 <= job_id <= MAX_JOB_ID:
+        raise InvalidArgument(f"job id must be between 1 and {MAX_JOB_ID}, not {job_id}")
+    return job_id
+
+
 ArgsT = TypeVar("ArgsT", bound=JobArgs, covariant=True)
 
 
@@ -284,8 +286,6 @@ class Job(Generic[ArgsT]):
     ``context`` carries cancellation (shutdown escalation, timeouts), the
     deadline if any, and values set by middleware.
     """
-
-    __module__ = "drover"
 
     id: int
     kind: str
@@ -339,6 +339,9 @@ class Job(Generic[ArgsT]):
         worker, :class:`drover.NotInTransaction` for an autocommit connection
         and :class:`drover.UnsupportedConnection` for anything else it cannot use.
         """
-        from drover._db.fence import complete_in_transaction
-
-        complete_in_transaction(self.lease, conn)
+        complete = self.context._complete_tx
+        if complete is None:
+            raise InvalidArgument(
+                "complete_tx needs a job claimed by a drover worker; this Job was built by hand"
+            )
+        complete(conn)

@@ -26,7 +26,7 @@ from drover.errors import describe_failure
 from drover.job import JobRow
 from drover.middleware import Handler, Middleware
 
-__all__ = ["JOB", "JobLogFilter", "Logging", "job_args", "job_fields", "job_scope"]
+__all__ = ["JOB", "JobLogFilter", "Logging", "job_args", "job_fields", "job_scope", "log_job"]
 
 JOB = "job %d (%s, queue %s, attempt %d/%d)"
 """How log text names a job; its arguments are :func:`job_args`. Formatted
@@ -70,6 +70,29 @@ def job_fields(row: JobRow, event: str) -> dict[str, Any]:
     }
 
 
+def log_job(
+    log: logging.Logger,
+    level: int,
+    row: JobRow,
+    event: str,
+    message: str,
+    *args: object,
+    exc_info: bool = False,
+    **fields: Any,
+) -> None:
+    """Log a record about ``row``: ``message`` names it with :data:`JOB`, whose arguments
+    come first, then ``args``; the extra keys are :func:`job_fields` plus ``fields``."""
+    if log.isEnabledFor(level):
+        log.log(
+            level,
+            message,
+            *job_args(row),
+            *args,
+            exc_info=exc_info,
+            extra={**job_fields(row, event), **fields},
+        )
+
+
 def _fields(row: JobRow) -> dict[str, Any]:
     return {"job_id": row.id, "job_kind": row.kind, "queue": row.queue, "attempt": row.attempt}
 
@@ -83,8 +106,6 @@ class JobLogFilter(logging.Filter):
     ``None`` so format strings never fail. Fields a record already has are kept.
     Thread-safe: the current job is a context variable, one per pool thread.
     """
-
-    __module__ = "drover"
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Annotate ``record``; never drops it."""

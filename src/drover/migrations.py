@@ -1,60 +1,49 @@
-"""What :func:`drover.migrate` and :func:`drover.migration_status` report.
+"""Schema migrations: bring a database's drover schema up to date, and report where it stands.
 
-Plain immutable records with no database access, so they can be imported
-anywhere (the functions that produce them live with the rest of drover's SQL
-in ``drover._db``).
+drover's schema is a series of numbered SQL files shipped with the package.
+:func:`migrate` applies the pending ones; :func:`migration_status` reports
+which are applied. ``drover migrate`` and ``manage.py migrate`` (with the
+Django app) call the same code.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from drover._db import Connection
+from drover._db.migrator import apply_pending, read_status
+from drover._db.pool import PoolOrConninfo
+from drover._records import AppliedMigration, Migration, MigrationStatus
 
-__all__ = ["AppliedMigration", "Migration", "MigrationStatus"]
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    """One numbered schema migration file shipped with drover."""
-
-    __module__ = "drover"
-
-    version: int
-    name: str
-    sql: str
-
-    @property
-    def label(self) -> str:
-        """``0001_create_jobs``: how logs and errors name the migration."""
-        return f"{self.version:04d}_{self.name}"
+__all__ = ["AppliedMigration", "Migration", "MigrationStatus", "migrate", "migration_status"]
 
 
-@dataclass(frozen=True, slots=True)
-class AppliedMigration:
-    """A migration recorded in ``drover_schema_version``."""
+def migrate(source: PoolOrConninfo | Connection) -> list[Migration]:
+    """Bring the database's drover schema up to date; return the migrations applied.
 
-    __module__ = "drover"
+    ``source`` is a ``psycopg_pool.ConnectionPool``, a conninfo string or URL, or
+    an open psycopg connection that is not inside a transaction. Each migration
+    runs in its own transaction together with its ``drover_schema_version`` row,
+    so a failure leaves the database at the last good version. A
+    transaction-level advisory lock serialises concurrent migrators (several
+    processes deploying at once): the others wait, then find nothing left to
+    do. Idempotent: a second call applies nothing and returns ``[]``.
 
-    version: int
-    name: str
-    applied_at: datetime
+    Raises:
+        drover.MigrationError: a migration failed (it was rolled back), or
+            ``source`` is a connection already inside a transaction.
+        drover.DatabaseError: the database could not be reached.
+    """
+    return apply_pending(source)
 
 
-@dataclass(frozen=True, slots=True)
-class MigrationStatus:
-    """Which migrations a database has, and which it still needs."""
+def migration_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
+    """Report which of drover's migrations the database has applied and which are pending.
 
-    __module__ = "drover"
+    ``source`` is a ``psycopg_pool.ConnectionPool``, a conninfo string or URL (a
+    connection is opened and closed), or an open psycopg connection. Read-only:
+    it never creates the bookkeeping table. Safe to call while another process
+    migrates; it sees the versions committed so far.
 
-    applied: tuple[AppliedMigration, ...]
-    pending: tuple[Migration, ...]
-
-    @property
-    def current_version(self) -> int:
-        """The highest applied version (0 on a database drover never touched)."""
-        return max((m.version for m in self.applied), default=0)
-
-    @property
-    def up_to_date(self) -> bool:
-        """True when nothing is pending."""
-        return not self.pending
+    Raises:
+        drover.DatabaseError: the database could not be reached or queried.
+    """
+    return read_status(source)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from drover._encode import encode_insert
+from drover._insert.encode import encode_insert
+from drover._records import PeriodicInfo
 from drover.errors import InvalidArgument, InvalidJobArgs
 from drover.job import InsertOpts, JobArgs, _check_name
 from drover.schedule import Schedule
@@ -36,7 +36,6 @@ class PeriodicJob:
     :class:`drover.InvalidArgument` naming the entry. Immutable.
     """
 
-    __module__ = "drover"
     __slots__ = ("args", "id", "opts", "run_on_start", "schedule")
 
     id: str
@@ -122,33 +121,3 @@ def tick_opts(job: PeriodicJob, fire: datetime) -> InsertOpts:
         scheduled_at=fire,
         unique_key=tick_key(job.id, fire),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class PeriodicInfo:
-    """One periodic job as the database knows it (:meth:`drover.Inspector.periodic`).
-
-    Written by the leader: the definition it registered (``schedule``,
-    ``timezone``, ``kind``, ``queue``), the watermark (``fired_through``:
-    every fire time up to it is accounted for), the latest tick
-    (``last_fire``, ``last_job_id``) and the next fire it computed.
-    ``leader`` is the client holding leadership now (``None`` when none
-    does); ``current`` is False for an entry the current leader does not
-    have in its configuration (removed, or from another deploy), which is
-    therefore not firing.
-    """
-
-    __module__ = "drover"
-
-    id: str
-    schedule: str
-    timezone: str
-    kind: str
-    queue: str
-    fired_through: datetime
-    last_fire: datetime | None
-    last_job_id: int | None
-    next_fire: datetime | None
-    defined_by: str
-    leader: str | None
-    current: bool

@@ -20,8 +20,6 @@ class QueueState:
     ``updated_at`` is the last pause or resume. Both are database-clock times.
     """
 
-    __module__ = "drover"
-
     name: str
     paused_at: datetime | None
     updated_at: datetime
@@ -42,8 +40,6 @@ class QueueSummary:
     running, dead), zeros included; ``oldest_age_seconds`` is the age of the
     oldest job claimable now, ``None`` when none is (or the queue is paused).
     """
-
-    __module__ = "drover"
 
     name: str
     paused_at: datetime | None

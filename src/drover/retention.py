@@ -23,8 +23,6 @@ class Retention:
     is measured from ``finalized_at`` on the database clock.
     """
 
-    __module__ = "drover"
-
     completed: timedelta | None
     cancelled: timedelta | None
     dead: timedelta | None

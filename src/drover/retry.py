@@ -37,8 +37,6 @@ class ExponentialRetryPolicy:
     weeks. Thread-safe.
     """
 
-    __module__ = "drover"
-
     def __init__(self, *, jitter: float = 0.1, rng: random.Random | None = None) -> None:
         if not 0 <= jitter < 1:
             raise InvalidArgument(f"jitter must be in [0, 1), not {jitter}")

@@ -101,7 +101,6 @@ class Schedule:
     wrong; nothing is evaluated lazily. Immutable and thread-safe.
     """
 
-    __module__ = "drover"
     __slots__ = ("_cron", "_every", "spec", "timezone")
 
     spec: str

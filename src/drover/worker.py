@@ -41,8 +41,6 @@ class Worker(abc.ABC, Generic[A]):
     context deadline.
     """
 
-    __module__ = "drover"
-
     args_type: ClassVar[type[JobArgs]]
     timeout: ClassVar[timedelta | float | None] = None
 
@@ -124,8 +122,6 @@ class Workers:
     :class:`drover.ConfigError` at once. Registration is thread-safe, but a
     registry is meant to be filled before the client starts.
     """
-
-    __module__ = "drover"
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -1,23 +1,29 @@
-"""A pool connection that one busy loop keeps between its rounds.
+"""A pool connection that one busy loop keeps between its rounds, and what it runs there.
 
 The fetcher and the completer each make a round trip every few jobs while the
 queue drains. Borrowing from the pool for every round (checkout, the pool's
 state checks, the commit on return) cost about as much client CPU as the
-round trip's own query handling, so each keeps its connection while it stays
-busy and gives it back as soon as it goes idle, fails, or has held it for a
-while (so the pool's ``max_lifetime`` and health checks still see it).
+round trip's own query handling (ADR 0016), so each keeps its connection
+while it stays busy and returns it as soon as it goes idle, fails, or has
+held it for a while (so the pool's ``max_lifetime`` and health checks still
+see it).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
-from drover._db.connections import Connection, ConnectionPool, borrow_connection
+from drover._db import Connection
+from drover._db.claims import job_claim, job_record_outcomes
 from drover._db.errors import translate
+from drover._db.pool import ConnectionPool, borrow_connection
+from drover._records import Outcome, Recorded
+from drover.job import JobRow
 
-__all__ = ["HeldConnection"]
+__all__ = ["Claimed", "HeldConnection", "HeldSession"]
 
 # Long enough to cover a drain's rounds, short enough that the pool recycles
 # the connection on its usual schedule.
@@ -28,8 +34,8 @@ class HeldConnection:
     """``with held as conn:`` yields the connection kept from the last round, or a new one.
 
     Not thread-safe: one loop thread owns it. Leaving the block with an
-    exception gives the connection back to the pool, which rolls back or
-    discards it; :meth:`release` gives it back when the loop goes idle. On a
+    exception returns the connection to the pool, which rolls back or
+    discards it; :meth:`release` returns it when the loop goes idle. On a
     pool that does not autocommit (a caller's own pool), each round is
     committed as it ends, as a plain borrow would.
     """
@@ -59,24 +65,24 @@ class HeldConnection:
         if conn is None:
             return
         if exc_type is not None:
-            self._give_back(conn)
+            self._return(conn)
             return
         if not conn.autocommit:
             with translate(self._action):
                 try:
                     conn.commit()
                 except BaseException:
-                    self._give_back(conn)
+                    self._return(conn)
                     raise
         if time.monotonic() - self._since > _MAX_HOLD:
-            self._give_back(conn)
+            self._return(conn)
 
     def release(self) -> None:
-        """Give the connection back to the pool, if one is held."""
+        """Return the connection to the pool, if one is held."""
         if self._conn is not None:
-            self._give_back(self._conn)
+            self._return(self._conn)
 
-    def _give_back(self, conn: Connection) -> None:
+    def _return(self, conn: Connection) -> None:
         self._conn = None
         self._pool.putconn(conn)
 
@@ -84,3 +90,44 @@ class HeldConnection:
     def holding(self) -> bool:
         """True while a connection is kept (for tests)."""
         return self._conn is not None
+
+
+class Claimed(NamedTuple):
+    """A claim round's rows, and when its statement was sent (``time.monotonic()``)."""
+
+    rows: list[JobRow]
+    sent: float
+    """Taken once the connection was in hand, just before the claim was sent: the
+    database's lease runs from a later instant, so ``sent + lease`` never outlives it."""
+
+
+class HeldSession:
+    """The statements a busy loop runs on its held connection: claims, or outcome batches.
+
+    Not thread-safe: one loop thread owns it. A failed statement returns the
+    connection to the pool (the next round borrows another); :meth:`release`
+    returns it when the loop goes idle.
+    """
+
+    def __init__(self, pool: ConnectionPool[Any], action: str) -> None:
+        self._held = HeldConnection(pool, action)
+
+    def claim(self, queue: str, limit: int, lease_seconds: float, holder: str) -> Claimed:
+        """Claim up to ``limit`` due jobs of ``queue`` (sorted by id) for ``holder``."""
+        with self._held as conn:
+            sent = time.monotonic()
+            return Claimed(job_claim(conn, queue, limit, lease_seconds, holder), sent)
+
+    def record_outcomes(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
+        """Write a batch of outcomes, each fenced on its claim; one result per outcome."""
+        with self._held as conn:
+            return job_record_outcomes(conn, outcomes)
+
+    def release(self) -> None:
+        """Return the connection to the pool, if one is held."""
+        self._held.release()
+
+    @property
+    def holding(self) -> bool:
+        """True while a connection is kept (for tests)."""
+        return self._held.holding

@@ -7,13 +7,14 @@ import logging
 from psycopg import pq
 from psycopg.rows import tuple_row
 
-from drover._db.connections import Connection, PoolOrConninfo, borrow
+from drover._db import Connection
 from drover._db.errors import redact, translate
+from drover._db.pool import PoolOrConninfo, borrow
 from drover._db.queries import load_migrations, query
+from drover._records import AppliedMigration, Migration, MigrationStatus
 from drover.errors import MigrationError, SchemaMissing
-from drover.migrations import AppliedMigration, Migration, MigrationStatus
 
-__all__ = ["migrate", "migration_status", "require_current_schema"]
+__all__ = ["apply_pending", "read_status", "require_current_schema"]
 
 logger = logging.getLogger("drover.migrate")
 
@@ -28,17 +29,8 @@ def _applied(conn: Connection) -> tuple[AppliedMigration, ...]:
         return tuple(AppliedMigration(v, n, at) for v, n, at in cur.fetchall())
 
 
-def migration_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
-    """Report which of drover's migrations the database has applied and which are pending.
-
-    ``source`` is a ``psycopg_pool.ConnectionPool``, a conninfo string or URL (a
-    connection is opened and closed), or an open psycopg connection. Read-only:
-    it never creates the bookkeeping table. Safe to call while another process
-    migrates; it sees the versions committed so far.
-
-    Raises:
-        drover.DatabaseError: the database could not be reached or queried.
-    """
+def read_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
+    """What :func:`drover.migrations.migration_status` reports (it creates no table)."""
     migrations = load_migrations()
     with borrow(source, "read migration status") as conn, translate("read migration status"):
         was_idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
@@ -55,7 +47,7 @@ def require_current_schema(conn: Connection, target: str, action: str) -> None:
     The message names ``target`` (``host:port/db``), both versions when the
     schema is behind, and ``drover migrate``.
     """
-    status = migration_status(conn)
+    status = read_status(conn)
     if status.up_to_date:
         return
     if not status.applied:
@@ -96,22 +88,8 @@ def _apply_next(conn: Connection, migrations: tuple[Migration, ...]) -> Migratio
         return migration
 
 
-def migrate(source: PoolOrConninfo | Connection) -> list[Migration]:
-    """Bring the database's drover schema up to date; return the migrations applied.
-
-    ``source`` is a ``psycopg_pool.ConnectionPool``, a conninfo string or URL, or
-    an open psycopg connection that is not inside a transaction. Each migration
-    runs in its own transaction together with its ``drover_schema_version`` row,
-    so a failure leaves the database at the last good version. A
-    transaction-level advisory lock serialises concurrent migrators (several
-    processes deploying at once): the others wait, then find nothing left to
-    do. Idempotent: a second call applies nothing and returns ``[]``.
-
-    Raises:
-        drover.MigrationError: a migration failed (it was rolled back), or
-            ``source`` is a connection already inside a transaction.
-        drover.DatabaseError: the database could not be reached.
-    """
+def apply_pending(source: PoolOrConninfo | Connection) -> list[Migration]:
+    """:func:`drover.migrations.migrate`: each pending migration in its own transaction."""
     migrations = load_migrations()
     applied: list[Migration] = []
     with borrow(source, "migrate") as conn:

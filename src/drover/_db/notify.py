@@ -1,4 +1,4 @@
-"""LISTEN/NOTIFY wake-ups: the listening connection and the notify statement."""
+"""LISTEN/NOTIFY wake-ups: the listening connection and the notify statements (``notify.sql``)."""
 
 from __future__ import annotations
 
@@ -7,53 +7,54 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from drover._db.connections import Connection, dedicated_connect, socket_deadline
+from drover._db import Connection
+from drover._db.deadline import socket_deadline
 from drover._db.errors import translate
+from drover._db.pool import dedicated_connect
 from drover._db.queries import query
 
-__all__ = [
-    "CHANNEL",
-    "listen_connect",
-    "notify_queues",
-    "notify_queues_now",
-    "ping",
-    "wait_notifications",
-]
+__all__ = ["CHANNEL", "Listening", "notify_queues", "notify_queues_now"]
 
 CHANNEL = "drover"
 
 
-def listen_connect(pool: ConnectionPool[Any]) -> Connection:
-    """A dedicated connection (not from the pool: LISTEN is session state) listening on drover.
+class Listening:
+    """A dedicated connection listening on drover's channel (not from the pool: LISTEN is
+    session state, and it must end with the connection).
 
     Needs session pooling: behind PgBouncer in transaction mode the LISTEN is
-    lost and wake-ups silently stop (polling still works).
+    lost and wake-ups silently stop (polling still works). Owned by one thread.
     """
-    conn = dedicated_connect(pool, "listen for job notifications", "listener")
-    try:
-        with translate("listen for job notifications"):
-            conn.execute(query("notify_listen"))
-    except BaseException:
-        conn.close()
-        raise
-    return conn
 
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        conn = dedicated_connect(pool, "listen for job notifications", "listener")
+        try:
+            with translate("listen for job notifications"):
+                conn.execute(query("notify_listen"))
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
 
-def ping(conn: Connection, deadline: float) -> None:
-    """Round-trip one statement on ``conn``; break the connection if no answer within ``deadline``.
+    def wait(self, timeout: float) -> list[str]:
+        """Block up to ``timeout`` seconds for notifications; return their payloads (queues)."""
+        with translate("wait for job notifications"):
+            return [n.payload for n in self._conn.notifies(timeout=timeout, stop_after=1)]
 
-    A half-open connection (the peer or a middlebox stopped answering while
-    TCP still acknowledges) blocks a psycopg call forever: keepalives do not
-    fire. The deadline breaks it with an ordinary connection error.
-    """
-    with socket_deadline(conn, deadline), translate("check the notification connection"):
-        conn.execute(query("notify_ping"))
+    def ping(self, deadline: float) -> None:
+        """Round-trip one statement; break the connection if no answer within ``deadline`` s.
 
+        A half-open connection (the peer or a middlebox stopped answering
+        while TCP still acknowledges) blocks a psycopg call forever:
+        keepalives do not fire. The deadline breaks it with an ordinary
+        connection error.
+        """
+        with socket_deadline(self._conn, deadline), translate("check the notification connection"):
+            self._conn.execute(query("notify_ping"))
 
-def wait_notifications(conn: Connection, timeout: float) -> list[str]:
-    """Block up to ``timeout`` seconds for notifications; return their payloads (queue names)."""
-    with translate("wait for job notifications"):
-        return [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
+    def close(self) -> None:
+        """Close the connection (which ends the LISTEN)."""
+        self._conn.close()
 
 
 def notify_queues(conn: Connection, queues: Sequence[str]) -> None:

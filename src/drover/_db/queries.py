@@ -16,11 +16,13 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import LiteralString
 
+from drover._db.rows import JOB_COLUMNS
+from drover._records import Migration
 from drover.errors import MigrationError
 from drover.job import STATE_SETS
-from drover.migrations import Migration
 
 __all__ = [
+    "expand_job_columns",
     "expand_state_sets",
     "load_migrations",
     "parse_migration_name",
@@ -31,6 +33,7 @@ __all__ = [
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
 _STATE_SET = re.compile(r"\{\{states:([a-z_]+)\}\}")
+_JOB_COLUMNS = re.compile(r"\{\{job_columns(?::([a-z_]+))?\}\}")
 _MIGRATION_FILE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.sql$")
 
 
@@ -75,6 +78,23 @@ def expand_state_sets(sql: LiteralString, source: str) -> LiteralString:
     return expanded
 
 
+def expand_job_columns(sql: LiteralString) -> LiteralString:
+    """Replace each ``{{job_columns}}`` (or ``{{job_columns:j}}``, qualified by ``j``)
+    with :data:`drover._db.rows.JOB_COLUMNS`: what every query returning jobs returns."""
+
+    def columns(match: re.Match[str]) -> str:
+        prefix = f"{match.group(1)}." if match.group(1) else ""
+        return ", ".join(prefix + column for column in JOB_COLUMNS)
+
+    # The replacement text is drover's own column list, never input.
+    expanded: LiteralString = _JOB_COLUMNS.sub(columns, sql)
+    return expanded
+
+
+def _expand(sql: LiteralString, source: str) -> LiteralString:
+    return expand_job_columns(expand_state_sets(sql, source))
+
+
 def parse_queries(text: str, source: str) -> dict[str, LiteralString]:
     """Split a queries file into ``{name: sql}`` on ``-- name: x`` lines."""
     named: dict[str, LiteralString] = {}
@@ -84,7 +104,7 @@ def parse_queries(text: str, source: str) -> dict[str, LiteralString]:
         match = _NAME_LINE.match(line.strip())
         if match:
             if current is not None:
-                named[current] = expand_state_sets(_strip_comments("\n".join(body)), source)
+                named[current] = _expand(_strip_comments("\n".join(body)), source)
             current = match.group(1)
             if current in named:
                 raise RuntimeError(f"{source}: query {current!r} is defined twice")
@@ -92,7 +112,7 @@ def parse_queries(text: str, source: str) -> dict[str, LiteralString]:
         elif current is not None:
             body.append(line)
     if current is not None:
-        named[current] = expand_state_sets(_strip_comments("\n".join(body)), source)
+        named[current] = _expand(_strip_comments("\n".join(body)), source)
     return named
 
 

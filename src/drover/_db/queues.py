@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from psycopg.rows import tuple_row
 
-from drover._db.connections import Connection
+from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 from drover.queues import QueueState

@@ -1,8 +1,11 @@
 """Turning what the database returns (or what drover sent it) into :class:`drover.JobRow`.
 
-Separate from the statements in :mod:`drover._db.store`: these functions run
-no SQL. They are on the hot path (a claim or a bulk insert builds one row per
-job), hence the direct use of the JSON scanner and ``tuple.__new__``.
+These functions run no SQL. The columns a query returns for a job are
+declared once here (:data:`JOB_COLUMNS`, in ``JobRow``'s field order) and
+spelled into the SQL files as ``{{job_columns}}`` by :mod:`drover._db.queries`,
+so a row is built by position without the two ever drifting apart. A claim
+or a bulk insert builds one row per job, hence ``tuple.__new__`` and the
+decoder's ``raw_decode`` (ADR 0016).
 """
 
 from __future__ import annotations
@@ -11,63 +14,60 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from drover._records import JobInsertParams
 from drover.job import JobRow, JobState
 
-if TYPE_CHECKING:
-    from drover._db.store import JobInsertParams
+__all__ = [
+    "JOB_COLUMNS",
+    "NO_ERRORS",
+    "decode_json",
+    "decode_sent_json",
+    "new_row",
+    "new_rows",
+    "row_from_db",
+]
 
-__all__ = ["NO_ERRORS", "decode_json", "decode_sent_json", "new_row", "new_rows", "row_from_db"]
+JOB_COLUMNS = (
+    "id",
+    "kind",
+    "queue",
+    "args::text",
+    "state::text",
+    "attempt",
+    "max_attempts",
+    "errors::text",
+    "scheduled_at",
+    "leased_until",
+    "created_at",
+    "finalized_at",
+    "unique_key",
+)
+"""What every job query returns, in ``JobRow``'s field order; jsonb and enums as text
+(Django registers its own loaders for jsonb on its connections)."""
 
-
-class _NoErrors(list[Any]):
-    """The ``errors`` of every row whose job has not failed yet: one shared empty list.
-
-    A fresh list per row is a garbage-collector-tracked object that outlives
-    the call, and a bulk insert or a claim returns thousands of rows: in a
-    process with a large heap those lists alone triggered extra full
-    collections (about a tenth of a bulk insert's time). Rows are read-only
-    snapshots, so the shared list refuses every change; it still equals
-    ``[]``, is a ``list``, pickles and copies to itself.
-    """
-
-    __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> Any:
-        raise TypeError("a JobRow's errors are a read-only snapshot; copy them with list()")
-
-    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
-
-    def __copy__(self) -> _NoErrors:
-        return self
-
-    def __deepcopy__(self, memo: object) -> _NoErrors:
-        return self
-
-    def __reduce__(self) -> str:
-        return "NO_ERRORS"
+if tuple(c.partition("::")[0] for c in JOB_COLUMNS) != JobRow._fields:
+    raise RuntimeError("JOB_COLUMNS must list JobRow's fields in order")
 
 
-NO_ERRORS: list[Any] = _NoErrors()
+NO_ERRORS: tuple[dict[str, Any], ...] = ()
+"""The ``errors`` of every row whose job has not failed yet."""
 
 
-# Set by JSONDecoder.__init__ (the C scanner when available) but not in the stubs.
-_scan_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_raw_decode: Callable[[str], tuple[Any, int]] = json.JSONDecoder().raw_decode
 
 
 def decode_json(text: str) -> Any:
     """``json.loads`` for the JSON drover reads back (jsonb as text, or its own encoding).
 
-    Calls the decoder's C scanner directly: ``json.loads`` spends most of its
-    time, for a small document, on the whitespace checks around it, and a
-    claim or a bulk insert decodes one per job. Anything the scanner does not
+    ``raw_decode`` skips the whitespace checks ``json.loads`` makes around
+    the document, most of its time for a small one. Anything it does not
     consume whole goes through ``json.loads``, which raises as usual.
     """
     try:
-        value, end = _scan_json(text, 0)
-    except StopIteration:
+        value, end = _raw_decode(text)
+    except ValueError:
         return json.loads(text)
     return value if end == len(text) else json.loads(text)
 
@@ -86,16 +86,16 @@ def _number_as_stored(literal: str) -> float | int:
     return int(Decimal(literal))
 
 
-_scan_sent_json: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(  # type: ignore[attr-defined]
+_raw_decode_sent: Callable[[str], tuple[Any, int]] = json.JSONDecoder(
     parse_float=_number_as_stored
-).scan_once
+).raw_decode
 
 
 def decode_sent_json(text: str) -> Any:
     """The value the table will give back for JSON drover wrote (see ``_number_as_stored``)."""
     try:
-        value, end = _scan_sent_json(text, 0)
-    except StopIteration:
+        value, end = _raw_decode_sent(text)
+    except ValueError:
         return json.loads(text, parse_float=_number_as_stored)
     return value if end == len(text) else json.loads(text, parse_float=_number_as_stored)
 
@@ -113,9 +113,9 @@ def _state(value: str) -> JobState:
     return state if state is not None else JobState(value)
 
 
-def _errors(text: str) -> Any:
+def _errors(text: str) -> tuple[dict[str, Any], ...]:
     # Most rows have no errors yet: skip the decoder for the empty array.
-    return NO_ERRORS if text == "[]" else decode_json(text)
+    return NO_ERRORS if text == "[]" else tuple(decode_json(text))
 
 
 def new_rows(
@@ -153,8 +153,7 @@ def new_rows(
 
 
 def row_from_db(values: Sequence[Any]) -> JobRow:
-    """Build a JobRow from the 13 columns every job query starts with, jsonb as text."""
-    # Positional, in JobRow's field order.
+    """Build a JobRow from the :data:`JOB_COLUMNS` a job query returns."""
     return _tuple_new(
         JobRow,
         (

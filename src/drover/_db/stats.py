@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from drover._db.connections import Connection
+from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
+from drover._records import QueueStats
 
 __all__ = [
-    "QueueStats",
     "analyze_jobs",
     "job_counts_by_state",
     "queue_stats",
@@ -27,16 +26,6 @@ def job_counts_by_state(conn: Connection) -> dict[tuple[str, str], int]:
     with translate("count jobs"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("job_counts_by_state"))
         return {(q, s): int(n) for q, s, n in cur.fetchall()}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """Depth by state and oldest-claimable age per queue, read on the database clock."""
-
-    depth: dict[tuple[str, str], int]
-    """``{(queue, state): rows}`` for available, scheduled, retryable, running and dead."""
-    oldest_age: dict[str, float]
-    """``{queue: seconds}`` for queues with a job claimable now."""
 
 
 def queue_stats(conn: Connection) -> QueueStats:

@@ -1,364 +1,270 @@
-"""Job queries: the Python side of ``sql/queries/jobs.sql``.
+"""The Store: drover's one door to the database for everything that runs on its own connections.
 
-Every function takes the connection to run on and returns drover types (built
-by :mod:`drover._db.rows`). None of them commits, rolls back or changes
-session settings: the caller (the client, or the application for
-``insert_tx``) owns the transaction.
+A :class:`Store` owns a connection pool (one drover opened, or the
+application's) and offers the operations drover runs on it: inserts in
+transactions of their own, reads and operator actions, the engine's fenced
+writes and sweeps, and the connections a busy loop keeps
+(:meth:`Store.held`) or a service needs for itself (:meth:`Store.listen`,
+:meth:`Store.lead`). The client, the Inspector, the background services and
+the test helpers use only this; none of them sees a pool or a connection.
+Work inside a caller's transaction is not the Store's: see
+:mod:`drover._db.caller`.
+
+Every one-shot operation borrows one connection for its statements and
+returns it at once (committed by autocommit, or by the pool's context
+manager on an application's pool). Thread-safe: the pool is.
 """
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, overload
+from typing import Any
 
-from psycopg import Cursor
-from psycopg.rows import tuple_row
+from psycopg_pool import ConnectionPool
 
-from drover._db.connections import Connection
-from drover._db.errors import translate
-from drover._db.notify import notify_queues
-from drover._db.queries import query
-from drover._db.rows import new_row, new_rows, row_from_db
-from drover.errors import DuplicateJob
+from drover._db import admin, claims, insert, queues, retention, stats, testing, ticks
+from drover._db.conninfo import describe_target
+from drover._db.deadline import socket_deadline
+from drover._db.held import HeldSession
+from drover._db.migrator import require_current_schema
+from drover._db.notify import Listening, notify_queues_now
+from drover._db.pool import borrow, pool_from
+from drover._records import (
+    EncodedBatch,
+    JobInsertParams,
+    Outcome,
+    PeriodicInfo,
+    QueueStats,
+    Recorded,
+    Renewal,
+    WriteResult,
+)
 from drover.job import JobRow, JobState
+from drover.queues import QueueState
 
-__all__ = [
-    "EncodedBatch",
-    "JobInsertParams",
-    "UniformBatch",
-    "duplicate_error",
-    "job_get",
-    "job_insert",
-    "job_insert_many",
-    "job_insert_rows",
-]
+__all__ = ["Store"]
 
 
-class JobInsertParams(NamedTuple):
-    """One validated, encoded job ready to be written.
+class Store:
+    """drover's database operations on one pool (see the module docstring)."""
 
-    A named tuple rather than a dataclass: a bulk insert builds one per item,
-    and a tuple is several times cheaper to build than a frozen dataclass.
-    """
+    def __init__(self, pool: ConnectionPool[Any], *, owned: bool) -> None:
+        self._pool = pool
+        self._owned = owned
 
-    kind: str
-    queue: str
-    args_json: str
-    max_attempts: int
-    scheduled_at: datetime | None
-    unique_key: str | None
+    @classmethod
+    def open(cls, source: object, *, who: str, max_size: int) -> Store:
+        """A store on the caller's pool as is, or on a new pool opened from a conninfo string.
 
+        A conninfo string is parsed first, so a malformed one is an
+        :class:`drover.InvalidArgument` naming ``who`` (without the
+        password), not a connection failure later.
+        """
+        pool, owned = pool_from(source, who=who, max_size=max_size)
+        return cls(pool, owned=owned)
 
-class UniformBatch(Sequence[JobInsertParams]):
-    """Encoded items of one args class, none with insert options: the common batch.
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        """The pool (drover's own, or the one the application passed in)."""
+        return self._pool
 
-    Holds the class's kind, queue and attempts once and the items' JSON texts,
-    instead of a :class:`JobInsertParams` per item: each of those is an
-    object the garbage collector counts, and a large batch's share of
-    collections showed in the bulk benchmark. Indexing still gives
-    ``JobInsertParams`` (built on demand) for code that wants them.
-    """
+    @property
+    def owned(self) -> bool:
+        """True when drover opened the pool, and so closes it."""
+        return self._owned
 
-    __slots__ = ("args_json", "kind", "max_attempts", "queue")
+    def close(self) -> None:
+        """Close the pool if drover opened it; an application's pool is left open."""
+        if self._owned:
+            self._pool.close()
 
-    def __init__(self, kind: str, queue: str, max_attempts: int, args_json: list[str]) -> None:
-        self.kind = kind
-        self.queue = queue
-        self.max_attempts = max_attempts
-        self.args_json = args_json
+    # --- connections a service keeps -------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self.args_json)
+    def held(self, action: str) -> HeldSession:
+        """A session that keeps its pool connection between a busy loop's rounds."""
+        return HeldSession(self._pool, action)
 
-    def _params(self, args_json: str) -> JobInsertParams:
-        return JobInsertParams(self.kind, self.queue, args_json, self.max_attempts, None, None)
+    def listen(self) -> Listening:
+        """A dedicated connection listening for wake-ups (closed by its owner)."""
+        return Listening(self._pool)
 
-    @overload
-    def __getitem__(self, index: int) -> JobInsertParams: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[JobInsertParams]: ...
-    def __getitem__(self, index: int | slice) -> JobInsertParams | list[JobInsertParams]:
-        if isinstance(index, slice):
-            return [self._params(text) for text in self.args_json[index]]
-        return self._params(self.args_json[index])
+    def lead(self) -> ticks.Leadership:
+        """A dedicated connection on which the ticker competes for leadership."""
+        return ticks.Leadership(self._pool)
 
+    # --- schema -----------------------------------------------------------------------------
 
-class EncodedBatch(NamedTuple):
-    """An ``insert_many`` batch, encoded, with what the writer needs to choose its path."""
+    def require_current_schema(self, action: str) -> None:
+        """Raise :class:`drover.SchemaMissing` unless every migration is applied."""
+        with borrow(self._pool, action) as conn:
+            require_current_schema(conn, self.target, action)
 
-    params: Sequence[JobInsertParams]
-    queues: set[str]
-    """Every queue an item goes to."""
-    unique: bool
-    """Some item has a unique key."""
-    timed: bool
-    """Some item has a time."""
+    @property
+    def target(self) -> str:
+        """``host:port/dbname`` of the pool's database, for messages (never the password)."""
+        conninfo = self._pool.conninfo
+        return describe_target(conninfo) if isinstance(conninfo, str) else "the database"
 
+    # --- inserts in a transaction of their own ----------------------------------------------
 
-def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
-    assert params.unique_key is not None
-    return DuplicateJob(
-        f"{where}a job of kind {params.kind!r} with unique key {params.unique_key!r} "
-        f"is already waiting or running on queue {params.queue!r}",
-        queue=params.queue,
-        kind=params.kind,
-        unique_key=params.unique_key,
-    )
+    def insert(self, params: JobInsertParams, *, notify: bool) -> JobRow:
+        """Insert one job, committed on return; with ``notify`` the wake-up commits with it."""
+        with borrow(self._pool, "insert job") as conn:
+            return insert.job_insert(conn, params, notify=notify)
 
+    def insert_rows(self, batch: Sequence[JobInsertParams]) -> list[JobRow | None]:
+        """Insert several callers' jobs in one statement; ``None`` where a unique key lost."""
+        with borrow(self._pool, "insert job") as conn:
+            return insert.job_insert_rows(conn, batch)
 
-def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> JobRow:
-    """Insert one job; one statement, one round trip, the wake-up included when ``notify``.
+    def insert_many(self, batch: EncodedBatch) -> list[JobRow]:
+        """Insert a batch with COPY in one transaction; rows in input order."""
+        with borrow(self._pool, "insert jobs") as conn:
+            return insert.job_insert_many(conn, batch, caller_tx=False, notify=False)
 
-    Raises :class:`DuplicateJob` without aborting the transaction when the
-    unique key is taken (the query skips the row instead of raising).
-    """
-    with translate(f"insert job kind {params.kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
-        if params.scheduled_at is None and params.unique_key is None:
-            cur.execute(
-                query("job_insert_now"),
-                (params.kind, params.queue, params.args_json, params.max_attempts, notify),
+    def notify_now(self, queues: Sequence[str], *, timeout: float) -> None:
+        """Wake the listeners of ``queues`` now, waiting at most ``timeout`` for a connection."""
+        with borrow(self._pool, "notify listeners of insert", timeout=timeout) as conn:
+            notify_queues_now(conn, queues)
+
+    # --- jobs and queues --------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> JobRow | None:
+        """The job's row now, or ``None``."""
+        with borrow(self._pool, "get job") as conn:
+            return admin.job_get(conn, job_id)
+
+    def list_jobs(
+        self,
+        *,
+        queue: str | None,
+        state: JobState | None,
+        limit: int,
+        kind: str | None,
+        before_id: int | None,
+    ) -> list[JobRow]:
+        """Jobs newest first, filtered by whatever is given."""
+        with borrow(self._pool, "list jobs") as conn:
+            return admin.job_list(
+                conn, queue=queue, state=state, limit=limit, kind=kind, before_id=before_id
             )
-            id_, created_at, _ = cur.fetchone()  # type: ignore[misc]
-            return new_row(params, id_, created_at)
-        cur.execute(
-            query("job_insert"),
-            (
-                params.scheduled_at,
-                params.kind,
-                params.queue,
-                params.args_json,
-                params.max_attempts,
-                params.unique_key,
-                notify,
-            ),
-        )
-        row = cur.fetchone()
-    if row is None:
-        raise duplicate_error(params)
-    id_, created_at, state, scheduled_at, _ = row
-    return new_row(params, id_, created_at, JobState(state), scheduled_at)
 
+    def lease_holder(self, job_id: int) -> tuple[bool, str | None]:
+        """``(exists, leased_by)`` for the job."""
+        with borrow(self._pool, "read the lease holder") as conn:
+            return admin.job_lease_holder(conn, job_id)
 
-# json.dumps for a str, minus the encoder object json.dumps sets up per call.
-_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+    def cancel_job(self, job_id: int) -> JobRow:
+        """Cancel a waiting or dead job (see :func:`drover._db.admin.job_operator_transition`)."""
+        with borrow(self._pool, "cancel job") as conn:
+            return admin.job_operator_transition(conn, job_id, admin.CANCEL)
 
+    def retry_job(self, job_id: int) -> JobRow:
+        """Send a dead or cancelled job back to the queue with fresh attempts."""
+        with borrow(self._pool, "retry job") as conn:
+            return admin.job_operator_transition(conn, job_id, admin.RETRY)
 
-def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[JobRow | None]:
-    """Insert single jobs of several callers in one statement; ``None`` where a unique key lost.
+    def retry_dead(self, kind: str, queue: str | None) -> int:
+        """Redrive every dead job of ``kind`` (on ``queue``); return how many."""
+        with borrow(self._pool, "retry dead jobs") as conn:
+            return admin.job_retry_dead_of_kind(conn, kind, queue)
 
-    One round trip and, on an autocommit connection, one transaction for the
-    whole list. Results are in input order.
-    """
-    quote = _json_string
-    document = ",".join(
-        f"[{quote(p.kind)},{quote(p.queue)},{p.args_json},{p.max_attempts},"
-        f"{'null' if p.scheduled_at is None else quote(p.scheduled_at.isoformat())},"
-        f"{'null' if p.unique_key is None else quote(p.unique_key)}]"
-        for p in batch
-    )
-    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_insert_rows"), (f"[{document}]",))
-        found = cur.fetchall()
-    return [
-        None if id_ is None else new_row(p, id_, created_at, JobState(state), scheduled_at)
-        for p, (id_, created_at, state, scheduled_at) in zip(batch, found, strict=True)
-    ]
+    def pause_queue(self, name: str) -> QueueState:
+        """Pause ``name`` for every client (idempotent)."""
+        with borrow(self._pool, "pause queue") as conn:
+            return queues.queue_pause(conn, name)
 
+    def resume_queue(self, name: str) -> bool:
+        """Resume ``name`` and wake listening clients; False when it was not paused."""
+        with borrow(self._pool, "resume queue") as conn:
+            return queues.queue_resume(conn, name)
 
-def job_insert_many(
-    conn: Connection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
-) -> list[JobRow]:
-    """Insert an encoded batch with COPY; rows come back in input order, ids ascending.
+    def queue_states(self) -> list[QueueState]:
+        """Every queue with a pause record, by name."""
+        with borrow(self._pool, "list queues") as conn:
+            return queues.queue_list(conn)
 
-    A batch with no unique key is copied straight into ``drover_jobs`` (see
-    :func:`_copy_direct`). A batch with unique keys goes through a staging table
-    so that a collision, with an existing job or within the batch, writes
-    nothing and raises :class:`DuplicateJob`; with ``caller_tx`` that runs
-    under a savepoint, so the caller's transaction stays usable.
-    """
-    batch = encoded.params
-    if not batch:
-        return []
-    if encoded.unique:
-        return _insert_many_staged(conn, batch, caller_tx=caller_tx, notify=notify)
-    timed = encoded.timed
-    queues = sorted(encoded.queues) if notify else []
-    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        if caller_tx:
-            # No savepoint: without unique keys nothing in the batch can be
-            # refused, so a failure here is a database error, which aborts the
-            # caller's transaction like any failed statement would.
-            return _copy_direct(cur, batch, timed=timed, notify_queues=queues)
-        with conn.transaction():
-            return _copy_direct(cur, batch, timed=timed, notify_queues=queues)
+    # --- statistics -------------------------------------------------------------------------
 
+    def queue_stats(self) -> QueueStats:
+        """Depth per queue and state, and the oldest claimable age per queue."""
+        with borrow(self._pool, "refresh queue stats") as conn:
+            return stats.queue_stats(conn)
 
-# Rows per write to the COPY stream: the server starts on the first rows while
-# Python formats the next, and no batch is held twice in memory as text.
-_COPY_CHUNK = 1000
+    def queue_overview(self, action: str) -> tuple[QueueStats, list[QueueState]]:
+        """:meth:`queue_stats` and :meth:`queue_states`, read on one connection."""
+        with borrow(self._pool, action) as conn:
+            return stats.queue_stats(conn), queues.queue_list(conn)
 
+    def throughput(self, minutes: int) -> tuple[datetime, dict[tuple[datetime, str], int]]:
+        """Per-minute completions, failures and deaths over the last ``minutes``."""
+        with borrow(self._pool, "read throughput") as conn:
+            return stats.throughput(conn, minutes)
 
-def _copy_text(value: str) -> str:
-    """``value`` escaped as a field of COPY's text format."""
-    if "\\" in value:
-        value = value.replace("\\", "\\\\")
-    if "\t" in value or "\n" in value or "\r" in value:
-        value = value.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return value
+    def periodic_list(self) -> list[PeriodicInfo]:
+        """Every registered periodic job, with the leader now."""
+        with borrow(self._pool, "list periodic jobs") as conn:
+            return ticks.periodic_list(conn)
 
+    # --- the engine's writes and sweeps -----------------------------------------------------
 
-def _copy_direct(
-    cur: Cursor[Any],
-    params: Sequence[JobInsertParams],
-    *,
-    timed: bool,
-    notify_queues: list[str],
-) -> list[JobRow]:
-    cur.execute(query("job_insert_batch_reserve"), (len(params), notify_queues))
-    now, ids, _ = cur.fetchone()  # type: ignore[misc]
-    ids.sort()
-    if isinstance(params, UniformBatch):
-        return _copy_uniform(cur, params, ids, now)
-    rows: list[JobRow] = []
-    # kind + queue, escaped, per distinct pair: a batch has few.
-    prefixes: dict[tuple[str, str], str] = {}
-    stamp = now.isoformat()
-    # The rows are formatted here rather than by write_row: one str.join per
-    # chunk instead of psycopg's per-value dumping, a third of the client's
-    # time per row. args_json is JSON from pydantic, which has no raw control
-    # characters (JSON escapes them), so only its backslashes need doubling.
-    with cur.copy(
-        query("job_insert_batch_direct_timed" if timed else "job_insert_batch_direct")
-    ) as copy:
-        for start in range(0, len(params), _COPY_CHUNK):
-            chunk = params[start : start + _COPY_CHUNK]
-            lines: list[str] = []
-            for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
-                prefix = prefixes.get((p.kind, p.queue))
-                if prefix is None:
-                    prefix = f"{_copy_text(p.kind)}\t{_copy_text(p.queue)}"
-                    prefixes[p.kind, p.queue] = prefix
-                args_json = p.args_json
-                if "\\" in args_json:
-                    args_json = args_json.replace("\\", "\\\\")
-                if not timed:
-                    lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\n")
-                    continue
-                # The rule of job_insert, on the clock of this transaction: a
-                # missing or past time means now, only a later time is scheduled.
-                at = p.scheduled_at
-                if at is None or at <= now:
-                    lines.append(
-                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{stamp}\tavailable\n"
-                    )
-                else:
-                    lines.append(
-                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t"
-                        f"{at.isoformat()}\tscheduled\n"
-                    )
-            copy.write("".join(lines))
-            # Built while the server is still busy with the rows just sent.
-            if timed:
-                for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
-                    at = p.scheduled_at
-                    if at is None or at <= now:
-                        rows.append(new_row(p, id_, now))
-                    else:
-                        rows.append(new_row(p, id_, now, JobState.SCHEDULED, at))
-            else:
-                rows += [
-                    new_row(p, id_, now)
-                    for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True)
-                ]
-    return rows
+    def record_outcomes(self, outcomes: Sequence[Outcome], action: str) -> list[Recorded]:
+        """Write outcomes in one statement, each fenced on its claim (one result per outcome)."""
+        with borrow(self._pool, action) as conn:
+            return claims.job_record_outcomes(conn, outcomes)
 
+    def extend_leases(
+        self, held: Sequence[tuple[int, int]], lease_seconds: float, *, deadline: float
+    ) -> tuple[float, list[Renewal]]:
+        """Renew the leases of the ``(id, attempt)`` claims still current.
 
-_BACKSLASH = "\\"
-_TWO_BACKSLASHES = "\\\\"
+        Returns when the statement was sent (``time.monotonic()``, once the
+        connection was in hand) with one renewal per claim. A call that takes
+        longer than ``deadline`` seconds has its connection shut down under it
+        (a half-open connection would hang it for good) and fails.
+        """
+        with (
+            borrow(self._pool, "extend job leases") as conn,
+            socket_deadline(conn, deadline),
+        ):
+            sent = time.monotonic()
+            return sent, claims.job_extend_leases(conn, held, lease_seconds)
 
+    def rescue(
+        self, limit: int, lease_seconds: float, decide: Callable[[JobRow], Outcome]
+    ) -> tuple[int, int]:
+        """Re-lease up to ``limit`` expired claims and record ``decide(row)`` for each.
 
-def _copy_uniform(
-    cur: Cursor[Any], batch: UniformBatch, ids: list[int], now: datetime
-) -> list[JobRow]:
-    # _copy_direct's untimed case for one kind and queue, from the JSON texts.
-    head = f"\t{_copy_text(batch.kind)}\t{_copy_text(batch.queue)}\t"
-    tail = f"\t{batch.max_attempts}\n"
-    rows: list[JobRow] = []
-    with cur.copy(query("job_insert_batch_direct")) as copy:
-        for start in range(0, len(batch), _COPY_CHUNK):
-            texts = batch.args_json[start : start + _COPY_CHUNK]
-            chunk_ids = ids[start : start + len(texts)]
-            # JSON from pydantic has no raw control characters (JSON escapes
-            # them), so only its backslashes need doubling for COPY's text format.
-            lines = [
-                f"{id_}{head}{text}{tail}"
-                if "\\" not in text
-                else f"{id_}{head}{text.replace(_BACKSLASH, _TWO_BACKSLASHES)}{tail}"
-                for id_, text in zip(chunk_ids, texts, strict=True)
-            ]
-            copy.write("".join(lines))
-            # Built while the server is still busy with the rows just sent.
-            rows += new_rows(batch.kind, batch.queue, batch.max_attempts, chunk_ids, texts, now)
-    return rows
+        Both statements on one connection (and, on a pool that does not
+        autocommit, one transaction). Returns ``(rows found, outcomes applied)``.
+        """
+        with borrow(self._pool, "rescue expired jobs") as conn:
+            rows = claims.job_claim_expired(conn, limit, lease_seconds)
+            results = claims.job_record_outcomes(conn, [decide(row) for row in rows])
+        return len(rows), sum(1 for r in results if r.result is WriteResult.APPLIED)
 
+    def prune(self, state: str, older_than: float, limit: int) -> int | None:
+        """Delete up to ``limit`` old ``state`` jobs; ``None`` when another client is pruning."""
+        with borrow(self._pool, "prune finished jobs") as conn:
+            return retention.job_prune_batch(conn, state, older_than, limit)
 
-def _insert_many_staged(
-    conn: Connection, batch: Sequence[JobInsertParams], *, caller_tx: bool, notify: bool
-) -> list[JobRow]:
-    # A constant three round trips however large the batch (plus BEGIN/COMMIT
-    # or a savepoint). The COPY and the insert run in a nested transaction so
-    # a unique-key collision writes nothing.
-    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        if caller_tx:
-            # On a non-autocommit connection that has not run a statement yet
-            # (the first call inside Django's atomic(), say) psycopg would make
-            # conn.transaction() the outermost transaction and COMMIT the
-            # caller's work with ours. Executing first opens the caller's
-            # transaction, so conn.transaction() below is a savepoint.
-            cur.execute(query("job_insert_batch_stage"))
-        with conn.transaction():
-            if not caller_tx:
-                cur.execute(query("job_insert_batch_stage"))
-            with cur.copy(query("job_insert_batch_copy")) as copy:
-                for ord_, p in enumerate(batch):
-                    copy.write_row(
-                        (
-                            ord_,
-                            p.kind,
-                            p.queue,
-                            p.args_json,
-                            p.max_attempts,
-                            p.scheduled_at,
-                            p.unique_key,
-                        )
-                    )
-            cur.execute(query("job_insert_batch_apply"))
-            rows = cur.fetchall()
-            if len(rows) != len(batch):
-                # Raising rolls the nested transaction back: nothing of the batch stays.
-                raise _first_duplicate(conn, batch, {r[0] for r in rows})
-            if notify:
-                notify_queues(conn, sorted({p.queue for p in batch}))
-    return [row_from_db(r) for r in rows]
+    # --- what drover.testing reads ------------------------------------------------------
 
+    def max_job_id(self) -> int:
+        """The highest job id so far (0 on an empty table)."""
+        with borrow(self._pool, "read the newest job id") as conn:
+            return testing.job_max_id(conn)
 
-def _first_duplicate(
-    conn: Connection, batch: Sequence[JobInsertParams], inserted: set[int]
-) -> DuplicateJob:
-    # The staging table maps input positions to the ids they would have had.
-    with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_insert_batch_staged_ids"))
-        for ord_, id_ in cur.fetchall():
-            if id_ not in inserted:
-                return duplicate_error(batch[ord_], f"item {ord_}: ")
-    return duplicate_error(next(p for p in batch if p.unique_key is not None))
+    def jobs_after(self, after: int) -> list[JobRow]:
+        """Every job with an id above ``after``, oldest first."""
+        with borrow(self._pool, "list jobs") as conn:
+            return testing.job_list_after(conn, after)
 
-
-def job_get(conn: Connection, job_id: int) -> JobRow | None:
-    """The job with ``job_id``, or ``None``."""
-    with translate(f"get job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_get"), {"id": job_id})
-        row = cur.fetchone()
-    return None if row is None else row_from_db(row)
+    def claim_after(
+        self, after: int, queues: Sequence[str] | None, limit: int, lease_seconds: float
+    ) -> list[JobRow]:
+        """Claim due jobs with ids above ``after`` (of ``queues`` if given), oldest due first."""
+        with borrow(self._pool, "claim jobs") as conn:
+            return testing.job_claim_after(conn, after, queues, limit, lease_seconds)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from psycopg.rows import tuple_row
 
-from drover._db.connections import Connection
+from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 from drover._db.rows import row_from_db

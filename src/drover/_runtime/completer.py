@@ -1,18 +1,24 @@
-"""Records outcomes in batches: many jobs per round trip, each still fenced."""
+"""Records outcomes in batches: many jobs per round trip, each still fenced.
+
+The completer is also where a claim leaves this client's books: every claim
+ends in :meth:`Completer.settle` (or, at shutdown, :meth:`Completer.hand_back`),
+and only the completer untracks it, once its outcome is written, refused,
+discarded or given up on.
+"""
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from drover._db.connections import ConnectionPool
-from drover._db.held import HeldConnection
-from drover._db.runtime import Outcome, Recorded, WriteResult, job_record_outcomes
-from drover._runtime.inflight import InFlight
+from drover._records import Outcome, Recorded, WriteResult
+from drover._runtime import disposition
+from drover._runtime.disposition import Decision
+from drover._runtime.inflight import Claim
 from drover._runtime.service import ThreadService
+from drover._runtime.wiring import Wiring
 from drover.errors import DroverError
 from drover.job import JobState
 
@@ -41,34 +47,64 @@ class Completer(ThreadService):
     ERROR and the rows stay ``running`` for the rescuer.
     """
 
-    kind = "completer"
+    name = "completer"
 
-    def __init__(
-        self,
-        *,
-        pool: ConnectionPool[Any],
-        inflight: InFlight,
-        client_id: str,
-        logger: logging.Logger,
-        on_refused: Callable[[str], None] | None = None,
-    ) -> None:
-        super().__init__(client_id=client_id, logger=logger)
-        self._pool = pool
-        self._inflight = inflight
-        self._on_refused = on_refused
+    def __init__(self, wiring: Wiring) -> None:
+        super().__init__(client_id=wiring.client_id, logger=wiring.log)
+        self._store = wiring.store
+        self._inflight = wiring.inflight
+        self._on_refused = wiring.metrics.write_refused
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._accepting = True
         self._accept_lock = threading.Lock()
-        self._conn = HeldConnection(pool, "record job outcomes")
+        self._session = wiring.store.held("record job outcomes")
 
-    def submit(self, outcome: Outcome) -> None:
-        """Queue an outcome for writing; after stop it is discarded with a WARNING."""
+    def settle(self, claim: Claim, decision: Decision) -> None:
+        """Take a finished claim: queue its outcome for writing, or untrack it if there is none.
+
+        After stop, an outcome is discarded with a WARNING (the rescuer
+        settles the row once its lease lapses).
+        """
+        outcome = decision.outcome
+        if outcome is None:
+            self._untrack([(claim.row.id, claim.row.attempt)])
+            return
         with self._accept_lock:
             if self._accepting:
                 self._queue.put(outcome)
                 return
         self._discarded(outcome, "client stopped")
-        self._inflight.remove_many([(outcome.id, outcome.attempt)], finished_only=True)
+        self._untrack([(outcome.id, outcome.attempt)])
+
+    def hand_back(self, claims: Sequence[Claim]) -> list[Recorded] | None:
+        """Shutdown ran out of time: return these claims' jobs to the queue now, and untrack them.
+
+        Runs on the calling thread (the one stopping the client), in one
+        fenced statement. A claim whose handler completed its job with
+        ``complete_tx`` is left to that transaction: writing to its row would
+        wait on the transaction's lock and could hold the stop past its
+        budget. Returns the write's results, or ``None`` when it failed
+        (logged at ERROR; the rows stay ``running`` for the rescuer).
+        """
+        outcomes = [disposition.handed_back(c.row) for c in claims if not c.completed_in_tx]
+        try:
+            if not outcomes:
+                return []
+            return self._store.record_outcomes(outcomes, "return jobs to the queue")
+        except DroverError:
+            self._log.error(
+                "returning jobs %s to the queue failed; the rescuer will recover them",
+                ", ".join(str(o.id) for o in outcomes),
+                extra={"jobs": [o.id for o in outcomes]},
+                exc_info=True,
+            )
+            return None
+        finally:
+            self._untrack(((c.row.id, c.row.attempt) for c in claims), handed_back=True)
+
+    def _untrack(self, claims: Iterable[tuple[int, int]], *, handed_back: bool = False) -> None:
+        # The one place a claim leaves this client's books.
+        self._inflight.untrack(claims, handed_back=handed_back)
 
     def join_timeout(self, budget: float | None) -> float | None:
         # Every queued outcome is written before the thread ends (its own
@@ -106,9 +142,9 @@ class Completer(ThreadService):
             return self._take_batch(0)
         batch = self._take_batch(_BUSY_HOLD)
         if not batch and not self._stopping.is_set():
-            # Idle: give the connection back before the long wait. The wait
-            # is bounded so a stop is noticed even if its wake-up is lost.
-            self._conn.release()
+            # Idle: return the connection before the long wait. The wait is
+            # bounded so a stop is noticed even if its wake-up is lost.
+            self._session.release()
             batch = self._take_batch(0.5)
         return batch
 
@@ -116,7 +152,7 @@ class Completer(ThreadService):
         try:
             self._run()
         finally:
-            self._conn.release()
+            self._session.release()
 
     def _run(self) -> None:
         while True:
@@ -135,9 +171,7 @@ class Completer(ThreadService):
                         extra={"jobs": [o.id for o in batch]},
                         exc_info=True,
                     )
-                    self._inflight.remove_many(
-                        ((o.id, o.attempt) for o in batch), finished_only=True
-                    )
+                    self._untrack((o.id, o.attempt) for o in batch)
             elif stopping:
                 return
 
@@ -148,15 +182,14 @@ class Completer(ThreadService):
             if batch:
                 self._write(batch)
         finally:
-            self._conn.release()
+            self._session.release()
         return len(batch)
 
     def _write(self, batch: list[Outcome]) -> None:
         attempt = 0
         while True:
             try:
-                with self._conn as conn:
-                    results = job_record_outcomes(conn, batch)
+                results = self._session.record_outcomes(batch)
                 break
             except DroverError:
                 if attempt >= len(_RETRY_DELAYS) or (self._stopping.is_set() and attempt >= 2):
@@ -167,9 +200,7 @@ class Completer(ThreadService):
                         extra={"jobs": [o.id for o in batch]},
                         exc_info=True,
                     )
-                    self._inflight.remove_many(
-                        ((o.id, o.attempt) for o in batch), finished_only=True
-                    )
+                    self._untrack((o.id, o.attempt) for o in batch)
                     return
                 self._log.error(
                     "recording the outcomes of %d job(s) failed; retry %d in %ss",
@@ -186,7 +217,7 @@ class Completer(ThreadService):
                 self._report(recorded)
             elif recorded.outcome.settles_tx and recorded.outcome.error is not None:
                 self._tx_rolled_back(recorded.outcome)
-        self._inflight.remove_many(((o.id, o.attempt) for o in batch), finished_only=True)
+        self._untrack((o.id, o.attempt) for o in batch)
 
     def _report(self, recorded: Recorded) -> None:
         outcome = recorded.outcome

@@ -1,8 +1,10 @@
 """The single decision point for a finished (or abandoned) attempt: what state comes next.
 
 Used by the pool threads for handler outcomes, by the rescuer for expired
-leases and by shutdown for hand-backs, so every path writes the same shapes
-and logs the same records.
+leases, by shutdown for hand-backs and by ``drover.testing``, so every path
+writes the same shapes. Deciding and logging are apart: the functions here
+return a :class:`Decision` (the outcome to write, and what to log about it)
+and :func:`report` logs it.
 """
 
 from __future__ import annotations
@@ -10,27 +12,30 @@ from __future__ import annotations
 import logging
 import traceback
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from drover._db.fence import transaction_open
-from drover._db.runtime import Outcome
-from drover.context import Lease
+from drover._db.caller import transaction_open
+from drover._records import Outcome
+from drover._runtime.inflight import Claim
 from drover.errors import ArgsDecodeError, Cancel, LeaseLost, Snooze
 from drover.errors import describe_failure as describe
 from drover.job import JobRow, JobState
-from drover.log import JOB, job_args, job_fields
+from drover.log import JOB, log_job
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 
 __all__ = [
     "HANDBACK_MESSAGE",
     "RESCUE_MESSAGE",
     "TX_NOT_COMMITTED",
+    "Decision",
+    "Note",
     "completed",
     "decide",
     "failed",
     "find_signal",
     "handed_back",
     "lease_lost_in",
+    "report",
 ]
 
 RESCUE_MESSAGE = "drover: lease expired, worker presumed dead"
@@ -38,6 +43,39 @@ HANDBACK_MESSAGE = "drover: worker shut down before this attempt finished"
 TX_NOT_COMMITTED = "drover: complete_tx was called but its transaction did not commit"
 
 _fallback_policy = ExponentialRetryPolicy()
+
+
+class Note(NamedTuple):
+    """A log record about a job: level, event, message (naming it with :data:`JOB`), fields."""
+
+    level: int
+    event: str
+    message: str
+    args: tuple[object, ...] = ()
+    fields: dict[str, Any] = {}  # noqa: RUF012 - never mutated, shared empty default
+    exc_info: bool = False
+
+
+class Decision(NamedTuple):
+    """What to write for an attempt (``None``: nothing), and what to log about it."""
+
+    outcome: Outcome | None
+    notes: tuple[Note, ...] = ()
+
+
+def report(log: logging.Logger, row: JobRow, decision: Decision) -> None:
+    """Log a decision's notes about ``row`` (the one place a decision is logged)."""
+    for note in decision.notes:
+        log_job(
+            log,
+            note.level,
+            row,
+            note.event,
+            note.message,
+            *note.args,
+            exc_info=note.exc_info,
+            **note.fields,
+        )
 
 
 def _timestamp(moment: datetime) -> str:
@@ -80,22 +118,25 @@ def completed(row: JobRow) -> Outcome:
     return Outcome(row.id, row.attempt, JobState.COMPLETED)
 
 
-def _retry_at(row: JobRow, policy: RetryPolicy, log: logging.Logger) -> datetime:
+def _retry_at(row: JobRow, policy: RetryPolicy) -> tuple[datetime, Note | None]:
+    """The policy's retry time (never in the past), and a note if the policy failed."""
     now = datetime.now(UTC)
+    note = None
     try:
         at = policy.next_retry(row)
         if not isinstance(at, datetime) or at.utcoffset() is None:
             raise TypeError(f"next_retry returned {at!r}, not a timezone-aware datetime")
     except Exception as exc:
-        log.error(
+        note = Note(
+            logging.ERROR,
+            "retry_policy_failed",
             "retry policy failed for " + JOB + "; falling back to the default schedule: %s",
-            *job_args(row),
-            describe(exc),
-            extra={**job_fields(row, "retry_policy_failed"), "error": describe(exc)},
+            (describe(exc),),
+            {"error": describe(exc)},
             exc_info=True,
         )
         at = _fallback_policy.next_retry(row)
-    return max(at, now)
+    return max(at, now), note
 
 
 def failed(
@@ -103,14 +144,13 @@ def failed(
     exc: BaseException | None,
     *,
     policy: RetryPolicy,
-    log: logging.Logger,
     message: str | None = None,
     with_trace: bool = True,
-) -> Outcome:
-    """Decide the outcome of an attempt that did not succeed, and log it once.
+) -> Decision:
+    """Decide the outcome of an attempt that did not succeed.
 
     Order (the same for handlers and the rescuer): a Cancel in the chain ends
-    the job cancelled; a Snooze schedules it again with the attempt given back;
+    the job cancelled; a Snooze schedules it again with the attempt refunded;
     otherwise the failure is recorded and the job is dead once its attempts are
     used up, or at once when no retry can help (stored args that do not
     validate: :class:`drover.ArgsDecodeError`), else retryable at the policy's
@@ -119,13 +159,20 @@ def failed(
     signal = find_signal(exc) if exc is not None else None
     if isinstance(signal, Snooze):
         run_at = datetime.now(UTC) + signal.delay
-        log.info(
-            JOB + " snoozed until %s",
-            *job_args(row),
-            run_at.isoformat(),
-            extra={**job_fields(row, "job_snoozed"), "run_at": run_at.isoformat()},
+        when = run_at.isoformat()
+        outcome = Outcome(row.id, row.attempt, JobState.SCHEDULED, run_at, refund_attempt=True)
+        return Decision(
+            outcome,
+            (
+                Note(
+                    logging.INFO,
+                    "job_snoozed",
+                    JOB + " snoozed until %s",
+                    (when,),
+                    {"run_at": when},
+                ),
+            ),
         )
-        return Outcome(row.id, row.attempt, JobState.SCHEDULED, run_at, give_back=True)
     text = message if message is not None else describe(exc) if exc is not None else "failed"
     trace = None
     if exc is not None and with_trace:
@@ -134,36 +181,25 @@ def failed(
         # The reason lives on the chained Cancel; keep it next to the outer message.
         text = f"{text} ({describe(signal)})"
     entry = error_entry(row, text, trace)
-    permanent = isinstance(exc, ArgsDecodeError)
     if isinstance(signal, Cancel):
-        log.warning(
-            JOB + " cancelled: %s",
-            *job_args(row),
-            text,
-            extra={**job_fields(row, "job_cancelled"), "error": text},
+        note = Note(
+            logging.WARNING, "job_cancelled", JOB + " cancelled: %s", (text,), {"error": text}
         )
-        return Outcome(row.id, row.attempt, JobState.CANCELLED, error=entry)
-    if permanent or row.attempt >= row.max_attempts:
-        log.error(
-            JOB + " dead: %s",
-            *job_args(row),
-            text,
-            extra={**job_fields(row, "job_dead"), "error": text},
-        )
-        return Outcome(row.id, row.attempt, JobState.DEAD, error=entry)
-    retry_at = _retry_at(row, policy, log)
-    log.warning(
+        return Decision(Outcome(row.id, row.attempt, JobState.CANCELLED, error=entry), (note,))
+    if isinstance(exc, ArgsDecodeError) or row.attempt >= row.max_attempts:
+        note = Note(logging.ERROR, "job_dead", JOB + " dead: %s", (text,), {"error": text})
+        return Decision(Outcome(row.id, row.attempt, JobState.DEAD, error=entry), (note,))
+    retry_at, policy_failed = _retry_at(row, policy)
+    when = retry_at.isoformat()
+    note = Note(
+        logging.WARNING,
+        "job_retry_scheduled",
         JOB + " failed, retry scheduled at %s: %s",
-        *job_args(row),
-        retry_at.isoformat(),
-        text,
-        extra={
-            **job_fields(row, "job_retry_scheduled"),
-            "error": text,
-            "retry_at": retry_at.isoformat(),
-        },
+        (when, text),
+        {"error": text, "retry_at": when},
     )
-    return Outcome(row.id, row.attempt, JobState.RETRYABLE, retry_at, error=entry)
+    notes = (note,) if policy_failed is None else (policy_failed, note)
+    return Decision(Outcome(row.id, row.attempt, JobState.RETRYABLE, retry_at, error=entry), notes)
 
 
 def handed_back(row: JobRow) -> Outcome:
@@ -193,17 +229,21 @@ def lease_lost_in(exc: BaseException) -> LeaseLost | None:
     return None
 
 
+_LEFT_OPEN = Note(
+    logging.ERROR,
+    "complete_tx_left_open",
+    JOB + " ended with its complete_tx transaction still open; commit or roll back before "
+    "returning. Nothing was recorded: the job completes if that transaction commits, "
+    "else the rescuer retries it after its lease",
+)
+
+
 def decide(
-    row: JobRow,
-    lease: Lease,
-    exc: BaseException | None,
-    *,
-    policy: RetryPolicy,
-    log: logging.Logger,
-) -> Outcome | None:
+    row: JobRow, claim: Claim, exc: BaseException | None, *, policy: RetryPolicy
+) -> Decision:
     """The outcome of an execution whose handler returned (``exc`` None) or raised.
 
-    ``None`` means write nothing: the handler's ``complete_tx`` was refused
+    No outcome means write nothing: the handler's ``complete_tx`` was refused
     (the job is another execution's now), or it returned with that
     transaction still open (the row lock is the caller's; the rescuer
     settles the job if the transaction never commits). After a
@@ -213,36 +253,30 @@ def decide(
     if exc is not None:
         lost = lease_lost_in(exc)
         if lost is not None:
-            log.warning(
-                JOB + " was no longer this worker's to complete (%s); its transaction "
-                "rolled back and nothing was recorded",
-                *job_args(row),
-                lost,
-                extra={**job_fields(row, "complete_tx_refused"), "error": str(lost)},
+            note = Note(
+                logging.WARNING,
+                "complete_tx_refused",
+                JOB + " was no longer this worker's to complete (%s); its transaction rolled back "
+                "and nothing was recorded",
+                (lost,),
+                {"error": str(lost)},
             )
-            return None
-        if lease.completed_in_tx and transaction_open(lease.tx_connection):
-            _left_open(row, log)
-            return None
-        outcome = failed(row, exc, policy=policy, log=log)
-        return outcome._replace(settles_tx=True) if lease.completed_in_tx else outcome
-    if not lease.completed_in_tx:
-        return completed(row)
-    if transaction_open(lease.tx_connection):
-        _left_open(row, log)
-        return None
+            return Decision(None, (note,))
+        if claim.completed_in_tx and transaction_open(claim.tx_connection):
+            return Decision(None, (_LEFT_OPEN,))
+        decision = failed(row, exc, policy=policy)
+        if claim.completed_in_tx and decision.outcome is not None:
+            return decision._replace(outcome=decision.outcome._replace(settles_tx=True))
+        return decision
+    if not claim.completed_in_tx:
+        return Decision(completed(row))
+    if transaction_open(claim.tx_connection):
+        return Decision(None, (_LEFT_OPEN,))
     entry = error_entry(row, TX_NOT_COMMITTED, None)
     if row.attempt >= row.max_attempts:
-        return Outcome(row.id, row.attempt, JobState.DEAD, error=entry, settles_tx=True)
-    retry_at = _retry_at(row, policy, log)
-    return Outcome(row.id, row.attempt, JobState.RETRYABLE, retry_at, error=entry, settles_tx=True)
-
-
-def _left_open(row: JobRow, log: logging.Logger) -> None:
-    log.error(
-        JOB + " ended with its complete_tx transaction still open; commit or roll back "
-        "before returning. Nothing was recorded: the job completes if that transaction "
-        "commits, else the rescuer retries it after its lease",
-        *job_args(row),
-        extra=job_fields(row, "complete_tx_left_open"),
+        return Decision(Outcome(row.id, row.attempt, JobState.DEAD, error=entry, settles_tx=True))
+    retry_at, policy_failed = _retry_at(row, policy)
+    outcome = Outcome(
+        row.id, row.attempt, JobState.RETRYABLE, retry_at, error=entry, settles_tx=True
     )
+    return Decision(outcome, () if policy_failed is None else (policy_failed,))

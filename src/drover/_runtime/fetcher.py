@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import socket
 import threading
-import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from drover._db.connections import ConnectionPool
-from drover._db.held import HeldConnection
-from drover._db.runtime import job_claim
-from drover._runtime.inflight import InFlight, Running, Slots
+from drover._runtime.inflight import Claim
 from drover._runtime.service import ThreadService
-from drover.context import JobContext, Lease
-from drover.log import JOB, job_args, job_fields
+from drover._runtime.wiring import Wiring
 
 __all__ = ["Fetcher", "weighted_order"]
 
@@ -67,37 +60,29 @@ class Fetcher(ThreadService):
     are logged and the loop carries on after one poll interval.
     """
 
-    kind = "fetcher"
+    name = "fetcher"
     intake = True
 
     def __init__(
         self,
+        wiring: Wiring,
         *,
-        pool: ConnectionPool[Any],
-        queues: Mapping[str, int],
-        slots: Slots,
-        inflight: InFlight,
-        dispatch: Callable[[Running], None],
-        poll_interval: float,
-        lease_seconds: float,
-        client_id: str,
-        logger: logging.Logger,
+        dispatch: Callable[[list[Claim]], None],
         rng: random.Random | None = None,
     ) -> None:
-        super().__init__(client_id=client_id, logger=logger)
-        self._pool = pool
-        self._queues = dict(queues)
-        self._slots = slots
-        self._inflight = inflight
+        super().__init__(client_id=wiring.client_id, logger=wiring.log)
+        self._queues = dict(wiring.config.queues)
+        self._slots = wiring.slots
+        self._inflight = wiring.inflight
         self._dispatch = dispatch
-        self._poll = poll_interval
-        self._lease = lease_seconds
+        self._poll = wiring.config.poll_interval.total_seconds()
+        self._lease_seconds = wiring.lease_seconds
         self._rng = rng or random.Random()  # noqa: S311 - queue ordering, not security
         self._wakeup = threading.Event()
-        # Kept while rounds keep finding work; given back before every sleep.
-        self._conn = HeldConnection(pool, "fetch jobs")
+        # Kept while rounds keep finding work; returned before every sleep.
+        self._session = wiring.store.held("fetch jobs")
         # Written into each claimed row for operators (Inspector.lease_holder).
-        self._holder = f"{client_id} (pid {os.getpid()} on {socket.gethostname()})"
+        self._holder = f"{wiring.client_id} (pid {os.getpid()} on {socket.gethostname()})"
         self.claims = 0
         """Claim round trips made (for tests and stats)."""
 
@@ -120,9 +105,9 @@ class Fetcher(ThreadService):
             while not self._stopping.is_set():
                 taken = self._slots.take_all(self._stopping, timeout=_BUSY_HOLD)
                 if taken == 0:
-                    # Every slot stays busy (long jobs): give the connection back
+                    # Every slot stays busy (long jobs): return the connection
                     # rather than keep it from the handlers while they run.
-                    self._conn.release()
+                    self._session.release()
                     taken = self._slots.take_all(self._stopping)
                     if taken == 0:
                         continue
@@ -134,13 +119,13 @@ class Fetcher(ThreadService):
                     # the claim loop die; log, back off one poll interval, go on.
                     self._log.error("fetch round failed", exc_info=True)
                 finally:
-                    self._slots.give_back(taken - claimed, unused=True)
+                    self._slots.free(taken - claimed, unused=True)
                 if claimed == 0 or failed:
-                    self._conn.release()
+                    self._session.release()
                     self._wakeup.wait(self._poll)
                     self._wakeup.clear()
         finally:
-            self._conn.release()
+            self._session.release()
 
     def run_once(self) -> int:
         """One claim round for the slots idle right now; returns the number claimed."""
@@ -148,8 +133,8 @@ class Fetcher(ThreadService):
         try:
             claimed, _ = self._claim_round(taken) if taken else (0, False)
         finally:
-            self._conn.release()
-        self._slots.give_back(taken - claimed, unused=True)
+            self._session.release()
+        self._slots.free(taken - claimed, unused=True)
         return claimed
 
     def _claim_round(self, wanted: int) -> tuple[int, bool]:
@@ -158,43 +143,20 @@ class Fetcher(ThreadService):
             if claimed >= wanted or self._stopping.is_set():
                 break
             try:
-                with self._conn as conn:
-                    # Taken just before the claim is sent: the database's lease
-                    # runs from a later instant, so this local deadline never
-                    # outlives it.
-                    sent = time.monotonic()
-                    rows = job_claim(conn, queue, wanted - claimed, self._lease, self._holder)
+                rows, sent = self._session.claim(
+                    queue, wanted - claimed, self._lease_seconds, self._holder
+                )
                 self.claims += 1
             except Exception:  # DroverError from the database, or anything unforeseen
                 self._log.error(
                     "fetch jobs from queue %s failed", queue, extra={"queue": queue}, exc_info=True
                 )
                 return claimed, True
-            deadline = sent + self._lease
-            runnings = [
-                Running(
-                    row,
-                    JobContext(
-                        lease=Lease(row.id, row.attempt, row.leased_until, local_deadline=deadline)
-                    ),
-                )
-                for row in rows
-            ]
-            self._inflight.add_many(runnings)
-            for running in runnings:
-                row = running.row
-                try:
-                    self._dispatch(running)
-                except Exception:
-                    # Untracked, the heartbeat stops renewing it and the rescuer
-                    # recovers the row once its lease expires.
-                    self._inflight.remove(row.id, row.attempt)
-                    self._slots.give_back(unused=True)
-                    self._log.error(
-                        "could not dispatch claimed " + JOB + "; it will be rescued",
-                        *job_args(row),
-                        extra=job_fields(row, "dispatch_failed"),
-                        exc_info=True,
-                    )
+            deadline = sent + self._lease_seconds
+            claims = [Claim(row, deadline) for row in rows]
+            # Tracked before they are handed to the pool threads, so the
+            # heartbeat covers them and shutdown sees them.
+            self._inflight.add_many(claims)
+            self._dispatch(claims)
             claimed += len(rows)
         return claimed, False

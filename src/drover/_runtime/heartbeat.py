@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
 
-from drover._db.connections import ConnectionPool, borrow, socket_deadline
-from drover._db.runtime import job_extend_leases
-from drover._runtime.inflight import InFlight, Running
-from drover._runtime.service import PeriodicService
-from drover.log import JOB, job_args, job_fields
+from drover._runtime.inflight import Claim
+from drover._runtime.service import IntervalService
+from drover._runtime.wiring import Wiring
+from drover.log import JOB, log_job
 
 __all__ = ["Heartbeat"]
 
 
-class Heartbeat(PeriodicService):
+class Heartbeat(IntervalService):
     """Every interval, renews every lease this client holds in one statement.
 
     Claims that moved on (finished elsewhere, rescued, re-claimed) are never
@@ -30,26 +27,16 @@ class Heartbeat(PeriodicService):
     only after the pool drained, so a draining job never loses its lease.
     """
 
-    kind = "heartbeat"
+    name = "heartbeat"
     action = "extend job leases"
 
-    def __init__(
-        self,
-        *,
-        pool: ConnectionPool[Any],
-        inflight: InFlight,
-        interval: float,
-        lease_seconds: float,
-        client_id: str,
-        logger: logging.Logger,
-        on_lease_lost: Callable[[], None] | None = None,
-    ) -> None:
-        super().__init__(interval=interval, client_id=client_id, logger=logger)
-        self._interval = interval
-        self._pool = pool
-        self._inflight = inflight
-        self._lease = lease_seconds
-        self._on_lease_lost = on_lease_lost
+    def __init__(self, wiring: Wiring) -> None:
+        interval = wiring.config.heartbeat_interval.total_seconds()
+        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
+        self._store = wiring.store
+        self._inflight = wiring.inflight
+        self._lease_seconds = wiring.lease_seconds
+        self._on_lease_lost = wiring.metrics.lease_lost
 
     def run_once(self) -> int:
         """Renew every held lease; return how many were renewed."""
@@ -57,52 +44,46 @@ class Heartbeat(PeriodicService):
         # the check runs once per interval, and must act before the database's
         # expiry, not an interval after it.
         horizon = time.monotonic() + self._interval
-        held: list[Running] = []
-        for running in self._inflight.snapshot():
-            lease = running.context.lease
-            if lease.lost_reason is not None:
+        held: list[Claim] = []
+        for claim in self._inflight.snapshot():
+            if claim.lease.lost_reason is not None:
                 continue
-            settled = running.finished or lease.completed_in_tx
-            if lease.expired_locally(horizon) and not settled:
-                self._lose(running, "its lease ran out without a renewal")
+            if claim.expired_locally(horizon) and not claim.settled:
+                self._lose(claim, "its lease ran out without a renewal")
                 continue
-            held.append(running)
+            held.append(claim)
         if not held:
             return 0
         # A renewal that takes half a lease is not coming: break the call (a
         # half-open connection would hang it for good) so the next beat retries
         # on another connection and the local deadline check keeps running.
-        with (
-            borrow(self._pool, "extend job leases") as conn,
-            socket_deadline(conn, max(self._lease / 2, 0.5)),
-        ):
-            sent = time.monotonic()  # after the wait for a connection, before the statement
-            renewals = job_extend_leases(
-                conn, [(r.row.id, r.row.attempt) for r in held], self._lease
-            )
-        by_id = {r.row.id: r for r in held}
+        sent, renewals = self._store.extend_leases(
+            [(c.row.id, c.row.attempt) for c in held],
+            self._lease_seconds,
+            deadline=max(self._lease_seconds / 2, 0.5),
+        )
+        by_id = {c.row.id: c for c in held}
         renewed = 0
         for renewal in renewals:
-            running = by_id[renewal.id]
-            lease = running.context.lease
+            claim = by_id[renewal.id]
             if renewal.leased_until is not None:
-                lease.renewed(renewal.leased_until, sent + self._lease)
+                claim.renewed(renewal.leased_until, sent + self._lease_seconds)
                 renewed += 1
-            elif not renewal.current and not lease.completed_in_tx and not running.finished:
-                self._lose(running, "the job moved on: rescued, re-claimed or cancelled")
+            elif not renewal.current and not claim.settled:
+                self._lose(claim, "the job moved on: rescued, re-claimed or cancelled")
         return renewed
 
-    def _lose(self, running: Running, reason: str) -> None:
-        if not running.context.lease.lose(reason):
+    def _lose(self, claim: Claim, reason: str) -> None:
+        if not claim.lose(reason):
             return
-        running.context.cancel("lease lost")
-        if self._on_lease_lost is not None:
-            self._on_lease_lost()
-        row = running.row
-        self._log.warning(
+        self._on_lease_lost()
+        log_job(
+            self._log,
+            logging.WARNING,
+            claim.row,
+            "lease_lost",
             JOB + " lost its lease (%s); its handler is asked to stop and its outcome will be "
             "refused",
-            *job_args(row),
             reason,
-            extra={**job_fields(row, "lease_lost"), "reason": reason},
+            reason=reason,
         )

@@ -5,22 +5,80 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from datetime import datetime
 
-from drover.context import JobContext
+from drover._db.caller import complete_claim, resolve_connection
+from drover.context import JobContext, Lease
+from drover.errors import InvalidArgument
 from drover.job import JobRow
 
-__all__ = ["InFlight", "Running", "Slots"]
+__all__ = ["Claim", "InFlight", "Slots"]
 
 
-@dataclass(slots=True)
-class Running:
-    """A claim held by this client, from claim until its outcome is recorded."""
+class Claim:
+    """A claim held by this client, from the claim until its outcome is recorded.
 
-    row: JobRow
-    context: JobContext
-    finished: bool = False
-    """Set once the handler returned, so shutdown does not hand back a finished job."""
+    The engine's side of one execution: the row as claimed, the context the
+    handler sees (whose :class:`~drover.Lease` is the read-only view of this
+    claim), whether the handler has returned, and the bookkeeping of a
+    ``complete_tx``. Only drover's threads change it.
+    """
+
+    __slots__ = ("completed_in_tx", "context", "finished", "local_deadline", "row", "tx_connection")
+
+    def __init__(self, row: JobRow, local_deadline: float | None = None) -> None:
+        self.row = row
+        self.context = JobContext(
+            lease=Lease(row.id, row.attempt, row.leased_until), _complete_tx=self.complete_tx
+        )
+        self.local_deadline = local_deadline
+        """``time.monotonic()`` by which the lease must have been renewed: the last
+        renewal's send time plus a lease, so it never outlives the database's expiry."""
+        self.finished = False
+        """Set once the handler returned, so shutdown does not hand back a finished job."""
+        self.completed_in_tx = False
+        """True once ``Job.complete_tx`` completed the job in a caller's transaction."""
+        self.tx_connection: object = None
+        """The connection whose transaction carries that completion."""
+
+    @property
+    def lease(self) -> Lease:
+        return self.context.lease
+
+    @property
+    def settled(self) -> bool:
+        """The handler returned, or completed the job in its own transaction."""
+        return self.finished or self.completed_in_tx
+
+    def lose(self, reason: str, cancel_reason: str = "lease lost") -> bool:
+        """Mark the lease lost and cancel the handler's context; True the first time only."""
+        if not self.lease._lose(reason):
+            return False
+        self.context.cancel(cancel_reason)
+        return True
+
+    def renewed(self, leased_until: datetime, local_deadline: float) -> None:
+        """Record a heartbeat's renewal (ignored once the lease is lost)."""
+        if self.lease._renew(leased_until):
+            self.local_deadline = local_deadline
+
+    def expired_locally(self, now: float) -> bool:
+        """True when ``now`` (monotonic) is past the last renewal's local deadline."""
+        deadline = self.local_deadline
+        return deadline is not None and now >= deadline
+
+    def complete_tx(self, target: object) -> None:
+        """What ``Job.complete_tx`` runs: the completion in the caller's transaction."""
+        if self.completed_in_tx:
+            raise InvalidArgument(
+                f"complete_tx was already called for job {self.row.id} attempt {self.row.attempt}"
+            )
+        conn = resolve_connection(
+            target, "complete_tx", "or let the handler return and drover completes the job"
+        )
+        complete_claim(conn, self.row.id, self.row.attempt)
+        self.completed_in_tx = True
+        self.tx_connection = conn
 
 
 class InFlight:
@@ -34,68 +92,59 @@ class InFlight:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._entries: dict[int, Running] = {}
+        self._entries: dict[int, Claim] = {}
 
-    def add(self, running: Running) -> None:
+    def add(self, claim: Claim) -> None:
         """Track a claim. One that replaces an older claim of the same job (rescued, then
         re-claimed here while the old execution still runs) marks the old lease lost."""
         with self._cond:
-            previous = self._entries.get(running.row.id)
-            self._entries[running.row.id] = running
-        if previous is None or previous is running:
-            return
-        if previous.context.lease.lose("the job was re-claimed"):
-            previous.context.cancel("lease lost")
+            previous = self._entries.get(claim.row.id)
+            self._entries[claim.row.id] = claim
+        if previous is not None and previous is not claim:
+            previous.lose("the job was re-claimed")
 
-    def add_many(self, runnings: list[Running]) -> None:
+    def add_many(self, claims: list[Claim]) -> None:
         """``add`` for a claim round's jobs, under one acquisition of the lock."""
-        replaced: list[Running] = []
+        replaced: list[Claim] = []
         with self._cond:
             entries = self._entries
-            for running in runnings:
-                previous = entries.get(running.row.id)
-                entries[running.row.id] = running
-                if previous is not None and previous is not running:
+            for claim in claims:
+                previous = entries.get(claim.row.id)
+                entries[claim.row.id] = claim
+                if previous is not None and previous is not claim:
                     replaced.append(previous)
         for previous in replaced:
-            if previous.context.lease.lose("the job was re-claimed"):
-                previous.context.cancel("lease lost")
+            previous.lose("the job was re-claimed")
 
-    def remove(self, job_id: int, attempt: int) -> bool:
-        with self._cond:
-            return self._remove(job_id, attempt)
+    def untrack(self, claims: Iterable[tuple[int, int]], *, handed_back: bool = False) -> None:
+        """Stop tracking each ``(id, attempt)`` whose handler has returned.
 
-    def remove_many(
-        self, claims: Iterable[tuple[int, int]], *, finished_only: bool = False
-    ) -> None:
-        """``remove`` for each ``(id, attempt)``, under one acquisition of the lock.
-
-        With ``finished_only`` an entry whose handler has not returned stays:
-        after a snooze gives its attempt back, a new claim of the same job can
-        carry the same ``(id, attempt)`` while the old outcome is being
-        recorded, and it must not be untracked by that outcome.
+        The attempt must match, so a stale execution that ends late cannot
+        untrack a newer claim of the same job; and an entry whose handler has
+        not returned stays: after a snooze refunds its attempt, a new claim of
+        the same job can carry the same ``(id, attempt)`` while the old
+        outcome is being recorded. ``handed_back`` untracks running ones too
+        (shutdown returned their jobs to the queue).
         """
         with self._cond:
+            entries = self._entries
             for job_id, attempt in claims:
-                self._remove(job_id, attempt, finished_only=finished_only)
-
-    def _remove(self, job_id: int, attempt: int, *, finished_only: bool = False) -> bool:
-        entry = self._entries.get(job_id)
-        if entry is None or entry.row.attempt != attempt:
-            return False
-        if finished_only and not entry.finished:
-            return False
-        del self._entries[job_id]
-        if not self._entries:
-            self._cond.notify_all()
-        return True
+                entry = entries.get(job_id)
+                if (
+                    entry is not None
+                    and entry.row.attempt == attempt
+                    and (entry.finished or handed_back)
+                ):
+                    del entries[job_id]
+            if not entries:
+                self._cond.notify_all()
 
     def held(self) -> list[tuple[int, int]]:
         """``(id, attempt)`` of every claim, sorted by id."""
         with self._cond:
             return sorted((i, e.row.attempt) for i, e in self._entries.items())
 
-    def snapshot(self) -> list[Running]:
+    def snapshot(self) -> list[Claim]:
         with self._cond:
             return [self._entries[i] for i in sorted(self._entries)]
 
@@ -115,13 +164,13 @@ class Slots:
     """Idle capacity of the job pool: claims never exceed it.
 
     The fetcher takes every idle slot at once (so one claim round trip can fill
-    them all) and gives back what it did not use; a pool thread gives its slot
-    back when its handler returns.
+    them all) and frees what it did not use; a pool thread frees its slot
+    when its handler returns.
 
     An optional ``budget`` caps the slots ever taken, over the client's whole
     life: a supervised worker process recycled after N jobs claims exactly N,
-    not N plus whatever one more claim round brought in. Slots given back
-    unused (``unused=True``) return to the budget; a finished job's do not.
+    not N plus whatever one more claim round brought in. Slots freed unused
+    (``unused=True``) return to the budget; a finished job's do not.
     Once the budget is spent, :meth:`take_all` waits as if every slot were busy.
     """
 
@@ -130,8 +179,8 @@ class Slots:
         self._idle = size
         self._budget = budget
         self._cond = threading.Condition(threading.Lock())
-        # Threads inside take_all's wait: give_back skips the notify without one
-        # (a pool thread gives its slot back after every job).
+        # Threads inside take_all's wait: free skips the notify without one
+        # (a pool thread frees its slot after every job).
         self._waiting = 0
 
     def _available(self) -> int:
@@ -161,7 +210,7 @@ class Slots:
                 self._budget -= taken
             return taken
 
-    def give_back(self, count: int = 1, *, unused: bool = False) -> None:
+    def free(self, count: int = 1, *, unused: bool = False) -> None:
         """Return ``count`` slots; ``unused`` ones (never ran a job) also refund the budget."""
         if count <= 0:
             return

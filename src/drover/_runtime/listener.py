@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable
 
-from drover._db.connections import Connection, ConnectionPool
-from drover._db.notify import listen_connect, ping, wait_notifications
+from drover._db.notify import Listening
 from drover._runtime.service import ThreadService
+from drover._runtime.wiring import Wiring
 
 __all__ = ["Listener"]
 
@@ -42,26 +40,22 @@ class Listener(ThreadService):
     sent before that is not delivered); ``reconnects`` counts recoveries.
     """
 
-    kind = "listener"
+    name = "listener"
     intake = True
 
     def __init__(
         self,
+        wiring: Wiring,
         *,
-        pool: ConnectionPool[Any],
-        queues: Collection[str],
         wake: Callable[[], None],
-        client_id: str,
-        logger: logging.Logger,
         first_retry: float | None = None,
         max_retry: float | None = None,
         ping_every: float | None = None,
         ping_deadline: float | None = None,
-        on_reconnect: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(client_id=client_id, logger=logger)
-        self._pool = pool
-        self._queues = frozenset(queues)
+        super().__init__(client_id=wiring.client_id, logger=wiring.log)
+        self._store = wiring.store
+        self._queues = frozenset(wiring.config.queues)
         self._wake_fetcher = wake
         # The module constants are read here, not bound as defaults, so a test
         # can shorten them for the clients it builds.
@@ -69,10 +63,10 @@ class Listener(ThreadService):
         self._max_retry = max(self._first_retry, _MAX_RETRY if max_retry is None else max_retry)
         self._ping_every = _PING_EVERY if ping_every is None else ping_every
         self._ping_deadline = _PING_DEADLINE if ping_deadline is None else ping_deadline
-        self._on_reconnect = on_reconnect
+        self._on_reconnect = wiring.metrics.listener_reconnected
         self.listening = threading.Event()
         self.reconnects = 0
-        self._conn: Connection | None = None
+        self._conn: Listening | None = None
         self._quiet_since = time.monotonic()
 
     def _loop(self) -> None:
@@ -81,13 +75,12 @@ class Listener(ThreadService):
         first = True
         while not self._stopping.is_set():
             try:
-                self._conn = listen_connect(self._pool)
+                self._conn = self._store.listen()
                 self._quiet_since = time.monotonic()
                 self.listening.set()
                 if not first:
                     self.reconnects += 1
-                    if self._on_reconnect is not None:
-                        self._on_reconnect()
+                    self._on_reconnect()
                     self._log.info(
                         "listening for job notifications again after %d failed attempt(s)",
                         failures,
@@ -140,12 +133,12 @@ class Listener(ThreadService):
         conn = self._conn
         if conn is None:
             return 0
-        payloads = wait_notifications(conn, _WAIT)
+        payloads = conn.wait(_WAIT)
         now = time.monotonic()
         if payloads:
             self._quiet_since = now
         elif now - self._quiet_since >= self._ping_every:
-            ping(conn, self._ping_deadline)
+            conn.ping(self._ping_deadline)
             self._quiet_since = time.monotonic()
         relevant = sum(1 for p in payloads if p in self._queues)
         if relevant:

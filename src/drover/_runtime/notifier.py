@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Collection
-from typing import Any
 
-from drover._db.connections import ConnectionPool, borrow
-from drover._db.notify import notify_queues_now
+from drover._db.store import Store
 from drover._runtime.service import ThreadService
 
 __all__ = ["Notifier"]
@@ -45,13 +43,11 @@ class Notifier(ThreadService):
     ``stop`` notifies inline.
     """
 
-    kind = "notifier"
+    name = "notifier"
 
-    def __init__(
-        self, *, pool: ConnectionPool[Any], client_id: str, logger: logging.Logger
-    ) -> None:
+    def __init__(self, *, store: Store, client_id: str, logger: logging.Logger) -> None:
         super().__init__(client_id=client_id, logger=logger)
-        self._pool = pool
+        self._store = store
         self._pending: set[str] = set()
         self._changed = threading.Condition()
         self.rounds = 0
@@ -97,8 +93,7 @@ class Notifier(ThreadService):
         if not queues:
             return
         try:
-            with borrow(self._pool, "notify listeners of insert", timeout=_BORROW_TIMEOUT) as conn:
-                notify_queues_now(conn, queues)
+            self._store.notify_now(queues, timeout=_BORROW_TIMEOUT)
             self.rounds += 1
         except Exception:
             self._log.error(

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-from drover._db.connections import ConnectionPool, borrow
-from drover._db.retention import job_prune_batch
-from drover._runtime.service import PeriodicService
+from drover._runtime.service import IntervalService
+from drover._runtime.wiring import Wiring
 
 __all__ = ["Pruner"]
 
@@ -15,7 +11,7 @@ BATCH = 1000
 MAX_BATCHES = 50
 
 
-class Pruner(PeriodicService):
+class Pruner(IntervalService):
     """Every interval, deletes terminal jobs older than their state's retention.
 
     Each batch is its own short transaction holding a try-lock, so only one
@@ -24,21 +20,15 @@ class Pruner(PeriodicService):
     so a first sweep over a huge backlog spreads over several intervals.
     """
 
-    kind = "pruner"
+    name = "pruner"
     action = "prune finished jobs"
 
-    def __init__(
-        self,
-        *,
-        pool: ConnectionPool[Any],
-        retention: dict[str, float],
-        interval: float,
-        client_id: str,
-        logger: logging.Logger,
-    ) -> None:
-        super().__init__(interval=interval, client_id=client_id, logger=logger)
-        self._pool = pool
-        self._retention = retention
+    def __init__(self, wiring: Wiring) -> None:
+        interval = wiring.config.prune_interval.total_seconds()
+        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
+        self._store = wiring.store
+        retention = wiring.config.retention
+        self._retention = retention.by_state() if retention is not None else {}
 
     def run_once(self) -> int:
         """One sweep; returns how many jobs were deleted (0 when another client holds the lock)."""
@@ -47,8 +37,7 @@ class Pruner(PeriodicService):
             for _ in range(MAX_BATCHES):
                 if self._stopping.is_set():
                     return deleted
-                with borrow(self._pool, "prune finished jobs") as conn:
-                    count = job_prune_batch(conn, state, older_than, BATCH)
+                count = self._store.prune(state, older_than, BATCH)
                 if count is None:
                     return deleted  # another client is pruning
                 deleted += count

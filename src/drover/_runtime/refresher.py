@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
 
-from drover._db.connections import ConnectionPool, borrow
-from drover._db.stats import QueueStats, queue_stats
-from drover._runtime.service import PeriodicService
+from drover._records import QueueStats
+from drover._runtime.service import IntervalService
+from drover._runtime.wiring import Wiring
 
 __all__ = ["StatsRefresher"]
 
 
-class StatsRefresher(PeriodicService):
+class StatsRefresher(IntervalService):
     """Reads depth and oldest age once at start, then every ``stats_interval``.
 
     Scrapes only read the published snapshot, so scrape rate never adds
@@ -23,30 +21,22 @@ class StatsRefresher(PeriodicService):
     which is what ``/readyz`` reports.
     """
 
-    kind = "refresher"
+    name = "refresher"
     action = "refresh queue stats"
     failure_level = logging.WARNING
 
-    def __init__(
-        self,
-        *,
-        pool: ConnectionPool[Any],
-        publish: Callable[[QueueStats], None],
-        interval: float,
-        client_id: str,
-        logger: logging.Logger,
-    ) -> None:
-        super().__init__(interval=interval, client_id=client_id, logger=logger)
-        self._pool = pool
-        self._publish = publish
+    def __init__(self, wiring: Wiring) -> None:
+        interval = wiring.config.stats_interval.total_seconds()
+        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
+        self._store = wiring.store
+        self._metrics = wiring.metrics
         self.last_success: float | None = None
         """``time.monotonic()`` of the last successful refresh."""
 
     def run_once(self) -> QueueStats:
         """Read and publish once; raises on failure (the loop logs it)."""
-        with borrow(self._pool, "refresh queue stats") as conn:
-            stats = queue_stats(conn)
-        self._publish(stats)
+        stats = self._store.queue_stats()
+        self._metrics.publish_queue_stats(stats.depth, stats.oldest_age)
         self.last_success = time.monotonic()
         return stats
 

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from drover._db.connections import ConnectionPool, borrow
-from drover._db.runtime import WriteResult, job_claim_expired, job_record_outcomes
+from drover._records import Outcome
 from drover._runtime import disposition
-from drover._runtime.service import PeriodicService
-from drover.log import JOB, job_args, job_fields
-from drover.retry import RetryPolicy
+from drover._runtime.disposition import Decision, Note
+from drover._runtime.service import IntervalService
+from drover._runtime.wiring import Wiring
+from drover.job import JobRow
+from drover.log import JOB
 
 __all__ = ["Rescuer"]
 
 BATCH = 100
 MAX_ROUNDS = 10
 
+_EXPIRED = Note(logging.WARNING, "job_lease_expired", JOB + " lease expired, worker presumed dead")
 
-class Rescuer(PeriodicService):
+
+class Rescuer(IntervalService):
     """Every interval, moves running jobs with an expired lease on: retryable, or dead.
 
     A sweep re-leases up to 100 expired rows at a time (SKIP LOCKED, so
@@ -30,48 +32,30 @@ class Rescuer(PeriodicService):
     connection. Recovery after a crash takes about lease + rescue interval.
     """
 
-    kind = "rescuer"
+    name = "rescuer"
     action = "rescue expired jobs"
 
-    def __init__(
-        self,
-        *,
-        pool: ConnectionPool[Any],
-        interval: float,
-        lease_seconds: float,
-        retry_policy: RetryPolicy,
-        client_id: str,
-        logger: logging.Logger,
-    ) -> None:
-        super().__init__(interval=interval, client_id=client_id, logger=logger)
-        self._pool = pool
-        self._lease = lease_seconds
-        self._policy = retry_policy
+    def __init__(self, wiring: Wiring) -> None:
+        interval = wiring.config.rescue_interval.total_seconds()
+        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
+        self._store = wiring.store
+        self._lease_seconds = wiring.lease_seconds
+        self._policy = wiring.config.retry_policy
+
+    def _decide(self, row: JobRow) -> Outcome:
+        decision = disposition.failed(
+            row, None, policy=self._policy, message=disposition.RESCUE_MESSAGE
+        )
+        disposition.report(self._log, row, Decision(decision.outcome, (_EXPIRED, *decision.notes)))
+        assert decision.outcome is not None  # a failure always has an outcome
+        return decision.outcome
 
     def run_once(self) -> int:
         """Sweep once; return how many jobs were moved on."""
         moved = 0
         for _ in range(MAX_ROUNDS):
-            with borrow(self._pool, "rescue expired jobs") as conn:
-                rows = job_claim_expired(conn, BATCH, self._lease)
-                outcomes = []
-                for row in rows:
-                    self._log.warning(
-                        JOB + " lease expired, worker presumed dead",
-                        *job_args(row),
-                        extra=job_fields(row, "job_lease_expired"),
-                    )
-                    outcomes.append(
-                        disposition.failed(
-                            row,
-                            None,
-                            policy=self._policy,
-                            log=self._log,
-                            message=disposition.RESCUE_MESSAGE,
-                        )
-                    )
-                results = job_record_outcomes(conn, outcomes)
-            moved += sum(1 for r in results if r.result is WriteResult.APPLIED)
-            if len(rows) < BATCH:
+            found, applied = self._store.rescue(BATCH, self._lease_seconds, self._decide)
+            moved += applied
+            if found < BATCH:
                 break
         return moved

@@ -7,13 +7,13 @@ from collections.abc import Callable, Sequence
 
 import pydantic
 
-from drover._db.runtime import Outcome
 from drover._runtime import disposition
-from drover._runtime.inflight import InFlight, Running, Slots
+from drover._runtime.disposition import Decision
+from drover._runtime.inflight import Claim, Slots
 from drover.context import JobContext
 from drover.errors import ArgsDecodeError, UnknownJobKind
 from drover.job import Job, JobRow
-from drover.log import JOB, Logging, enter_job, job_args, job_fields, leave_job
+from drover.log import JOB, Logging, enter_job, leave_job, log_job
 from drover.middleware import Handler, Middleware, compose
 from drover.retry import RetryPolicy
 from drover.worker import Workers
@@ -70,9 +70,11 @@ def build_chain(
 class Runner:
     """Executes jobs: the middleware chain around the registry dispatch, then disposition.
 
-    ``run`` is what the executor calls. It never raises: whatever the handler
+    ``run`` is what a pool thread calls. It never raises: whatever the handler
     or middleware raises, ``BaseException`` included, becomes a failed attempt,
-    so a pool thread always survives to take the next job.
+    so a pool thread always survives to take the next job. Every claim it runs
+    is passed to ``settle`` with its decision, written or not (the completer
+    untracks it there).
     """
 
     def __init__(
@@ -81,43 +83,43 @@ class Runner:
         chain: Handler,
         retry_policy: RetryPolicy,
         slots: Slots,
-        inflight: InFlight,
-        submit: Callable[[Outcome], None],
+        settle: Callable[[Claim, Decision], None],
         logger: logging.Logger,
     ) -> None:
         self._policy = retry_policy
         self._slots = slots
-        self._inflight = inflight
-        self._submit = submit
+        self._settle = settle
         self._log = logger
         self._chain = chain
 
-    def run(self, running: Running) -> None:
-        row = running.row
-        outcome: Outcome | None = None
+    def run(self, claim: Claim) -> None:
+        row = claim.row
+        decision = _UNDECIDED
         try:
             error: BaseException | None = None
             token = enter_job(row)
             try:
-                self._chain(running.context, row)
+                self._chain(claim.context, row)
             except BaseException as exc:
                 error = exc
             finally:
                 leave_job(token)
-            outcome = disposition.decide(
-                row, running.context.lease, error, policy=self._policy, log=self._log
-            )
+            decision = disposition.decide(row, claim, error, policy=self._policy)
+            disposition.report(self._log, row, decision)
         except BaseException:
-            self._log.critical(
+            log_job(
+                self._log,
+                logging.CRITICAL,
+                row,
+                "outcome_undecided",
                 "could not decide the outcome of " + JOB + "; the rescuer will retry it",
-                *job_args(row),
-                extra=job_fields(row, "outcome_undecided"),
                 exc_info=True,
             )
         finally:
-            running.finished = True
-            self._slots.give_back()
-        if outcome is not None:
-            self._submit(outcome)
-        else:
-            self._inflight.remove(row.id, row.attempt)
+            claim.finished = True
+            self._slots.free()
+        self._settle(claim, decision)
+
+
+# Nothing to write: the rescuer recovers the row after its lease.
+_UNDECIDED = Decision(None)

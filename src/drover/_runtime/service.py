@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-__all__ = ["PeriodicService", "ThreadService"]
+__all__ = ["IntervalService", "ThreadService"]
 
 
 class ThreadService(abc.ABC):
@@ -22,7 +22,9 @@ class ThreadService(abc.ABC):
     instead of running on without the loop.
     """
 
-    kind: str = "service"
+    name: str = "service"
+    """The service's name: in its thread's name, logs, ``/readyz`` and
+    ``drover_service_deaths_total{service}``."""
     intake: bool = False
     """True for services that bring work in (the fetcher, the listener): the
     engine stops them before it drains, the others after."""
@@ -35,12 +37,12 @@ class ThreadService(abc.ABC):
         self._lock = threading.Lock()
         self.died: str | None = None
         """Why the loop ended on its own (an exception's description), else None."""
-        self.on_death: Callable[[ThreadService], None] | None = None
-        """Called once, on the dying thread, after :attr:`died` is set."""
+        self.on_death: Callable[[str], None] | None = None
+        """Called once with the service's name, on the dying thread, after :attr:`died` is set."""
 
     @property
     def thread_name(self) -> str:
-        return f"drover-{self.kind}-{self._client_id}"
+        return f"drover-{self.name}-{self._client_id}"
 
     @property
     def alive(self) -> bool:
@@ -89,8 +91,8 @@ class ThreadService(abc.ABC):
             self._log.critical(
                 "background thread %s died; its service (%s) no longer runs",
                 self.thread_name,
-                self.kind,
-                extra={"thread_name": self.thread_name, "service": self.kind},
+                self.name,
+                extra={"thread_name": self.thread_name, "service": self.name},
                 exc_info=True,
             )
             self._died(f"{type(exc).__qualname__}: {exc}" if str(exc) else type(exc).__qualname__)
@@ -100,8 +102,8 @@ class ThreadService(abc.ABC):
                     "background thread %s ended before it was stopped; "
                     "its service (%s) no longer runs",
                     self.thread_name,
-                    self.kind,
-                    extra={"thread_name": self.thread_name, "service": self.kind},
+                    self.name,
+                    extra={"thread_name": self.thread_name, "service": self.name},
                 )
                 self._died("its loop returned before stop")
 
@@ -110,7 +112,7 @@ class ThreadService(abc.ABC):
         hook = self.on_death
         if hook is not None:
             try:
-                hook(self)
+                hook(self.name)
             except Exception:
                 self._log.exception("reporting the death of %s failed", self.thread_name)
 
@@ -118,7 +120,7 @@ class ThreadService(abc.ABC):
     def _loop(self) -> None: ...
 
 
-class PeriodicService(ThreadService):
+class IntervalService(ThreadService):
     """Runs :meth:`run_once` every ``interval`` seconds until stopped.
 
     An exception from ``run_once`` is logged and the next interval tries again.

@@ -13,15 +13,13 @@ from typing import Any
 from sqlalchemy.engine import Connection as SAConnection
 from sqlalchemy.orm import Session, scoped_session
 
-from drover._db.connections import Connection, resolve_connection
-from drover._db.store import job_insert, job_insert_many
-from drover._encode import encode_batch, encode_insert
+from drover._db import Connection
+from drover._db.caller import resolve_connection
+from drover._insert import tx
 from drover.errors import UnsupportedConnection
-from drover.job import InsertOpts, Job, JobArgs, JobRow
+from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow
 
 __all__ = ["complete", "insert", "insert_many"]
-
-InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
 
 
 def _psycopg(target: object) -> Connection:
@@ -66,8 +64,7 @@ def insert(
         drover.DuplicateJob: the unique key is held by a waiting or running job.
         drover.DatabaseError: the statement failed (the transaction is then aborted).
     """
-    params = encode_insert(args, opts)
-    return job_insert(_psycopg(session_or_connection), params, notify=notify)
+    return tx.insert_tx(lambda: (_psycopg(session_or_connection), True), args, opts, notify=notify)
 
 
 def insert_many(
@@ -77,11 +74,7 @@ def insert_many(
     notify: bool = True,
 ) -> list[JobRow]:
     """Insert a batch with COPY in the session's transaction (as ``Client.insert_many_tx``)."""
-    batch = encode_batch(items)
-    conn = _psycopg(session_or_connection)
-    if not batch.params:
-        return []
-    return job_insert_many(conn, batch, caller_tx=True, notify=notify)
+    return tx.insert_many_tx(lambda: (_psycopg(session_or_connection), True), items, notify=notify)
 
 
 def complete(

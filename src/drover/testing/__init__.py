@@ -22,13 +22,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drover._db.connections import borrow
-from drover._db.runtime import Outcome, job_record_outcomes
-from drover._db.store import job_get
-from drover._db.testing import job_claim_after, job_list_after, job_max_id
+from drover._records import Outcome
 from drover._runtime import disposition
+from drover._runtime.inflight import Claim
 from drover.client import Client
-from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument
 from drover.job import JobArgs, JobRow, JobState
 from drover.log import job_scope
@@ -79,9 +76,9 @@ class Jobs:
         if not isinstance(client, Client):
             raise InvalidArgument(f"Jobs needs a drover.Client, not {type(client).__name__}")
         self.client = client
+        self._store = client._store
         if after is None:
-            with borrow(client.pool, "read the newest job id") as conn:
-                after = job_max_id(conn)
+            after = self._store.max_job_id()
         self.after = after
         """Only jobs with a larger id are this helper's."""
 
@@ -98,8 +95,7 @@ class Jobs:
         ``args`` is a ``JobArgs`` (equal once encoded) or a mapping (these keys
         have these values; other keys may exist).
         """
-        with borrow(self.client.pool, "list jobs") as conn:
-            rows = job_list_after(conn, self.after)
+        rows = self._store.jobs_after(self.after)
         wanted = None if state is None else JobState(state)
         return [
             r
@@ -160,26 +156,24 @@ class Jobs:
         chain = self.client._chain
         worked: list[Worked] = []
         while len(worked) < limit:
-            with borrow(self.client.pool, "claim jobs") as conn:
-                rows = job_claim_after(
-                    conn, self.after, queues, min(100, limit - len(worked)), _LEASE_SECONDS
-                )
+            rows = self._store.claim_after(
+                self.after, queues, min(100, limit - len(worked)), _LEASE_SECONDS
+            )
             if not rows:
                 break
             for row in sorted(rows, key=lambda r: (r.scheduled_at, r.id)):
-                lease = Lease(row.id, row.attempt, row.leased_until)
+                claim = Claim(row)
                 error: BaseException | None = None
                 try:
                     with job_scope(row):
-                        chain(JobContext(lease=lease), row)
+                        chain(claim.context, row)
                 except BaseException as exc:  # as the runner: any exception is an outcome
                     error = exc
-                outcome = disposition.decide(
-                    row, lease, error, policy=config.retry_policy, log=config.logger
-                )
+                decision = disposition.decide(row, claim, error, policy=config.retry_policy)
+                disposition.report(config.logger, row, decision)
+                outcome = decision.outcome
                 if outcome is not None:
-                    with borrow(self.client.pool, "record job outcome") as conn:
-                        job_record_outcomes(conn, [outcome])
+                    self._store.record_outcomes([outcome], "record job outcome")
                 worked.append(Worked(row, *self._result(row, outcome)))
         return worked
 
@@ -188,16 +182,14 @@ class Jobs:
         if outcome is not None and not outcome.settles_tx:
             error = outcome.error.get("error") if outcome.error else None
             return outcome.state, error
-        with borrow(self.client.pool, "read job state") as conn:
-            current = job_get(conn, row.id)
-        errors = current.errors if current is not None else []
+        current = self._store.get_job(row.id)
+        errors = current.errors if current is not None else ()
         state = current.state if current is not None else JobState.RUNNING
         error = errors[-1].get("error") if errors and state is not JobState.COMPLETED else None
         return state, error
 
     def _summary(self) -> str:
-        with borrow(self.client.pool, "list jobs") as conn:
-            rows = job_list_after(conn, self.after)
+        rows = self._store.jobs_after(self.after)
         if not rows:
             return "nothing"
         return ", ".join(f"{r.kind} on {r.queue} {json.dumps(r.args)}" for r in rows[:20])

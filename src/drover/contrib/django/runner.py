@@ -7,11 +7,12 @@ from typing import Any
 from pydantic import Field
 
 import drover
+from drover.contrib.django.results import TASK_KIND, result_for
 
 __all__ = ["DjangoTaskArgs", "run_django_task"]
 
 
-class DjangoTaskArgs(drover.JobArgs, kind="django_task"):
+class DjangoTaskArgs(drover.JobArgs, kind=TASK_KIND):
     """A Django task call: the task's import path, its JSON args, and its backend alias."""
 
     task: str
@@ -36,7 +37,6 @@ def run_django_task(job: drover.Job[DjangoTaskArgs]) -> None:
     from django.utils.module_loading import import_string
 
     from drover.contrib.django.models import TaskResult
-    from drover.contrib.django.tasks import result_for
 
     close_old_connections()
     try:

@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import drover
 from drover.cli import main as drover_main
-from drover.contrib.django.settings import build_client, conninfo
+from drover.contrib.django.settings import conninfo
+from drover.contrib.django.worker import build_client
 
 
 class Command(BaseCommand):

@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
-from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
-from drover._db import periodic as db
-from drover._db.connections import Connection, ConnectionPool, dedicated_connect
-from drover._encode import encode_insert
+from drover._db.store import Store
+from drover._db.ticks import Leadership
+from drover._insert.encode import encode_insert
 from drover._runtime.service import ThreadService
+from drover._runtime.wiring import Wiring
 from drover.errors import DroverError
 from drover.periodic import PeriodicJob, tick_key, tick_opts
 
-__all__ = ["PeriodicScheduler"]
+__all__ = ["Ticker"]
 
 ENQUEUED, DUPLICATE, FAILED = "enqueued", "duplicate", "failed"
-_CONNECT = "connect for the periodic scheduler lock"
 
 
-class PeriodicScheduler(ThreadService):
+class Ticker(ThreadService):
     """Competes for leadership and, while it leads, inserts each periodic job's ticks.
 
     Leadership is a session advisory lock held on a connection of this
@@ -40,27 +37,17 @@ class PeriodicScheduler(ThreadService):
     loop. The turn sleeps until the soonest fire, cut short by stop.
     """
 
-    kind = "periodic"
+    name = "periodic"
     intake = True  # inserts work: stops before the drain, like the fetcher
 
-    def __init__(
-        self,
-        *,
-        pool: ConnectionPool[Any],
-        jobs: Sequence[PeriodicJob],
-        poll_interval: float,
-        count: Callable[[str, str], None],
-        leading: Callable[[bool], None],
-        client_id: str,
-        logger: logging.Logger,
-    ) -> None:
-        super().__init__(client_id=client_id, logger=logger)
-        self._pool = pool
-        self._jobs = tuple(jobs)
-        self._poll = poll_interval
-        self._count = count
-        self._leading_hook = leading
-        self._conn: Connection | None = None
+    def __init__(self, wiring: Wiring) -> None:
+        super().__init__(client_id=wiring.client_id, logger=wiring.log)
+        self._store: Store = wiring.store
+        self._jobs = tuple(wiring.config.periodic_jobs)
+        self._poll = wiring.config.poll_interval.total_seconds()
+        self._count = wiring.metrics.periodic_tick
+        self._leading_hook = wiring.metrics.periodic_leading
+        self._conn: Leadership | None = None
         self.leading = False
         """True while this client holds leadership (read by tests and /readyz-style probes)."""
         self._next: dict[str, datetime | None] = {}
@@ -87,7 +74,7 @@ class PeriodicScheduler(ThreadService):
         if conn is None:
             return self._poll
         try:
-            now = db.db_now(conn)
+            now = conn.now()
         except DroverError as exc:
             self._lost(f"its connection failed: {exc}")
             return self._poll
@@ -108,14 +95,14 @@ class PeriodicScheduler(ThreadService):
         # Never longer than a poll interval: leadership is re-checked each turn.
         return min(max((soonest - now).total_seconds(), 0.0), self._poll)
 
-    def _fire(self, conn: Connection, job: PeriodicJob, fire: datetime, now: datetime) -> bool:
+    def _fire(self, conn: Leadership, job: PeriodicJob, fire: datetime, now: datetime) -> bool:
         # Everything due up to now is folded into this one tick: a late
         # leader, or one that was stalled, fires a missed period once.
         following = job.schedule.next(now)
         try:
             params = encode_insert(job.args, tick_opts(job, fire))
-            tick = db.fire_tick(
-                conn, params, periodic_id=job.id, fire=fire, upto=now, next_fire=following
+            tick = conn.fire_tick(
+                params, periodic_id=job.id, fire=fire, upto=now, next_fire=following
             )
         except DroverError as exc:
             self._count(job.id, FAILED)
@@ -127,7 +114,7 @@ class PeriodicScheduler(ThreadService):
                 extra={"periodic_id": job.id, "fire_time": fire.isoformat(), "error": str(exc)},
                 exc_info=True,
             )
-            if conn.broken or conn.closed:
+            if conn.broken:
                 self._lost(f"its connection failed: {exc}")
             return False
         fields = {"periodic_id": job.id, "fire_time": fire.isoformat()}
@@ -152,14 +139,12 @@ class PeriodicScheduler(ThreadService):
 
     # --- leadership -----------------------------------------------------------------------------
 
-    def _lead(self) -> Connection | None:
+    def _lead(self) -> Leadership | None:
         """This client's lock connection once it leads, else None (after trying once)."""
-        if self._conn is None or self._conn.closed:
+        if self._conn is None or self._conn.broken:
             self._conn = None
             try:
-                self._conn = dedicated_connect(
-                    self._pool, "connect for the periodic scheduler lock", "scheduler"
-                )
+                self._conn = self._store.lead()
             except DroverError:
                 self._log.error("connect for the periodic scheduler lock failed", exc_info=True)
                 return None
@@ -167,7 +152,7 @@ class PeriodicScheduler(ThreadService):
         if self.leading:
             return conn
         try:
-            if not db.try_lock(conn):
+            if not conn.try_lock():
                 return None
             self._gain(conn)
         except DroverError as exc:
@@ -176,11 +161,10 @@ class PeriodicScheduler(ThreadService):
             return None
         return conn
 
-    def _gain(self, conn: Connection) -> None:
-        db.record_leader(conn, self._client_id, socket.gethostname(), os.getpid())
+    def _gain(self, conn: Leadership) -> None:
+        conn.record_leader(self._client_id, socket.gethostname(), os.getpid())
         watermarks = {
-            job.id: db.define(
-                conn,
+            job.id: conn.define(
                 periodic_id=job.id,
                 schedule=job.schedule.spec,
                 timezone=job.timezone.key,
@@ -192,13 +176,13 @@ class PeriodicScheduler(ThreadService):
         }
         # Read after registering: later than any new entry's watermark, so a
         # run_on_start tick is never mistaken for one already fired.
-        now = db.db_now(conn)
+        now = conn.now()
         for job in self._jobs:
             # A new id starts from now; a known one fires once if a tick fell
             # due while nobody led; run_on_start fires once now regardless.
             due = now if job.run_on_start else job.schedule.next(watermarks[job.id])
             self._next[job.id] = due
-            db.record_next(conn, job.id, due)
+            conn.record_next(job.id, due)
         self.leading = True
         self._leading_hook(True)
         self._log.info(

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from drover._db.store import EncodedBatch, JobInsertParams, UniformBatch
+from drover._records import EncodedBatch, JobInsertParams, UniformBatch
 from drover.errors import InvalidJobArgs
 from drover.job import InsertOpts, JobArgs
 

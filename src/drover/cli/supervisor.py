@@ -98,9 +98,8 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
             return handle
 
         changes["middleware"] = (count, *config.middleware)
-    child = drover.Client(client.pool, config.replace(**changes))
     # Claims stop at the limit itself, so a process runs exactly max_jobs.
-    child._claim_budget = max_jobs
+    child = drover.Client(client.pool, config.replace(**changes), max_jobs=max_jobs)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()

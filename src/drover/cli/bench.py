@@ -33,8 +33,8 @@ from typing import Any
 from psycopg.conninfo import make_conninfo
 
 import drover
-from drover._db.connections import borrow
 from drover._db.embedded import embedded_postgres
+from drover._db.pool import borrow
 from drover._db.stats import analyze_jobs, create_database, drop_database, server_settings
 
 __all__ = ["BenchResult", "run_bench"]

@@ -18,8 +18,8 @@ from types import FrameType
 from typing import TextIO
 
 import drover
-from drover._db.connections import borrow
 from drover._db.embedded import embedded_postgres
+from drover._db.pool import borrow
 from drover._db.stats import job_counts_by_state
 from drover.job import TERMINAL_STATES
 

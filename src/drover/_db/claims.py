@@ -1,4 +1,4 @@
-"""The running client's queries: claim, record outcomes, renew leases, claim expired leases.
+"""A running client's statements on its claims: claim, record outcomes, renew leases, rescue.
 
 Each function is one round trip whatever the number of jobs, runs on a
 connection the caller borrowed from drover's pool, and commits through that
@@ -7,69 +7,24 @@ connection's autocommit or the pool's context manager.
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, NamedTuple
 
 from psycopg.rows import tuple_row
 
-from drover._db.connections import Connection
+from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 from drover._db.rows import row_from_db
+from drover._records import Outcome, Recorded, Renewal, WriteResult
 from drover.job import JobRow, JobState
 
 __all__ = [
-    "Outcome",
-    "Renewal",
-    "WriteResult",
     "job_claim",
     "job_claim_expired",
     "job_extend_leases",
     "job_record_outcomes",
 ]
-
-
-class Outcome(NamedTuple):
-    """A state change for one claimed job, fenced on the claim's ``(id, attempt)``.
-
-    A named tuple, not a frozen dataclass: one is built per executed job, and
-    a tuple is built in a fraction of the time (see ADR 0009 for ``JobRow``).
-    """
-
-    id: int
-    attempt: int
-    state: JobState
-    scheduled_at: datetime | None = None
-    """Wake time for ``retryable``/``scheduled``; ``None`` means now (database clock)."""
-    error: dict[str, Any] | None = None
-    """Entry appended to ``errors``, or nothing."""
-    give_back: bool = False
-    """Return the claim's attempt (snooze)."""
-    settles_tx: bool = False
-    """The handler called ``complete_tx``: a refusal because that completion
-    committed is the expected case, not a stale write."""
-
-
-class WriteResult(enum.Enum):
-    """What happened to one fenced write."""
-
-    APPLIED = "applied"
-    NOT_FOUND = "not found"
-    NOT_RUNNING = "not running"
-    LEASE_LOST = "lease lost"
-
-
-class Recorded(NamedTuple):
-    """The result of one outcome write, with the row's state when it was refused."""
-
-    outcome: Outcome
-    result: WriteResult
-    current_state: str | None
-    current_attempt: int | None
 
 
 def job_claim(
@@ -113,7 +68,7 @@ def _plain_completion(o: Outcome) -> bool:
         o.state is JobState.COMPLETED
         and o.error is None
         and o.scheduled_at is None
-        and not o.give_back
+        and not o.refund_attempt
     )
 
 
@@ -133,7 +88,7 @@ def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[R
         "states": [o.state.value for o in outcomes],
         "scheduled_at": [o.scheduled_at for o in outcomes],
         "errors": [None if o.error is None else json.dumps(o.error) for o in outcomes],
-        "give_back": [o.give_back for o in outcomes],
+        "refund_attempt": [o.refund_attempt for o in outcomes],
     }
     with (
         translate(f"record {len(outcomes)} job outcomes"),
@@ -174,17 +129,6 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
             state, attempt = current.get(o.id, (None, None))
             recorded.append(Recorded(o, _refusal(state), state, attempt))
     return recorded
-
-
-@dataclass(frozen=True, slots=True)
-class Renewal:
-    """What one heartbeat learned about one held claim."""
-
-    id: int
-    leased_until: datetime | None
-    """The new expiry, or ``None`` when not renewed this time."""
-    current: bool
-    """False once the claim moved on: this client has lost the job."""
 
 
 def job_extend_leases(

@@ -1,26 +1,26 @@
-"""Connections: drover's own pool, and the caller's connection for ``insert_tx``.
+"""drover's own connections: the pool (its own or the application's), borrowing, dedicated ones.
 
-``resolve_connection`` accepts psycopg objects directly and recognises Django
-and SQLAlchemy wrappers by their attributes, so neither framework is ever
-imported by drover.
+A pool drover opens records how its connection attempts end, so a borrower
+fails at once with the server's reason instead of waiting out the pool's
+timeout. A dedicated connection is opened with the pool's settings but kept
+out of it, for session state (LISTEN, a session advisory lock).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Self, TypeAlias
 
 import psycopg
-from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from drover._db import Connection
+from drover._db.conninfo import check_conninfo, describe_target, names_application
 from drover._db.errors import redact, translate
-from drover.errors import DatabaseError, InvalidArgument, NotInTransaction, UnsupportedConnection
+from drover.errors import DatabaseError, InvalidArgument
 
 __all__ = [
     "ConnectAttempts",
@@ -30,16 +30,11 @@ __all__ = [
     "PoolOrConninfo",
     "borrow",
     "borrow_connection",
-    "check_conninfo",
     "dedicated_connect",
-    "describe_target",
     "open_pool",
     "pool_from",
-    "resolve_connection",
-    "socket_deadline",
 ]
 
-Connection: TypeAlias = psycopg.Connection[Any]
 PoolOrConninfo: TypeAlias = "ConnectionPool[Any] | str"
 
 
@@ -159,7 +154,7 @@ class OwnedPool(ConnectionPool[Any]):
 def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> OwnedPool:
     """Open a pool that drover owns (and will close)."""
     kwargs: dict[str, Any] = {}
-    if not _names_application(conninfo):
+    if not names_application(conninfo):
         kwargs["application_name"] = "drover"
     return OwnedPool(
         conninfo,
@@ -265,192 +260,6 @@ def borrow(
         )
 
 
-def _from_framework(obj: Any, api: str = "insert_tx") -> Any:
-    """Unwrap a Django or SQLAlchemy object to its DB-API connection, or return None."""
-    # Django CursorWrapper: .db is the DatabaseWrapper, .cursor the raw psycopg cursor.
-    if hasattr(obj, "db") and hasattr(obj, "cursor") and not callable(obj.cursor):
-        return getattr(obj.cursor, "connection", None)
-    # Django DatabaseWrapper: connected lazily; .connection is None until then.
-    if hasattr(obj, "ensure_connection") and hasattr(obj, "vendor"):
-        if obj.vendor != "postgresql":
-            raise UnsupportedConnection(
-                f"{api} needs a PostgreSQL database; this Django connection is {obj.vendor!r}"
-            )
-        obj.ensure_connection()
-        return obj.connection
-    # SQLAlchemy Session / scoped_session: .connection() autobegins the transaction.
-    if hasattr(obj, "get_bind") and callable(getattr(obj, "connection", None)):
-        return _from_framework(obj.connection(), api)
-    # SQLAlchemy Connection: .connection is the pool proxy holding the driver connection.
-    proxy = getattr(obj, "connection", None)
-    if proxy is not None and hasattr(proxy, "driver_connection"):
-        return proxy.driver_connection
-    return None
-
-
-def resolve_connection(
-    obj: object, api: str = "insert_tx", instead: str = "or use client.insert()"
-) -> Connection:
-    """The psycopg connection behind ``obj``, checked to be inside a transaction.
-
-    ``api`` names the caller in messages; ``instead`` ends the autocommit
-    message with the alternative.
-
-    Accepts a psycopg ``Connection`` or ``Cursor``, a Django connection or
-    cursor wrapper, and a SQLAlchemy ``Connection`` or ``Session``.
-    """
-    if isinstance(obj, psycopg.Connection):
-        conn: object = obj
-    elif isinstance(obj, psycopg.Cursor):
-        conn = obj.connection
-    elif isinstance(obj, psycopg.AsyncConnection | psycopg.AsyncCursor):
-        raise UnsupportedConnection(
-            f"{api} is synchronous and cannot use an async psycopg connection"
-        )
-    else:
-        conn = _from_framework(obj, api)
-        if conn is None:
-            raise UnsupportedConnection(
-                f"{api} needs a psycopg Connection or Cursor, a Django connection or cursor, "
-                f"or a SQLAlchemy Connection or Session; got {type(obj).__module__}."
-                f"{type(obj).__qualname__}"
-            )
-    if not isinstance(conn, psycopg.Connection):
-        raise UnsupportedConnection(
-            f"{api} needs psycopg 3 underneath; got a "
-            f"{type(conn).__module__}.{type(conn).__qualname__} connection "
-            "(with SQLAlchemy use a postgresql+psycopg:// URL)"
-        )
-    if conn.closed:
-        raise UnsupportedConnection(f"{api} was given a closed connection")
-    # An autocommit connection is fine inside an explicit block (psycopg's
-    # conn.transaction() issues BEGIN): only one with no transaction open has
-    # nothing to join. A non-autocommit connection begins one implicitly.
-    if conn.autocommit and conn.info.transaction_status not in (
-        pq.TransactionStatus.INTRANS,
-        pq.TransactionStatus.INERROR,  # refused below with its own message
-    ):
-        raise NotInTransaction(
-            f"{api} needs an open transaction, but the connection is in autocommit mode: "
-            "wrap the call in `with conn.transaction():`, Django's transaction.atomic() or "
-            f"SQLAlchemy's session.begin(), {instead}"
-        )
-    if conn.info.transaction_status == pq.TransactionStatus.INERROR:
-        raise NotInTransaction(
-            f"{api} was given a connection whose transaction has already failed; roll it back first"
-        )
-    return conn
-
-
-def check_conninfo(conninfo: str, *, connect_timeout: int = 5) -> str:
-    """Validate a conninfo string or URL and give it a connect timeout if it has none.
-
-    Raises ``ValueError`` (password-free message) when it cannot be parsed.
-    """
-    if "\x00" in conninfo:
-        # libpq would stop reading at the NUL and connect to what came before.
-        raise ValueError("the database URL contains a NUL character")
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        # libpq's message quotes the offending text, which may be the password.
-        raise ValueError(
-            "the database URL cannot be parsed: check its syntax, parameter names and "
-            "percent-encoding"
-        ) from None
-    if "connect_timeout" in params:
-        return conninfo
-    return psycopg.conninfo.make_conninfo(conninfo, connect_timeout=connect_timeout)
-
-
-def dedicated_connect(pool: ConnectionPool[Any], action: str, role: str) -> Connection:
-    """An autocommit connection of its own, opened with ``pool``'s settings but not from it.
-
-    For session state that must not leak into pooled connections (LISTEN, a
-    session advisory lock) and must end with the connection. Unless the
-    caller's settings name one, its ``application_name`` is ``drover-<role>``,
-    so an operator can tell it apart in ``pg_stat_activity``.
-    """
-    # psycopg_pool accepts callables for both (credentials that rotate).
-    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
-    extra = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
-    kwargs = {**(extra or {}), "autocommit": True}
-    conninfo = check_conninfo(conninfo)
-    if "application_name" not in kwargs and not _names_application(conninfo):
-        kwargs["application_name"] = f"drover-{role}"
-    with translate(action):
-        return psycopg.connect(conninfo, **kwargs)
-
-
-def _names_application(conninfo: str) -> bool:
-    try:
-        return "application_name" in psycopg.conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        return False
-
-
-@contextlib.contextmanager
-def socket_deadline(conn: Connection, seconds: float) -> Iterator[None]:
-    """Shut ``conn``'s socket down if the block has not finished within ``seconds``.
-
-    A client-side deadline for calls that must not hang on a half-open
-    connection (the server or a middlebox stopped answering while the kernel
-    still acknowledges, so neither keepalives nor statement timeouts help).
-    The blocked call then fails with an ordinary connection error. A timer
-    thread does the shutdown; nothing runs when the block finishes in time.
-    If the timer fired at all, even as the block was finishing, the
-    connection is closed on the way out, so a pool discards it instead of
-    lending out a socket that was shut down under it.
-    """
-    lock = threading.Lock()
-    state = {"done": False, "fired": False}
-
-    def expire() -> None:
-        with lock:
-            if state["done"]:
-                return
-            state["fired"] = True
-            _shutdown_socket(conn)
-
-    timer = threading.Timer(seconds, expire)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-        with lock:
-            state["done"] = True
-            fired = state["fired"]
-        if fired:
-            with contextlib.suppress(Exception):
-                conn.close()
-
-
-def _shutdown_socket(conn: Connection) -> None:
-    try:
-        dup = socket.socket(fileno=os.dup(conn.fileno()))
-    except (OSError, psycopg.Error):
-        return  # already closed: the blocked call has failed or will
-    try:
-        dup.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        dup.close()
-
-
-def describe_target(conninfo: str) -> str:
-    """``host:port/dbname`` of a conninfo string, never its password."""
-    try:
-        params = psycopg.conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        return "the database"
-    host = str(params.get("host") or "localhost")
-    port = str(params.get("port") or "5432")
-    return f"{host}:{port}/{params.get('dbname') or ''}"
-
-
 def pool_from(source: object, *, who: str, max_size: int) -> tuple[ConnectionPool[Any], bool]:
     """``(pool, owned)``: the caller's pool as is, or a new one opened from a conninfo string.
 
@@ -472,3 +281,22 @@ def pool_from(source: object, *, who: str, max_size: int) -> tuple[ConnectionPoo
         f"{who} needs a psycopg_pool.ConnectionPool or a conninfo string, "
         f"not {type(source).__qualname__}"
     )
+
+
+def dedicated_connect(pool: ConnectionPool[Any], action: str, role: str) -> Connection:
+    """An autocommit connection of its own, opened with ``pool``'s settings but not from it.
+
+    For session state that must not leak into pooled connections (LISTEN, a
+    session advisory lock) and must end with the connection. Unless the
+    caller's settings name one, its ``application_name`` is ``drover-<role>``,
+    so an operator can tell it apart in ``pg_stat_activity``.
+    """
+    # psycopg_pool accepts callables for both (credentials that rotate).
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    extra = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    kwargs = {**(extra or {}), "autocommit": True}
+    conninfo = check_conninfo(conninfo)
+    if "application_name" not in kwargs and not names_application(conninfo):
+        kwargs["application_name"] = f"drover-{role}"
+    with translate(action):
+        return psycopg.connect(conninfo, **kwargs)

@@ -13,9 +13,9 @@ from typing import Any, NoReturn
 import typer
 
 import drover
-from drover import _cli_output as out
-from drover._db.connections import check_conninfo, describe_target
+from drover._db.conninfo import check_conninfo, describe_target
 from drover._db.errors import redact
+from drover.cli import output as out
 
 __all__ = [
     "Globals",

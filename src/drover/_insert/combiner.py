@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any
 
-from drover._db import store
-from drover._db.connections import ConnectionPool, borrow
-from drover._db.store import JobInsertParams
+from drover._db.insert import duplicate_error
+from drover._db.store import Store
+from drover._records import JobInsertParams
 from drover.errors import DatabaseError, DuplicateJob
 from drover.job import JobRow
 
@@ -56,12 +55,8 @@ class Combiner:
     insert in flight plus its own group's; there is no timer and no thread.
     """
 
-    def __init__(
-        self,
-        pool: ConnectionPool[Any],
-        max_in_flight: int = 2,
-    ) -> None:
-        self._pool = pool
+    def __init__(self, store: Store, max_in_flight: int = 2) -> None:
+        self._store = store
         self._lock = threading.Lock()
         self._queue: list[_Request] = []
         self._max_in_flight = max_in_flight
@@ -137,19 +132,18 @@ class Combiner:
                     self._in_flight -= 1
 
     def _run(self, group: list[_Request]) -> None:
-        with borrow(self._pool, "insert job") as conn:
-            if len(group) == 1:
-                request = group[0]
-                try:
-                    request.row = store.job_insert(conn, request.params, notify=False)
-                except DuplicateJob as exc:
-                    request.error = exc
-                return
-            rows = store.job_insert_rows(conn, [r.params for r in group])
+        if len(group) == 1:
+            request = group[0]
+            try:
+                request.row = self._store.insert(request.params, notify=False)
+            except DuplicateJob as exc:
+                request.error = exc
+            return
+        rows = self._store.insert_rows([r.params for r in group])
         self.groups += 1
         for request, row in zip(group, rows, strict=True):
             if row is None:
-                request.error = store.duplicate_error(request.params)
+                request.error = duplicate_error(request.params)
             else:
                 request.row = row
 

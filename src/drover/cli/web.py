@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from drover._address import parse_address
-from drover._cli_common import fail, get_globals, open_inspector, usage
+from drover.cli.common import fail, get_globals, open_inspector, usage
 from drover.errors import ConfigError
 
 __all__ = ["web_command"]

@@ -1,4 +1,4 @@
-"""Operator queries: list, cancel and redrive jobs."""
+"""Operator statements on jobs: read one, list, cancel, retry and redrive (``inspect.sql``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from typing import LiteralString
 from psycopg import errors as pgerrors
 from psycopg.rows import tuple_row
 
-from drover._db.connections import Connection
+from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
 from drover._db.rows import row_from_db
-from drover._db.store import job_get
 from drover.errors import DatabaseError, DuplicateJob, InvalidTransition, NotFound
 from drover.job import CANCELLABLE_STATES, RETRIABLE_STATES, JobRow, JobState
 
@@ -20,6 +19,7 @@ __all__ = [
     "CANCEL",
     "RETRY",
     "OperatorAction",
+    "job_get",
     "job_lease_holder",
     "job_list",
     "job_operator_transition",
@@ -43,6 +43,14 @@ CANCEL = OperatorAction(
 RETRY = OperatorAction(
     "retry", "job_retry", tuple(s.value for s in RETRIABLE_STATES), "dead or cancelled"
 )
+
+
+def job_get(conn: Connection, job_id: int) -> JobRow | None:
+    """The job with ``job_id``, or ``None``."""
+    with translate(f"get job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_get"), {"id": job_id})
+        row = cur.fetchone()
+    return None if row is None else row_from_db(row)
 
 
 def job_list(

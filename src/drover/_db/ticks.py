@@ -1,26 +1,30 @@
-"""Periodic jobs: the Python side of ``sql/queries/periodic.sql``.
+"""Periodic jobs' ticks and leadership: the Python side of ``sql/queries/periodic.sql``.
 
-Everything here runs on the scheduler's dedicated connection (autocommit),
-except :func:`periodic_list` and :func:`lock_holders`, which any connection
-may run.
+:class:`Leadership` runs on the ticker's dedicated connection (autocommit),
+which holds the leadership lock; :func:`periodic_list` and
+:func:`lock_holders` run on any connection.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from psycopg.rows import tuple_row
+from psycopg_pool import ConnectionPool
 
-from drover._db.connections import Connection
+from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.insert import job_insert
+from drover._db.pool import dedicated_connect
 from drover._db.queries import query
-from drover._db.store import JobInsertParams, job_insert
+from drover._records import JobInsertParams, PeriodicInfo
 from drover.errors import DuplicateJob
 from drover.job import JobRow
-from drover.periodic import PeriodicInfo
 
 __all__ = [
+    "Leadership",
     "Tick",
     "db_now",
     "define",
@@ -185,3 +189,59 @@ def lock_holders(conn: Connection) -> list[int]:
     with translate("read periodic lock holders"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("periodic_lock_holders"))
         return [int(r[0]) for r in cur.fetchall()]
+
+
+class Leadership:
+    """The ticker's own connection, on which it competes for and holds leadership.
+
+    A session advisory lock lives on it, so it is opened with the pool's
+    settings but kept out of the pool, and closing it releases the lock.
+    Every method is one of this module's functions on that connection. Owned
+    by one thread.
+    """
+
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        self._conn = dedicated_connect(pool, "connect for the periodic scheduler lock", "scheduler")
+
+    @property
+    def broken(self) -> bool:
+        """True once the connection is closed or broken: leadership is gone with it."""
+        return self._conn.broken or self._conn.closed
+
+    def try_lock(self) -> bool:
+        """Try to take leadership; True when this session holds it."""
+        return try_lock(self._conn)
+
+    def now(self) -> datetime:
+        """The database clock; also proves this session (and so its lock) is alive."""
+        return db_now(self._conn)
+
+    def record_leader(self, client_id: str, host: str, pid: int) -> None:
+        """Name this client as the leader, for operators."""
+        record_leader(self._conn, client_id, host, pid)
+
+    def define(self, **entry: str) -> datetime:
+        """Register an entry (see :func:`define`); return its watermark."""
+        return define(self._conn, **entry)
+
+    def fire_tick(
+        self,
+        params: JobInsertParams,
+        *,
+        periodic_id: str,
+        fire: datetime,
+        upto: datetime,
+        next_fire: datetime | None,
+    ) -> Tick:
+        """Move the watermark past ``fire`` and insert the tick's job, in one transaction."""
+        return fire_tick(
+            self._conn, params, periodic_id=periodic_id, fire=fire, upto=upto, next_fire=next_fire
+        )
+
+    def record_next(self, periodic_id: str, next_fire: datetime | None) -> None:
+        """Publish the next fire time this leader computed."""
+        record_next(self._conn, periodic_id, next_fire)
+
+    def close(self) -> None:
+        """Close the connection, which releases the lock."""
+        self._conn.close()

@@ -8,8 +8,8 @@ from typing import Any
 import typer
 
 import drover
-from drover import _cli_output as out
-from drover._cli_common import (
+from drover.cli import output as out
+from drover.cli.common import (
     database_error,
     emit,
     fail,
@@ -19,7 +19,7 @@ from drover._cli_common import (
     url_of,
     usage,
 )
-from drover._supervisor import Supervisor, child_command, run_child
+from drover.cli.supervisor import Supervisor, child_command, run_child
 
 __all__ = ["bench_command", "demo_command", "worker_command"]
 
@@ -142,7 +142,7 @@ def demo_command(
     concurrency: int = typer.Option(10, "--concurrency", min=1, max=1000, help="Pool threads."),
 ) -> None:
     """Run a worker pool over a few thousand sample jobs (embedded PostgreSQL without a URL)."""
-    from drover._demo import run_demo
+    from drover.cli.demo import run_demo
 
     g = get_globals(ctx)
     url = given_url(g)
@@ -168,7 +168,7 @@ def bench_command(
     queues: int = typer.Option(1, "--queues", min=1, max=100, help="Queues to spread over."),
 ) -> None:
     """Measure drover on synthetic no-op jobs (embedded PostgreSQL, fsync on, without a URL)."""
-    from drover._bench import MODES, run_bench
+    from drover.cli.bench import MODES, run_bench
 
     g = get_globals(ctx)
     if mode not in MODES:

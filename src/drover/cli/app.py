@@ -14,8 +14,8 @@ from datetime import datetime
 import typer
 
 import drover
-from drover import _cli_output as out
-from drover._cli_common import (
+from drover.cli import output as out
+from drover.cli.common import (
     Globals,
     database_error,
     emit,
@@ -26,8 +26,8 @@ from drover._cli_common import (
     url_of,
     usage,
 )
-from drover._cli_run import bench_command, demo_command, worker_command
-from drover._cli_web import web_command
+from drover.cli.run import bench_command, demo_command, worker_command
+from drover.cli.web import web_command
 from drover.queues import check_queue_name
 
 __all__ = ["app", "main"]

@@ -1,0 +1,287 @@
+"""Job queries: the Python side of ``sql/queries/jobs.sql``.
+
+Every function takes the connection to run on and returns drover types (built
+by :mod:`drover._db.rows`). None of them commits, rolls back or changes
+session settings: the caller (the client, or the application for
+``insert_tx``) owns the transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg import Cursor
+from psycopg.rows import tuple_row
+
+from drover._db import Connection
+from drover._db.errors import translate
+from drover._db.notify import notify_queues
+from drover._db.queries import query
+from drover._db.rows import new_row, new_rows, row_from_db
+from drover._records import EncodedBatch, JobInsertParams, UniformBatch
+from drover.errors import DuplicateJob
+from drover.job import JobRow, JobState
+
+__all__ = ["duplicate_error", "job_insert", "job_insert_many", "job_insert_rows"]
+
+
+def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
+    assert params.unique_key is not None
+    return DuplicateJob(
+        f"{where}a job of kind {params.kind!r} with unique key {params.unique_key!r} "
+        f"is already waiting or running on queue {params.queue!r}",
+        queue=params.queue,
+        kind=params.kind,
+        unique_key=params.unique_key,
+    )
+
+
+def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> JobRow:
+    """Insert one job; one statement, one round trip, the wake-up included when ``notify``.
+
+    Raises :class:`DuplicateJob` without aborting the transaction when the
+    unique key is taken (the query skips the row instead of raising).
+    """
+    with translate(f"insert job kind {params.kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
+        if params.scheduled_at is None and params.unique_key is None:
+            cur.execute(
+                query("job_insert_now"),
+                (params.kind, params.queue, params.args_json, params.max_attempts, notify),
+            )
+            id_, created_at, _ = cur.fetchone()  # type: ignore[misc]
+            return new_row(params, id_, created_at)
+        cur.execute(
+            query("job_insert"),
+            (
+                params.scheduled_at,
+                params.kind,
+                params.queue,
+                params.args_json,
+                params.max_attempts,
+                params.unique_key,
+                notify,
+            ),
+        )
+        row = cur.fetchone()
+    if row is None:
+        raise duplicate_error(params)
+    id_, created_at, state, scheduled_at, _ = row
+    return new_row(params, id_, created_at, JobState(state), scheduled_at)
+
+
+# json.dumps for a str, minus the encoder object json.dumps sets up per call.
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[JobRow | None]:
+    """Insert single jobs of several callers in one statement; ``None`` where a unique key lost.
+
+    One round trip and, on an autocommit connection, one transaction for the
+    whole list. Results are in input order.
+    """
+    quote = _json_string
+    document = ",".join(
+        f"[{quote(p.kind)},{quote(p.queue)},{p.args_json},{p.max_attempts},"
+        f"{'null' if p.scheduled_at is None else quote(p.scheduled_at.isoformat())},"
+        f"{'null' if p.unique_key is None else quote(p.unique_key)}]"
+        for p in batch
+    )
+    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_insert_rows"), (f"[{document}]",))
+        found = cur.fetchall()
+    return [
+        None if id_ is None else new_row(p, id_, created_at, JobState(state), scheduled_at)
+        for p, (id_, created_at, state, scheduled_at) in zip(batch, found, strict=True)
+    ]
+
+
+def job_insert_many(
+    conn: Connection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
+) -> list[JobRow]:
+    """Insert an encoded batch with COPY; rows come back in input order, ids ascending.
+
+    A batch with no unique key is copied straight into ``drover_jobs`` (see
+    :func:`_copy_direct`). A batch with unique keys goes through a staging table
+    so that a collision, with an existing job or within the batch, writes
+    nothing and raises :class:`DuplicateJob`; with ``caller_tx`` that runs
+    under a savepoint, so the caller's transaction stays usable.
+    """
+    batch = encoded.params
+    if not batch:
+        return []
+    if encoded.unique:
+        return _insert_many_staged(conn, batch, caller_tx=caller_tx, notify=notify)
+    timed = encoded.timed
+    queues = sorted(encoded.queues) if notify else []
+    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
+        if caller_tx:
+            # No savepoint: without unique keys nothing in the batch can be
+            # refused, so a failure here is a database error, which aborts the
+            # caller's transaction like any failed statement would.
+            return _copy_direct(cur, batch, timed=timed, notify_queues=queues)
+        with conn.transaction():
+            return _copy_direct(cur, batch, timed=timed, notify_queues=queues)
+
+
+# Rows per write to the COPY stream: the server starts on the first rows while
+# Python formats the next, and no batch is held twice in memory as text.
+_COPY_CHUNK = 1000
+
+
+def _copy_text(value: str) -> str:
+    """``value`` escaped as a field of COPY's text format."""
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    if "\t" in value or "\n" in value or "\r" in value:
+        value = value.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return value
+
+
+def _copy_direct(
+    cur: Cursor[Any],
+    params: Sequence[JobInsertParams],
+    *,
+    timed: bool,
+    notify_queues: list[str],
+) -> list[JobRow]:
+    cur.execute(query("job_insert_batch_reserve"), (len(params), notify_queues))
+    now, ids, _ = cur.fetchone()  # type: ignore[misc]
+    ids.sort()
+    if isinstance(params, UniformBatch):
+        return _copy_uniform(cur, params, ids, now)
+    rows: list[JobRow] = []
+    # kind + queue, escaped, per distinct pair: a batch has few.
+    prefixes: dict[tuple[str, str], str] = {}
+    stamp = now.isoformat()
+    # The rows are formatted here rather than by write_row: one str.join per
+    # chunk instead of psycopg's per-value dumping, a third of the client's
+    # time per row. args_json is JSON from pydantic, which has no raw control
+    # characters (JSON escapes them), so only its backslashes need doubling.
+    with cur.copy(
+        query("job_insert_batch_direct_timed" if timed else "job_insert_batch_direct")
+    ) as copy:
+        for start in range(0, len(params), _COPY_CHUNK):
+            chunk = params[start : start + _COPY_CHUNK]
+            lines: list[str] = []
+            for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
+                prefix = prefixes.get((p.kind, p.queue))
+                if prefix is None:
+                    prefix = f"{_copy_text(p.kind)}\t{_copy_text(p.queue)}"
+                    prefixes[p.kind, p.queue] = prefix
+                args_json = p.args_json
+                if "\\" in args_json:
+                    args_json = args_json.replace("\\", "\\\\")
+                if not timed:
+                    lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\n")
+                    continue
+                # The rule of job_insert, on the clock of this transaction: a
+                # missing or past time means now, only a later time is scheduled.
+                at = p.scheduled_at
+                if at is None or at <= now:
+                    lines.append(
+                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{stamp}\tavailable\n"
+                    )
+                else:
+                    lines.append(
+                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t"
+                        f"{at.isoformat()}\tscheduled\n"
+                    )
+            copy.write("".join(lines))
+            # Built while the server is still busy with the rows just sent.
+            if timed:
+                for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
+                    at = p.scheduled_at
+                    if at is None or at <= now:
+                        rows.append(new_row(p, id_, now))
+                    else:
+                        rows.append(new_row(p, id_, now, JobState.SCHEDULED, at))
+            else:
+                rows += [
+                    new_row(p, id_, now)
+                    for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True)
+                ]
+    return rows
+
+
+_BACKSLASH = "\\"
+_TWO_BACKSLASHES = "\\\\"
+
+
+def _copy_uniform(
+    cur: Cursor[Any], batch: UniformBatch, ids: list[int], now: datetime
+) -> list[JobRow]:
+    # _copy_direct's untimed case for one kind and queue, from the JSON texts.
+    head = f"\t{_copy_text(batch.kind)}\t{_copy_text(batch.queue)}\t"
+    tail = f"\t{batch.max_attempts}\n"
+    rows: list[JobRow] = []
+    with cur.copy(query("job_insert_batch_direct")) as copy:
+        for start in range(0, len(batch), _COPY_CHUNK):
+            texts = batch.args_json[start : start + _COPY_CHUNK]
+            chunk_ids = ids[start : start + len(texts)]
+            # JSON from pydantic has no raw control characters (JSON escapes
+            # them), so only its backslashes need doubling for COPY's text format.
+            lines = [
+                f"{id_}{head}{text}{tail}"
+                if "\\" not in text
+                else f"{id_}{head}{text.replace(_BACKSLASH, _TWO_BACKSLASHES)}{tail}"
+                for id_, text in zip(chunk_ids, texts, strict=True)
+            ]
+            copy.write("".join(lines))
+            # Built while the server is still busy with the rows just sent.
+            rows += new_rows(batch.kind, batch.queue, batch.max_attempts, chunk_ids, texts, now)
+    return rows
+
+
+def _insert_many_staged(
+    conn: Connection, batch: Sequence[JobInsertParams], *, caller_tx: bool, notify: bool
+) -> list[JobRow]:
+    # A constant three round trips however large the batch (plus BEGIN/COMMIT
+    # or a savepoint). The COPY and the insert run in a nested transaction so
+    # a unique-key collision writes nothing.
+    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
+        if caller_tx:
+            # On a non-autocommit connection that has not run a statement yet
+            # (the first call inside Django's atomic(), say) psycopg would make
+            # conn.transaction() the outermost transaction and COMMIT the
+            # caller's work with ours. Executing first opens the caller's
+            # transaction, so conn.transaction() below is a savepoint.
+            cur.execute(query("job_insert_batch_stage"))
+        with conn.transaction():
+            if not caller_tx:
+                cur.execute(query("job_insert_batch_stage"))
+            with cur.copy(query("job_insert_batch_copy")) as copy:
+                for ord_, p in enumerate(batch):
+                    copy.write_row(
+                        (
+                            ord_,
+                            p.kind,
+                            p.queue,
+                            p.args_json,
+                            p.max_attempts,
+                            p.scheduled_at,
+                            p.unique_key,
+                        )
+                    )
+            cur.execute(query("job_insert_batch_apply"))
+            rows = cur.fetchall()
+            if len(rows) != len(batch):
+                # Raising rolls the nested transaction back: nothing of the batch stays.
+                raise _first_duplicate(conn, batch, {r[0] for r in rows})
+            if notify:
+                notify_queues(conn, sorted({p.queue for p in batch}))
+    return [row_from_db(r) for r in rows]
+
+
+def _first_duplicate(
+    conn: Connection, batch: Sequence[JobInsertParams], inserted: set[int]
+) -> DuplicateJob:
+    # The staging table maps input positions to the ids they would have had.
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_insert_batch_staged_ids"))
+        for ord_, id_ in cur.fetchall():
+            if id_ not in inserted:
+                return duplicate_error(batch[ord_], f"item {ord_}: ")
+    return duplicate_error(next(p for p in batch if p.unique_key is not None))

@@ -1,0 +1,48 @@
+"""Inserting inside a caller's transaction: the one path behind ``Client.insert_tx``,
+``Client.insert_many_tx`` and the Django and SQLAlchemy integrations.
+
+Each caller differs only in how it finds the psycopg connection under what it
+was given (a psycopg connection or cursor, a Django alias, a SQLAlchemy
+session), so each passes a ``resolve`` function; the order of what happens is
+the same for all: the input is validated and encoded first, so bad input is
+refused before the connection is touched, then the connection is resolved
+(and checked to be in a transaction), then the statements run in that
+transaction. drover never commits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from drover._db import Connection
+from drover._db.insert import job_insert, job_insert_many
+from drover._insert.encode import encode_batch, encode_insert
+from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
+
+__all__ = ["Resolve", "insert_many_tx", "insert_tx"]
+
+Resolve = Callable[[], tuple[Connection, bool]]
+"""Finds the caller's connection: ``(connection, inside_callers_transaction)``.
+
+The flag is False only where the caller allows autocommit (Django outside
+``atomic()``): a batch then runs in a transaction of its own."""
+
+
+def insert_tx(resolve: Resolve, args: JobArgs, opts: InsertOpts | None, *, notify: bool) -> JobRow:
+    """Insert one job through the caller's connection; with ``notify`` it wakes at commit."""
+    params = encode_insert(args, opts)
+    conn, _ = resolve()
+    return job_insert(conn, params, notify=notify)
+
+
+def insert_many_tx(resolve: Resolve, items: Iterable[InsertItem], *, notify: bool) -> list[JobRow]:
+    """Insert a batch with COPY through the caller's connection; rows in input order.
+
+    An empty batch makes no round trip (the connection is still resolved and
+    checked, so a misuse fails the same way whatever the batch holds).
+    """
+    batch = encode_batch(items)
+    conn, in_callers_tx = resolve()
+    if not batch.params:
+        return []
+    return job_insert_many(conn, batch, caller_tx=in_callers_tx, notify=notify)

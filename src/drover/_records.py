@@ -1,0 +1,217 @@
+"""Records that cross drover's layers: what is to be written, what was decided, what a write did.
+
+A leaf module (it imports only :mod:`drover.job`): the insert side builds
+:class:`JobInsertParams` and the database layer writes them; the engine
+decides an :class:`Outcome` and the database layer records it, reporting a
+:class:`Recorded` per outcome. Keeping these here lets every layer import them
+without importing another layer.
+
+Named tuples rather than frozen dataclasses where one is built per job: a
+tuple is several times cheaper to build (ADR 0009).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple, overload
+
+from drover.job import JobState
+
+__all__ = [
+    "AppliedMigration",
+    "EncodedBatch",
+    "JobInsertParams",
+    "Migration",
+    "MigrationStatus",
+    "Outcome",
+    "PeriodicInfo",
+    "QueueStats",
+    "Recorded",
+    "Renewal",
+    "UniformBatch",
+    "WriteResult",
+]
+
+
+class JobInsertParams(NamedTuple):
+    """One validated, encoded job ready to be written."""
+
+    kind: str
+    queue: str
+    args_json: str
+    max_attempts: int
+    scheduled_at: datetime | None
+    unique_key: str | None
+
+
+class UniformBatch(Sequence[JobInsertParams]):
+    """Encoded items of one args class, none with insert options: the common batch.
+
+    Holds the class's kind, queue and attempts once and the items' JSON texts,
+    instead of a :class:`JobInsertParams` per item (each one an object the
+    garbage collector tracks). Indexing still gives ``JobInsertParams``, built
+    on demand, for code that wants them.
+    """
+
+    __slots__ = ("args_json", "kind", "max_attempts", "queue")
+
+    def __init__(self, kind: str, queue: str, max_attempts: int, args_json: list[str]) -> None:
+        self.kind = kind
+        self.queue = queue
+        self.max_attempts = max_attempts
+        self.args_json = args_json
+
+    def __len__(self) -> int:
+        return len(self.args_json)
+
+    def _params(self, args_json: str) -> JobInsertParams:
+        return JobInsertParams(self.kind, self.queue, args_json, self.max_attempts, None, None)
+
+    @overload
+    def __getitem__(self, index: int) -> JobInsertParams: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[JobInsertParams]: ...
+    def __getitem__(self, index: int | slice) -> JobInsertParams | list[JobInsertParams]:
+        if isinstance(index, slice):
+            return [self._params(text) for text in self.args_json[index]]
+        return self._params(self.args_json[index])
+
+
+class EncodedBatch(NamedTuple):
+    """An ``insert_many`` batch, encoded, with what the writer needs to choose its path."""
+
+    params: Sequence[JobInsertParams]
+    queues: set[str]
+    """Every queue an item goes to."""
+    unique: bool
+    """Some item has a unique key."""
+    timed: bool
+    """Some item has a time."""
+
+
+class Outcome(NamedTuple):
+    """A state change for one claimed job, fenced on the claim's ``(id, attempt)``."""
+
+    id: int
+    attempt: int
+    state: JobState
+    scheduled_at: datetime | None = None
+    """Wake time for ``retryable``/``scheduled``; ``None`` means now (database clock)."""
+    error: dict[str, Any] | None = None
+    """Entry appended to ``errors``, or nothing."""
+    refund_attempt: bool = False
+    """Return the claim's attempt to the job (a snooze does not spend one)."""
+    settles_tx: bool = False
+    """The handler called ``complete_tx``: a refusal because that completion
+    committed is the expected case, not a stale write."""
+
+
+class WriteResult(enum.Enum):
+    """What happened to one fenced write."""
+
+    APPLIED = "applied"
+    NOT_FOUND = "not found"
+    NOT_RUNNING = "not running"
+    LEASE_LOST = "lease lost"
+
+
+class Recorded(NamedTuple):
+    """The result of one outcome write, with the row's state when it was refused."""
+
+    outcome: Outcome
+    result: WriteResult
+    current_state: str | None
+    current_attempt: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What one heartbeat learned about one held claim."""
+
+    id: int
+    leased_until: datetime | None
+    """The new expiry, or ``None`` when not renewed this time."""
+    current: bool
+    """False once the claim moved on: this client has lost the job."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Depth by state and oldest-claimable age per queue, read on the database clock."""
+
+    depth: dict[tuple[str, str], int]
+    """``{(queue, state): rows}`` for available, scheduled, retryable, running and dead."""
+    oldest_age: dict[str, float]
+    """``{queue: seconds}`` for queues with a job claimable now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One numbered schema migration file shipped with drover."""
+
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def label(self) -> str:
+        """``0001_create_jobs``: how logs and errors name the migration."""
+        return f"{self.version:04d}_{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedMigration:
+    """A migration recorded in ``drover_schema_version``."""
+
+    version: int
+    name: str
+    applied_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationStatus:
+    """Which migrations a database has, and which it still needs."""
+
+    applied: tuple[AppliedMigration, ...]
+    pending: tuple[Migration, ...]
+
+    @property
+    def current_version(self) -> int:
+        """The highest applied version (0 on a database drover never touched)."""
+        return max((m.version for m in self.applied), default=0)
+
+    @property
+    def up_to_date(self) -> bool:
+        """True when nothing is pending."""
+        return not self.pending
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicInfo:
+    """One periodic job as the database knows it (:meth:`drover.Inspector.periodic`).
+
+    Written by the leader: the definition it registered (``schedule``,
+    ``timezone``, ``kind``, ``queue``), the watermark (``fired_through``:
+    every fire time up to it is accounted for), the latest tick
+    (``last_fire``, ``last_job_id``) and the next fire it computed.
+    ``leader`` is the client holding leadership now (``None`` when none
+    does); ``current`` is False for an entry the current leader does not
+    have in its configuration (removed, or from another deploy), which is
+    therefore not firing.
+    """
+
+    id: str
+    schedule: str
+    timezone: str
+    kind: str
+    queue: str
+    fired_through: datetime
+    last_fire: datetime | None
+    last_job_id: int | None
+    next_fire: datetime | None
+    defined_by: str
+    leader: str | None
+    current: bool
