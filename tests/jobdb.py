@@ -9,9 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from prometheus_client import CollectorRegistry
 from psycopg.rows import dict_row
 
 import drover
+from drover._db.store import Store
+from drover._runtime.inflight import InFlight, Slots
+from drover._runtime.wiring import Wiring
+from drover.ops.metrics import Metrics
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 MakeClient = Callable[..., drover.Client]
@@ -129,7 +134,7 @@ def sample_row(**changes: Any) -> drover.JobRow:
         state=drover.JobState.AVAILABLE,
         attempt=0,
         max_attempts=25,
-        errors=[],
+        errors=(),
         scheduled_at=now,
         leased_until=None,
         created_at=now,
@@ -162,3 +167,27 @@ def observe(duration: float, check: Callable[[], None], interval: float = 0.02) 
         if time.monotonic() >= end:
             return samples
         pause.wait(interval)
+
+
+def wiring(source: drover.Client | Store, **fields: Any) -> Wiring:
+    """What a started client builds its services from, for a service built alone in a test.
+
+    ``source`` is a client (its store) or a store; ``fields`` go to ``Config``.
+    The metrics record on a registry of their own (``wiring.metrics.registry``).
+    """
+    store = source._store if isinstance(source, drover.Client) else source
+    config = drover.Config(**fields)
+    metrics = Metrics(
+        CollectorRegistry(),
+        concurrency=config.concurrency,
+        queues=list(config.queues),
+        periodic_ids=[job.id for job in config.periodic_jobs],
+    )
+    return Wiring(
+        store=store,
+        config=config,
+        inflight=InFlight(),
+        slots=Slots(config.concurrency),
+        metrics=metrics,
+        client_id="test",
+    )

@@ -27,8 +27,8 @@ from jobdb import RICH as EXACT
 from jobdb import assert_stored, count_jobs, db_now, typed
 
 import drover
-from drover._db import store
-from drover._encode import encode_insert
+from drover._db import insert as store
+from drover._insert.encode import encode_insert
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Poll = Callable[..., Any]
@@ -567,7 +567,7 @@ def test_job_insert_rows_directly(client: drover.Client, conn: Conn) -> None:
             params.max_attempts,
             params.unique_key,
         )
-        assert (row.attempt, row.errors, row.leased_until, row.finalized_at) == (0, [], None, None)
+        assert (row.attempt, row.errors, row.leased_until, row.finalized_at) == (0, (), None, None)
         if params.scheduled_at is not None and params.scheduled_at > created:
             assert row.state is drover.JobState.SCHEDULED
             assert row.scheduled_at == params.scheduled_at

@@ -7,7 +7,6 @@ statement changes, and what it refuses to change.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -15,20 +14,17 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobdb import Conn, db_now
+from jobdb import Conn, db_now, wiring
 
 import drover
-from drover._db.runtime import (
-    Outcome,
-    Recorded,
-    Renewal,
-    WriteResult,
+from drover._db.admin import job_get
+from drover._db.claims import (
     job_claim,
     job_claim_expired,
     job_extend_leases,
     job_record_outcomes,
 )
-from drover._db.store import job_get
+from drover._records import Outcome, Recorded, Renewal, WriteResult
 from drover._runtime.disposition import RESCUE_MESSAGE
 from drover._runtime.rescuer import Rescuer
 from drover.job import JobRow, JobState
@@ -106,7 +102,7 @@ OUTCOMES: dict[str, Callable[[int, int], Outcome]] = {
     ),
     "dead": lambda i, a: Outcome(i, a, JobState.DEAD, error=_entry(a, "ValueError: boom")),
     "cancelled": lambda i, a: Outcome(i, a, JobState.CANCELLED, error=_entry(a, "bad input")),
-    "snoozed": lambda i, a: Outcome(i, a, JobState.SCHEDULED, RETRY_AT, give_back=True),
+    "snoozed": lambda i, a: Outcome(i, a, JobState.SCHEDULED, RETRY_AT, refund_attempt=True),
 }
 
 
@@ -402,7 +398,7 @@ def test_terminal_outcomes_finalize_and_clear_the_lease(
     assert stored.finalized_at is not None
     assert abs(stored.finalized_at - now) < TOLERANCE
     assert stored.scheduled_at == row.scheduled_at
-    assert stored.errors == ([] if error is None else [error])
+    assert stored.errors == (() if error is None else (error,))
 
 
 FAILURE = {
@@ -422,7 +418,7 @@ FAILURE = {
             id="retryable-appends-the-error",
         ),
         pytest.param(
-            lambda i: Outcome(i, 1, JobState.SCHEDULED, RETRY_AT, give_back=True),
+            lambda i: Outcome(i, 1, JobState.SCHEDULED, RETRY_AT, refund_attempt=True),
             JobState.SCHEDULED,
             0,
             [],
@@ -448,7 +444,7 @@ def test_a_waiting_outcome_reschedules_the_job_unfinalized(
         None,
     )
     assert stored.scheduled_at == RETRY_AT
-    assert stored.errors == errors
+    assert stored.errors == tuple(errors)
 
 
 def test_retryable_errors_accumulate_oldest_first(client: drover.Client, conn: Conn) -> None:
@@ -465,24 +461,24 @@ def test_retryable_errors_accumulate_oldest_first(client: drover.Client, conn: C
     )
     now = db_now(conn)
     stored = _get(conn, row.id)
-    assert stored.errors == [FAILURE, second]
+    assert stored.errors == (FAILURE, second)
     assert abs(stored.scheduled_at - now) < TOLERANCE
     assert stored.finalized_at is None
 
 
-def test_give_back_never_takes_the_attempt_below_zero(client: drover.Client, conn: Conn) -> None:
+def test_a_refund_never_takes_the_attempt_below_zero(client: drover.Client, conn: Conn) -> None:
     job = _insert(client)
     conn.execute(
         "UPDATE drover_jobs SET state = 'running', attempt = 0, "
         "leased_until = now() + interval '1 minute' WHERE id = %s",
         (job.id,),
     )
-    outcome = Outcome(job.id, 0, JobState.SCHEDULED, RETRY_AT, give_back=True)
+    outcome = Outcome(job.id, 0, JobState.SCHEDULED, RETRY_AT, refund_attempt=True)
     assert _record_one(conn, outcome).result is WriteResult.APPLIED
     assert _get(conn, job.id).attempt == 0
 
 
-def test_without_give_back_the_attempt_stays_counted(client: drover.Client, conn: Conn) -> None:
+def test_without_a_refund_the_attempt_stays_counted(client: drover.Client, conn: Conn) -> None:
     row = _claimed(client, conn)
     outcome = Outcome(row.id, 1, JobState.RETRYABLE, None, error=_entry(1, "handed back"))
     assert _record_one(conn, outcome).result is WriteResult.APPLIED
@@ -623,14 +619,7 @@ def test_two_concurrent_sweeps_never_take_the_same_row(
 
 
 def _rescuer(client: drover.Client) -> Rescuer:
-    return Rescuer(
-        pool=client.pool,
-        interval=60,
-        lease_seconds=60,
-        retry_policy=Immediate(),
-        client_id="t",
-        logger=logging.getLogger("drover"),
-    )
+    return Rescuer(wiring(client, rescue_interval=60, lease_duration=60, retry_policy=Immediate()))
 
 
 def test_rescue_makes_an_expired_job_retryable_without_spending_an_attempt(

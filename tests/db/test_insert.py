@@ -62,7 +62,7 @@ def test_insert_persists_defaults(client: drover.Client, conn: Conn) -> None:
     assert row.state is drover.JobState.AVAILABLE
     assert row.attempt == 0
     assert row.max_attempts == 25
-    assert row.errors == []
+    assert row.errors == ()
     assert row.leased_until is None
     assert row.finalized_at is None
     assert row.unique_key is None
@@ -77,7 +77,7 @@ def test_insert_persists_defaults(client: drover.Client, conn: Conn) -> None:
     assert client.get_job(row.id) == row
 
 
-def test_rows_without_errors_share_one_read_only_empty_list(client: drover.Client) -> None:
+def test_errors_are_an_immutable_tuple_shared_while_empty(client: drover.Client) -> None:
     # A fresh list per row is a collector-tracked object that outlives the
     # call: a bulk insert of many rows then paid for extra full collections.
     rows = client.insert_many([SendEmail(to=f"{i}@example.com") for i in range(3)])
@@ -85,12 +85,7 @@ def test_rows_without_errors_share_one_read_only_empty_list(client: drover.Clien
     read_back = client.get_job(rows[0].id)
     shared = rows[0].errors
     assert all(row.errors is shared for row in [*rows, single, read_back])
-    assert shared == [] and isinstance(shared, list)
-    with pytest.raises(TypeError, match="read-only snapshot"):
-        shared.append({"error": "boom"})
-    with pytest.raises(TypeError, match="read-only snapshot"):
-        shared += [{"error": "boom"}]
-    assert shared == [] and list(shared) is not shared
+    assert shared == () and isinstance(shared, tuple)
     assert pickle.loads(pickle.dumps(read_back)) == read_back  # noqa: S301 - our own bytes
     assert copy.deepcopy(read_back).errors is shared
 

@@ -25,8 +25,8 @@ from psycopg import pq
 
 import drover
 from drover._db.rows import decode_json
-from drover._db.store import UniformBatch
-from drover._encode import encode_batch
+from drover._insert.encode import encode_batch
+from drover._records import UniformBatch
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -195,7 +195,7 @@ def test_insert_returns_exactly_the_stored_row(
 
     assert row.args == {"payload": RICH, "label": "ünï"}
     assert typed(row.args["payload"]) == typed(RICH)
-    assert (row.kind, row.attempt, row.errors) == ("paths_rich", 0, [])
+    assert (row.kind, row.attempt, row.errors) == ("paths_rich", 0, ())
     assert (row.leased_until, row.finalized_at) == (None, None)
     assert before <= row.created_at <= after
     if opts is not None and opts.unique_key:
@@ -511,7 +511,7 @@ def test_insert_many_of_bare_items_copies_them_exactly_in_order(
             assert (row.queue, row.max_attempts) == ("plain_q", 3)
         else:
             assert (row.queue, row.max_attempts) == (AWKWARD_QUEUE, 7)
-        assert row.errors == [] and row.state is drover.JobState.AVAILABLE
+        assert row.errors == () and row.state is drover.JobState.AVAILABLE
     stored = {
         r[0]: r[1:]
         for r in conn.execute("SELECT id, kind, queue, args, max_attempts FROM drover_jobs")

@@ -19,7 +19,8 @@ from jobdb import count_jobs, db_now, table_snapshot
 from psycopg_pool import ConnectionPool
 
 import drover
-from drover._db.runtime import Outcome, WriteResult, job_claim, job_record_outcomes
+from drover._db.claims import job_claim, job_record_outcomes
+from drover._records import Outcome, WriteResult
 from drover.job import JobRow, JobState
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -271,7 +272,7 @@ def test_get_job_returns_the_stored_row(inspector: drover.Inspector, conn: Conn)
     assert inspector.get_job(inserted.id) == inserted
     job_id = _put(inspector, conn, "dead", errors=ERRORS, attempt=25)
     row = inspector.get_job(job_id)
-    assert (row.state, row.attempt, row.errors) == (JobState.DEAD, 25, ERRORS)
+    assert (row.state, row.attempt, row.errors) == (JobState.DEAD, 25, tuple(ERRORS))
 
 
 def test_get_job_of_a_missing_id_raises_not_found(inspector: drover.Inspector) -> None:
@@ -474,7 +475,7 @@ def test_cancel_job_cancels_waiting_and_dead_jobs(
     assert row.finalized_at is not None
     assert abs(row.finalized_at - db_now(conn)) < TOLERANCE
     assert row.leased_until is None
-    assert row.errors == errors  # an operator cancel appends nothing
+    assert row.errors == tuple(errors)  # an operator cancel appends nothing
     assert row.attempt == 2
     assert inspector.get_job(job_id) == row
     again = conn.execute("SELECT xmin::text FROM drover_jobs WHERE id = %s", (other,))
@@ -530,7 +531,7 @@ def test_retry_job_sends_a_dead_or_cancelled_job_back_with_fresh_attempts(
     assert row.attempt == 0
     assert row.finalized_at is None
     assert row.leased_until is None
-    assert row.errors == ERRORS  # the history is kept
+    assert row.errors == tuple(ERRORS)  # the history is kept
     assert abs(row.scheduled_at - db_now(conn)) < TOLERANCE
     assert inspector.get_job(job_id) == row
     # Claimable at once, as a first attempt.
@@ -612,7 +613,7 @@ def test_a_stale_worker_write_loses_to_an_operator_cancel(
             assert recorded.result is WriteResult.NOT_RUNNING
             assert recorded.current_state == "cancelled"
     assert inspector.get_job(job.id) == cancelled
-    assert cancelled.errors == [entry]
+    assert cancelled.errors == (entry,)
 
 
 def test_a_redriven_job_is_not_finished_by_the_worker_of_its_old_attempt(
@@ -634,7 +635,7 @@ def test_a_redriven_job_is_not_finished_by_the_worker_of_its_old_attempt(
         (done,) = job_record_outcomes(worker, [Outcome(job.id, 1, JobState.COMPLETED)])
         assert done.result is WriteResult.APPLIED
     final = inspector.get_job(job.id)
-    assert (final.state, final.errors) == (JobState.COMPLETED, [entry])
+    assert (final.state, final.errors) == (JobState.COMPLETED, (entry,))
 
 
 def test_concurrent_claims_and_cancels_never_both_win(

@@ -14,7 +14,7 @@ import pytest
 from jobdb import db_now, table_snapshot
 
 import drover
-from drover._db.runtime import job_claim
+from drover._db.claims import job_claim
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 MakeClient = Callable[..., drover.Client]

@@ -94,7 +94,7 @@ def _array(values: list[int]) -> str:
                 "states": ["retryable"] * 50,
                 "scheduled_at": [None] * 50,
                 "errors": [None] * 50,
-                "give_back": [False] * 50,
+                "refund_attempt": [False] * 50,
             },
         ),
         ("job_extend_leases", {"ids": RUNNING, "attempts": [1] * 50, "lease_seconds": 60}),

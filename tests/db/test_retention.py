@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from jobdb import wiring
 
 import drover
 from drover._runtime.pruner import Pruner
@@ -37,13 +37,7 @@ def _ids(conn: Conn) -> set[int]:
 
 
 def _pruner(client: drover.Client, retention: drover.Retention) -> Pruner:
-    return Pruner(
-        pool=client.pool,
-        retention=retention.by_state(),
-        interval=60,
-        client_id="test",
-        logger=logging.getLogger("drover"),
-    )
+    return Pruner(wiring(client, retention=retention, prune_interval=60))
 
 
 def test_defaults() -> None:

@@ -7,7 +7,7 @@ import time
 import psycopg
 import pytest
 
-from drover._db.connections import socket_deadline
+from drover._db.deadline import socket_deadline
 from drover.faults.proxy import Mode, TcpProxy, proxy_target
 
 

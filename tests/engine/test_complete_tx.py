@@ -15,14 +15,22 @@ from datetime import datetime
 
 import psycopg
 import pytest
-from jobdb import Conn, MakeClient, Poll, await_job_state, job_row, sample_row, start_client
+from jobdb import (
+    Conn,
+    MakeClient,
+    Poll,
+    await_job_state,
+    job_row,
+    sample_row,
+    start_client,
+    wiring,
+)
 
 import drover
-from drover._db.connections import open_pool
+from drover._db.store import Store
 from drover._runtime.disposition import TX_NOT_COMMITTED
 from drover._runtime.heartbeat import Heartbeat
-from drover._runtime.inflight import InFlight, Running
-from drover.context import Lease
+from drover._runtime.inflight import Claim, InFlight
 
 SAFETY = 20.0
 """Longest a handler waits for the test on its own (a failing test never hangs)."""
@@ -39,7 +47,7 @@ class Harness:
     reached: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     errors: list[BaseException] = field(default_factory=list)
-    leases: list[Lease] = field(default_factory=list)
+    leases: list[drover.Lease] = field(default_factory=list)
     open_conn: list[psycopg.Connection[tuple[object, ...]]] = field(default_factory=list)
 
     def effect(self, conn: psycopg.Connection[tuple[object, ...]], job: drover.Job[Effect]) -> None:
@@ -317,54 +325,43 @@ def test_the_heartbeat_renews_the_visible_lease_and_sets_lease_lost_when_the_job
     client.stop(timeout=5)
 
 
-def _beat_once(db_url: str, running: Running) -> int:
-    """One heartbeat round over ``running`` alone; how many leases it reported lost."""
-    lost: list[int] = []
-    inflight = InFlight()
-    inflight.add(running)
-    pool = open_pool(db_url, max_size=1)
+def _beat_once(db_url: str, claim: Claim) -> int:
+    """One heartbeat round over ``claim`` alone; how many leases it reported lost."""
+    store = Store.open(db_url, who="test", max_size=1)
     try:
-        heartbeat = Heartbeat(
-            pool=pool,
-            inflight=inflight,
-            interval=1,
-            lease_seconds=30,
-            client_id="t",
-            logger=logging.getLogger("drover"),
-            on_lease_lost=lambda: lost.append(1),
-        )
-        heartbeat.run_once()
+        wired = wiring(store, lease_duration=30, heartbeat_interval=1)
+        wired.inflight.add(claim)
+        Heartbeat(wired).run_once()
     finally:
-        pool.close()
-    return len(lost)
+        store.close()
+    lost = wired.metrics.registry.get_sample_value("drover_leases_lost_total")
+    return int(lost or 0)
 
 
 def test_a_lease_not_renewed_for_a_whole_lease_is_given_up_before_the_database_lets_it_lapse(
     db_url: str,
 ) -> None:
-    lease = Lease(7, 1, None, local_deadline=0.0)
-    expired = Running(sample_row(id=7, attempt=1), drover.JobContext(lease=lease))
+    expired = Claim(sample_row(id=7, attempt=1), local_deadline=0.0)
     assert _beat_once(db_url, expired) == 1
-    assert lease.lost.is_set()
+    assert expired.lease.lost.is_set()
     assert expired.context.reason == "lease lost"
 
 
 def test_after_complete_tx_the_heartbeat_never_gives_the_lease_up_on_its_own(db_url: str) -> None:
-    lease = Lease(8, 1, None, local_deadline=0.0)  # long unrenewed...
-    lease.completed_in_tx = True  # ...because its row is locked by, then completed in, a tx
-    running = Running(sample_row(id=8, attempt=1), drover.JobContext(lease=lease))
-    assert _beat_once(db_url, running) == 0
-    assert not lease.lost.is_set() and not running.context.cancelled
+    claim = Claim(sample_row(id=8, attempt=1), local_deadline=0.0)  # long unrenewed...
+    claim.completed_in_tx = True  # ...because its row is locked by, then completed in, a tx
+    assert _beat_once(db_url, claim) == 0
+    assert not claim.lease.lost.is_set() and not claim.context.cancelled
 
 
 def test_recording_a_snoozed_outcome_does_not_untrack_a_new_claim_with_the_same_attempt() -> None:
     # A snooze gives its attempt back, so the job's next claim (here by the same client,
     # before the snooze's outcome write returned) carries the same (id, attempt).
     inflight = InFlight()
-    old = Running(sample_row(id=5, attempt=1), drover.JobContext())
+    old = Claim(sample_row(id=5, attempt=1))
     old.finished = True
     inflight.add(old)
-    new = Running(sample_row(id=5, attempt=1), drover.JobContext())
+    new = Claim(sample_row(id=5, attempt=1))
     inflight.add(new)
-    inflight.remove_many([(5, 1)], finished_only=True)  # what the completer does
+    inflight.untrack([(5, 1)])  # what the completer does
     assert inflight.snapshot() == [new]

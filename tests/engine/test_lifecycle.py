@@ -908,6 +908,6 @@ def test_busy_loops_keep_their_connection_and_give_it_back_when_idle(
     assert requests < rounds / 2, (requests, rounds)
     # Idle again: both loops give their connection back to the pool.
     poll(
-        lambda: not engine.fetcher._conn.holding and not engine.completer._conn.holding,
+        lambda: not engine.fetcher._session.holding and not engine.completer._session.holding,
         message="the fetcher and the completer gave their connections back",
     )

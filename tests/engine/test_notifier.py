@@ -26,6 +26,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 import drover
+import drover._db.store as store_module
 import drover._runtime.notifier as notifier_module
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -76,20 +77,21 @@ def up_to_sentinel(listener: Conn, sender: Conn) -> list[str]:
 
 
 def _notify_name() -> str:
-    names = [n for n in vars(notifier_module) if n.startswith("notify_queues")]
-    assert len(names) == 1, f"which notify function does the notifier call? {names}"
+    # The store runs the notifier's round: Store.notify_now -> this function.
+    names = [n for n in vars(store_module) if n.startswith("notify_queues")]
+    assert len(names) == 1, f"which notify function does Store.notify_now call? {names}"
     return names[0]
 
 
 def real_notify() -> Callable[..., None]:
     """The function the notifier thread sends a round with (it runs the pg_notify)."""
-    real: Callable[..., None] = getattr(notifier_module, _notify_name())
+    real: Callable[..., None] = getattr(store_module, _notify_name())
     return real
 
 
 def patch_notify(monkeypatch: pytest.MonkeyPatch, wrapper: Callable[..., None]) -> None:
     """Make the notifier thread send its rounds through ``wrapper``."""
-    monkeypatch.setattr(notifier_module, _notify_name(), wrapper)
+    monkeypatch.setattr(store_module, _notify_name(), wrapper)
 
 
 def job_visible(c: Conn, job_id: int) -> bool:

@@ -17,9 +17,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import drover
-from drover._db.periodic import fire_tick, lock_holders
-from drover._db.store import JobInsertParams
-from drover._encode import encode_insert
+from drover._db.ticks import fire_tick, lock_holders
+from drover._insert.encode import encode_insert
+from drover._records import JobInsertParams
 from drover.periodic import tick_key, tick_opts
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -50,8 +50,8 @@ def _client(make_client: MakeClient, *jobs: drover.PeriodicJob, **fields: Any) -
 
 def _scheduler(client: drover.Client) -> Any:
     engine = client._engine
-    assert engine is not None and engine.scheduler is not None
-    return engine.scheduler
+    assert engine is not None and engine.ticker is not None
+    return engine.ticker
 
 
 def _ticks(conn: Conn, periodic_id: str = "beat") -> list[str]:
@@ -86,7 +86,7 @@ def test_without_periodic_jobs_there_is_no_scheduler_and_no_lock(
     client = make_client(poll_interval=POLL)
     client.start()
     engine = client._engine
-    assert engine is not None and engine.scheduler is None
+    assert engine is not None and engine.ticker is None
     assert not [t for t in threading.enumerate() if t.name.startswith("drover-periodic-")]
     assert _holders(conn) == []
     assert conn.execute("SELECT count(*) FROM drover_periodic_ticks").fetchone() == (0,)

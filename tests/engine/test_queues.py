@@ -228,7 +228,7 @@ def test_a_queue_nobody_works_is_not_an_error(
     poll(lambda: fetcher.claims >= after + 3, message="a few more empty rounds")
 
     row = worker.get_job(orphan.id)
-    assert (row.state, row.attempt, row.errors) == (drover.JobState.AVAILABLE, 0, [])
+    assert (row.state, row.attempt, row.errors) == (drover.JobState.AVAILABLE, 0, ())
     assert recorder.ran_ids() == {served.id}
     worker.stop(timeout=5)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -37,7 +37,7 @@ def test_a_service_that_fails_to_start_stops_the_ones_already_running(
         if isinstance(self, Fetcher):  # the last service to start
             raise RuntimeError("can't start new thread")
         original(self)
-        started.append(self.kind)
+        started.append(self.name)
 
     monkeypatch.setattr(ThreadService, "start", start)
     client = make_client(ops_addr="127.0.0.1:0")

@@ -837,7 +837,7 @@ API_CASES: list[Case] = [
         "wrong-types",
         lambda env: env.client().get_job(cast(Any, "1; DROP TABLE drover_jobs")),
         drover.InvalidArgument,
-        says=("job_id must be an int, not str",),
+        says=("job id must be an int, not str",),
     ),
     Case(
         "config-concurrency-0",

@@ -12,7 +12,7 @@ def test_take_all_takes_every_idle_slot_and_finished_jobs_return_them() -> None:
     never = threading.Event()
     assert slots.take_all(never, timeout=0) == 4
     assert slots.take_all(never, timeout=0) == 0
-    slots.give_back(3)
+    slots.free(3)
     assert slots.take_all(never, timeout=0) == 3
 
 
@@ -20,9 +20,9 @@ def test_a_budget_caps_the_slots_ever_taken() -> None:
     slots = Slots(4, budget=6)
     never = threading.Event()
     assert slots.take_all(never, timeout=0) == 4
-    slots.give_back(4)  # four jobs ran: the budget does not come back
+    slots.free(4)  # four jobs ran: the budget does not come back
     assert slots.take_all(never, timeout=0) == 2
-    slots.give_back(2)
+    slots.free(2)
     assert slots.take_all(never, timeout=0) == 0
 
 
@@ -30,9 +30,9 @@ def test_slots_given_back_unused_return_to_the_budget() -> None:
     slots = Slots(4, budget=5)
     never = threading.Event()
     assert slots.take_all(never, timeout=0) == 4
-    slots.give_back(3, unused=True)  # the claim found only one job
+    slots.free(3, unused=True)  # the claim found only one job
     assert slots.take_all(never, timeout=0) == 3
-    slots.give_back(4)
+    slots.free(4)
     # 1 + 3 ran; one of the five is left.
     assert slots.take_all(never, timeout=0) == 1
 

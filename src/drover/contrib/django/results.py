@@ -12,11 +12,9 @@ from django.tasks.exceptions import TaskResultDoesNotExist
 from django.utils.module_loading import import_string
 
 from drover.contrib.django.settings import alias
+from drover.contrib.django.task_args import TASK_KIND
 
-__all__ = ["TASK_KIND", "result_for"]
-
-TASK_KIND = "django_task"
-"""The drover job kind a Django task is stored as."""
+__all__ = ["result_for"]
 
 _STATUS = {
     "available": TaskResultStatus.READY,

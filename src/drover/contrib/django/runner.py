@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field
-
 import drover
-from drover.contrib.django.results import TASK_KIND, result_for
+from drover.contrib.django.task_args import DjangoTaskArgs
 
 __all__ = ["DjangoTaskArgs", "run_django_task"]
-
-
-class DjangoTaskArgs(drover.JobArgs, kind=TASK_KIND):
-    """A Django task call: the task's import path, its JSON args, and its backend alias."""
-
-    task: str
-    args: list[Any] = Field(default_factory=list)
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    backend: str = "default"
 
 
 def run_django_task(job: drover.Job[DjangoTaskArgs]) -> None:
@@ -37,6 +24,7 @@ def run_django_task(job: drover.Job[DjangoTaskArgs]) -> None:
     from django.utils.module_loading import import_string
 
     from drover.contrib.django.models import TaskResult
+    from drover.contrib.django.results import result_for
 
     close_old_connections()
     try:

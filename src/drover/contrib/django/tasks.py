@@ -34,7 +34,7 @@ from django.utils.json import normalize_json
 import drover
 from drover.contrib.django.jobs import insert
 from drover.contrib.django.results import result_for
-from drover.contrib.django.runner import DjangoTaskArgs
+from drover.contrib.django.task_args import DjangoTaskArgs
 
 __all__ = ["DroverTaskBackend"]
 

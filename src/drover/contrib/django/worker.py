@@ -9,8 +9,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 import drover
-from drover.contrib.django.runner import DjangoTaskArgs, run_django_task
+from drover.contrib.django.runner import run_django_task
 from drover.contrib.django.settings import conninfo, drover_settings
+from drover.contrib.django.task_args import DjangoTaskArgs
 
 __all__ = ["build_client", "workers"]
 
