@@ -50,7 +50,7 @@ class Lease:
         self._lock = threading.Lock()
         self._lost_reason: str | None = None
         # Made on first use: most executions never look at it, and an Event
-        # (a Condition and two locks) was a measurable share of a claim.
+        # (a Condition and two locks) per claim is work for nothing (ADR 0016).
         self._lost: threading.Event | None = None
 
     @property

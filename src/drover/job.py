@@ -114,10 +114,11 @@ class JobArgs(BaseModel):
     ``queue`` and ``max_attempts`` are defaults that :class:`InsertOpts` can
     override per insert.
 
-    Instances are validated when constructed and encoded with
-    ``model_dump_json`` on insert; workers decode them with
-    ``model_validate_json``. Add fields only with defaults so rows written by an
-    older producer still validate (unknown fields are ignored).
+    Instances are validated when constructed and encoded to JSON on insert
+    (the JSON ``model_dump_json()`` gives); a worker validates the stored JSON
+    back into the class (``model_validate``) before the handler runs. Add
+    fields only with defaults so rows written by an older producer still
+    validate (unknown fields are ignored).
     """
 
     # NaN and infinities are written as JSON constants, never silently as null:
@@ -319,8 +320,9 @@ class Job(Generic[ArgsT]):
         The handler's own writes and the job's completion then commit or roll
         back together: if the transaction commits, the job is ``completed``
         and its effects are there; if it rolls back, neither is, and the job
-        is retried like a failed attempt (error "complete_tx's transaction did
-        not commit"). The engine writes no completion of its own for the job.
+        is retried like a failed attempt (error "drover: complete_tx was called
+        but its transaction did not commit"). The engine writes no completion
+        of its own for the job.
 
         The update is fenced on ``(id, attempt, state = 'running')``. If this
         execution no longer holds the job (its lease lapsed and it was

@@ -45,7 +45,8 @@ leave_job = _current.reset
 
 @contextlib.contextmanager
 def job_scope(row: JobRow) -> Iterator[None]:
-    """Make ``row`` the current job for the duration of the block (used by the runner)."""
+    """Make ``row`` the current job for the duration of the block (``drover.testing`` uses it;
+    the runner sets and resets the variable directly)."""
     token = _current.set(row)
     try:
         yield

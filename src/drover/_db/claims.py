@@ -46,9 +46,8 @@ def job_claim(
 def _int_array(values: Sequence[int]) -> str:
     """An array literal of integers, for a ``%s::bigint[]`` or ``%s::int[]`` parameter.
 
-    psycopg dumps a list element by element in Python; for the completer's
-    round trip per handful of jobs that was most of the statement's client
-    CPU, where one join of the numbers' text is a C loop.
+    psycopg dumps a list element by element in Python; one join of the
+    numbers' text is a C loop (ADR 0016).
     """
     return "{" + ",".join(map(str, values)) + "}"
 

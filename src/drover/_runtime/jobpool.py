@@ -1,9 +1,8 @@
 """The job pool: the executor's threads serving claims from one queue.
 
-A ``submit`` per job builds a Future (a Condition and its locks) and takes the
-executor's locks; on a drain of short jobs that was a tenth of the fetcher's
-time (ADR 0016). So each thread runs one long task that takes claims from a
-queue, and dispatch is a ``put``. A task that finds nothing to do for a
+A ``submit`` per job would build a Future (a Condition and its locks) and take
+the executor's locks for every job, so each thread runs one long task that
+takes claims from a queue, and dispatch is a ``put`` (ADR 0016). A task that finds nothing to do for a
 second returns its thread to the executor (and dispatch submits a new one
 when work comes back): at interpreter exit the executor joins its threads,
 and only a thread waiting on the executor's own queue can be told to end.
