@@ -14,19 +14,19 @@ import enum
 import secrets
 import signal
 import threading
+import warnings
 from collections.abc import Collection, Iterable
 from types import FrameType, TracebackType
 from typing import Any, Self
 
 from prometheus_client import CollectorRegistry
+from psycopg_pool import ConnectionPool
 
-from drover._db.caller import resolve_connection
-from drover._db.pool import ConnectionPool
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
+from drover._insert import tx
 from drover._insert.combiner import Combiner
 from drover._insert.encode import encode_batch, encode_insert
-from drover._insert.tx import insert_many_tx, insert_tx
 from drover._jobs_and_queues import JobsAndQueues
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
@@ -191,9 +191,7 @@ class Client(JobsAndQueues):
             drover.DatabaseError: the statement failed; the caller's transaction
                 is then aborted, as with any failed statement.
         """
-        return insert_tx(
-            lambda: (resolve_connection(conn), True), args, opts, notify=self._config.notify
-        )
+        return tx.insert_tx(tx.caller(conn), args, opts, notify=self._config.notify)
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -233,8 +231,8 @@ class Client(JobsAndQueues):
         queued inside the transaction and delivered only if it commits.
         Several calls in one transaction are fine.
         """
-        return insert_many_tx(
-            lambda: (resolve_connection(conn), True), items, notify=self._config.notify
+        return tx.insert_many_tx(
+            tx.caller(conn, "insert_many_tx"), items, notify=self._config.notify
         )
 
     def _committed(self, queues: Collection[str]) -> None:
@@ -405,9 +403,22 @@ class Client(JobsAndQueues):
         return self._metrics.registry
 
     @property
-    def ops_address(self) -> tuple[str, int] | None:
-        """Host and port the ops listener is bound to while started, else ``None``."""
+    def ops_addr(self) -> tuple[str, int] | None:
+        """Where the ops listener of ``config.ops_addr`` is bound while started, else ``None``.
+
+        ``(host, port)`` with the port the system chose for ``:0``.
+        """
         return self._ops.address if self._ops is not None else None
+
+    @property
+    def ops_address(self) -> tuple[str, int] | None:
+        """Deprecated: the old name of :attr:`ops_addr`."""
+        warnings.warn(
+            "Client.ops_address is deprecated; use Client.ops_addr",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.ops_addr
 
     def ready(self) -> tuple[bool, str]:
         """What ``/readyz`` answers: ``(True, "ok")`` or ``(False, reason)``.

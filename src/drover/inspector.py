@@ -9,8 +9,8 @@ from types import TracebackType
 from typing import Any, Self
 
 import pydantic
+from psycopg_pool import ConnectionPool
 
-from drover._db.pool import ConnectionPool
 from drover._db.store import Store
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
 from drover._jobs_and_queues import JobsAndQueues

@@ -241,7 +241,7 @@ class Scrape:
 
 
 def _scrape(client: drover.Client) -> Scrape:
-    addr = client.ops_address
+    addr = client.ops_addr
     assert addr is not None, "the client has no ops listener"
     status, body = _request(addr, "/metrics")
     assert status == 200, body
@@ -249,7 +249,7 @@ def _scrape(client: drover.Client) -> Scrape:
 
 
 def _ready(client: drover.Client) -> tuple[int, str]:
-    addr = client.ops_address
+    addr = client.ops_addr
     assert addr is not None
     status, body = _request(addr, "/readyz")
     return status, body.strip()
@@ -665,7 +665,7 @@ def test_a_scrape_never_touches_the_database(
 
 def test_routes_answer_as_specified(make_client: MakeClient, poll: Poll) -> None:
     client = _start(make_client, stats_interval=0.1)
-    addr = client.ops_address
+    addr = client.ops_addr
     assert addr is not None
     assert addr[0] == "127.0.0.1"
     assert addr[1] > 0
@@ -685,10 +685,10 @@ def test_the_port_is_bound_only_between_start_and_stop(make_client: MakeClient) 
     port = _free_port()
     addr = ("127.0.0.1", port)
     client = make_client(ops_addr=f"127.0.0.1:{port}")
-    assert client.ops_address is None
+    assert client.ops_addr is None
     assert _refused(addr), "nothing listens before start()"
     client.start()
-    assert client.ops_address == addr
+    assert client.ops_addr == addr
     assert _request(addr, "/healthz")[0] == 200
     ops = [t for t in threading.enumerate() if t.name.startswith("drover-ops-")]
     assert len(ops) == 1
@@ -701,7 +701,7 @@ def test_an_empty_ops_addr_means_no_listener_and_no_thread(make_client: MakeClie
     client = make_client()
     assert client.config.ops_addr == ""
     client.start()
-    assert client.ops_address is None
+    assert client.ops_addr is None
     names = [t.name for t in threading.enumerate()]
     assert any(n.startswith("drover-") and "ops" not in n for n in names), names
     assert not [n for n in names if n.startswith("drover-ops-")], names
@@ -709,11 +709,21 @@ def test_an_empty_ops_addr_means_no_listener_and_no_thread(make_client: MakeClie
     assert "drover_pool_concurrency" in {m.name for m in client.metrics_registry.collect()}
 
 
+def test_ops_address_is_the_deprecated_name_of_ops_addr(make_client: MakeClient) -> None:
+    client = make_client(ops_addr=EPHEMERAL)
+    client.start()
+    bound = client.ops_addr
+    assert bound is not None and bound[1] > 0
+    with pytest.warns(DeprecationWarning, match="use Client.ops_addr"):
+        assert client.ops_address == bound
+    client.stop(timeout=5)
+
+
 def test_readyz_reports_draining_during_a_held_stop(
     make_client: MakeClient, conn: Conn, poll: Poll, gates: Gates
 ) -> None:
     client = _start(make_client, workers=_workers(gates), stats_interval=0.1)
-    addr = client.ops_address
+    addr = client.ops_addr
     assert addr is not None
     poll(lambda: _ready(client) == (200, "ok"), 10.0, message="/readyz turning ready")
     job = client.insert(Hold(gate=1))
@@ -796,7 +806,7 @@ def test_a_database_outage_turns_readyz_stale_and_recovery_ready_again(
     # test is about the readiness transitions (failures: the next test).
     client = pooled_client(pool_timeout=60, check=True, queues={"work": 1}, stats_interval=0.2)
     client.start()
-    addr = client.ops_address
+    addr = client.ops_addr
     assert addr is not None
     poll(lambda: _ready(client) == (200, "ok"), 10.0, message="/readyz turning ready")
     # Cut just after a refresh finished, not in the middle of one.
@@ -836,7 +846,7 @@ def test_failed_refreshes_are_logged_and_retried_until_the_database_is_back(
     # A short pool timeout: during the outage every refresh fails within about a second.
     client = pooled_client(pool_timeout=1.0, check=False, queues={"work": 1}, stats_interval=0.2)
     client.start()
-    addr = client.ops_address
+    addr = client.ops_addr
     assert addr is not None
     poll(lambda: _ready(client) == (200, "ok"), 10.0, message="/readyz turning ready")
 
@@ -881,13 +891,13 @@ def test_a_busy_ops_port_fails_start_and_leaves_the_client_startable(
         started = [t.name for t in threading.enumerate() if t not in before]
         assert not [n for n in started if n.startswith("drover-")], started
         assert not client.running
-        assert client.ops_address is None
+        assert client.ops_addr is None
     finally:
         blocker.close()
 
     client.start()
     assert client.running
-    assert client.ops_address == ("127.0.0.1", port)
+    assert client.ops_addr == ("127.0.0.1", port)
     poll(lambda: _ready(client) == (200, "ok"), 10.0, message="/readyz turning ready")
     # A second start is refused for being started, not for the (now ours) port.
     with pytest.raises(drover.AlreadyStarted):
@@ -915,7 +925,7 @@ def test_two_clients_with_default_registries_each_count_their_own(
     a = _start(make_client, workers=_workers(), queues={"qa": 1})
     b = _start(make_client, workers=_workers(), queues={"qb": 1})
     assert a.metrics_registry is not b.metrics_registry
-    assert a.ops_address != b.ops_address
+    assert a.ops_addr != b.ops_addr
     jobs = [a.insert(Act(), drover.InsertOpts(queue="qa")) for _ in range(2)]
     jobs += [b.insert(Act(), drover.InsertOpts(queue="qb")) for _ in range(3)]
     for job in jobs:

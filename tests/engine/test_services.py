@@ -47,7 +47,7 @@ def test_a_service_that_fails_to_start_stops_the_ones_already_running(
     # Nothing keeps running (the autouse fixture fails the test on a surviving
     # drover-* thread), the ops port was released, and the client never started.
     assert not client.running
-    assert client.ops_address is None
+    assert client.ops_addr is None
     assert client.ready() == (False, "not started")
 
 

@@ -157,8 +157,9 @@ def _copy_direct(
     prefixes: dict[tuple[str, str], str] = {}
     stamp = now.isoformat()
     # The rows are formatted here rather than by write_row: one str.join per
-    # chunk instead of psycopg's per-value dumping (ADR 0009). args_json is JSON from pydantic, which has no raw control
-    # characters (JSON escapes them), so only its backslashes need doubling.
+    # chunk instead of psycopg's per-value dumping (ADR 0009). args_json is
+    # JSON from pydantic, which has no raw control characters (JSON escapes
+    # them), so only its backslashes need doubling.
     with cur.copy(
         query("job_insert_batch_direct_timed" if timed else "job_insert_batch_direct")
     ) as copy:

@@ -15,17 +15,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from drover._db import Connection
+from drover._db.caller import resolve_connection
 from drover._db.insert import job_insert, job_insert_many
 from drover._insert.encode import encode_batch, encode_insert
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 
-__all__ = ["Resolve", "insert_many_tx", "insert_tx"]
+__all__ = ["Resolve", "caller", "insert_many_tx", "insert_tx"]
 
 Resolve = Callable[[], tuple[Connection, bool]]
 """Finds the caller's connection: ``(connection, inside_callers_transaction)``.
 
 The flag is False only where the caller allows autocommit (Django outside
 ``atomic()``): a batch then runs in a transaction of its own."""
+
+
+def caller(obj: object, api: str = "insert_tx") -> Resolve:
+    """The :data:`Resolve` of an object handed to ``api``: a psycopg connection or cursor,
+    a Django connection or cursor, a SQLAlchemy connection or session, which must be
+    inside a transaction (see :func:`drover._db.caller.resolve_connection`)."""
+    return lambda: (resolve_connection(obj, api), True)
 
 
 def insert_tx(resolve: Resolve, args: JobArgs, opts: InsertOpts | None, *, notify: bool) -> JobRow:

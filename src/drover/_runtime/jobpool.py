@@ -2,10 +2,12 @@
 
 A ``submit`` per job would build a Future (a Condition and its locks) and take
 the executor's locks for every job, so each thread runs one long task that
-takes claims from a queue, and dispatch is a ``put`` (ADR 0016). A task that finds nothing to do for a
-second returns its thread to the executor (and dispatch submits a new one
-when work comes back): at interpreter exit the executor joins its threads,
-and only a thread waiting on the executor's own queue can be told to end.
+takes claims from a queue, and dispatch is a ``put`` (ADR 0016). A task that
+finds nothing to do for a second returns its thread to the executor (and
+dispatch submits a new one when work comes back): at interpreter exit the
+executor joins its threads, and only a thread waiting on the executor's own
+queue can be told to end. (The executor's own exit hook, which could end ours
+sooner, is private to the standard library.)
 """
 
 from __future__ import annotations

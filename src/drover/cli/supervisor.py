@@ -108,7 +108,7 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
     try:
         child.start()
         status = os.environ.get(STATUS_ENV)
-        address = child.ops_address
+        address = child.ops_addr
         if status and address is not None:
             Path(status).write_text(str(address[1]))
         while not stop.wait(0.5):

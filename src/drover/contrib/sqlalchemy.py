@@ -13,8 +13,6 @@ from typing import Any
 from sqlalchemy.engine import Connection as SAConnection
 from sqlalchemy.orm import Session, scoped_session
 
-from drover._db import Connection
-from drover._db.caller import resolve_connection
 from drover._insert import tx
 from drover.errors import UnsupportedConnection
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow
@@ -22,8 +20,8 @@ from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow
 __all__ = ["complete", "insert", "insert_many"]
 
 
-def _psycopg(target: object) -> Connection:
-    """The psycopg connection under ``target``, with a SQLAlchemy transaction open on it."""
+def _driver(target: object) -> Any:
+    """The driver (psycopg) connection under ``target``, with a SQLAlchemy transaction open."""
     if isinstance(target, Session | scoped_session):
         sa_conn = target.connection()  # autobegins the session's transaction
     elif isinstance(target, SAConnection):
@@ -38,8 +36,7 @@ def _psycopg(target: object) -> Connection:
             "drover.contrib.sqlalchemy needs a SQLAlchemy Session, scoped_session or Connection, "
             f"not {type(target).__module__}.{type(target).__qualname__}"
         )
-    driver: Any = sa_conn.connection.driver_connection
-    return resolve_connection(driver)
+    return sa_conn.connection.driver_connection
 
 
 def insert(
@@ -64,7 +61,9 @@ def insert(
         drover.DuplicateJob: the unique key is held by a waiting or running job.
         drover.DatabaseError: the statement failed (the transaction is then aborted).
     """
-    return tx.insert_tx(lambda: (_psycopg(session_or_connection), True), args, opts, notify=notify)
+    return tx.insert_tx(
+        lambda: tx.caller(_driver(session_or_connection))(), args, opts, notify=notify
+    )
 
 
 def insert_many(
@@ -74,7 +73,9 @@ def insert_many(
     notify: bool = True,
 ) -> list[JobRow]:
     """Insert a batch with COPY in the session's transaction (as ``Client.insert_many_tx``)."""
-    return tx.insert_many_tx(lambda: (_psycopg(session_or_connection), True), items, notify=notify)
+    return tx.insert_many_tx(
+        lambda: tx.caller(_driver(session_or_connection))(), items, notify=notify
+    )
 
 
 def complete(
@@ -91,4 +92,4 @@ def complete(
         drover.LeaseLost: this execution no longer holds the job.
         drover.UnsupportedConnection: not a SQLAlchemy session or connection on psycopg 3.
     """
-    job.complete_tx(_psycopg(session_or_connection))
+    job.complete_tx(_driver(session_or_connection))
