@@ -250,7 +250,7 @@ class JobSignal(DroverError):
 class Snooze(JobSignal):
     """Raise from a handler to run the job again after ``delay``.
 
-    The job goes back to ``scheduled`` with the claim's attempt given back, so
+    The job goes back to ``scheduled`` with the claim's attempt refunded, so
     snoozing never brings a job closer to ``dead``, and nothing is appended to
     its errors. ``delay`` is a ``timedelta`` or seconds; negative means zero
     (claimable at once).

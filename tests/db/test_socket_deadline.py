@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from drover._db.deadline import socket_deadline
-from drover.faults.proxy import Mode, TcpProxy, proxy_target
+from drover.faults.harness.proxy import Mode, TcpProxy, proxy_target
 
 
 def test_a_call_on_a_half_open_connection_fails_at_the_deadline_and_the_connection_is_closed(

@@ -22,7 +22,7 @@ from jobdb import Conn, MakeClient, Poll, observe
 
 import drover
 from drover._runtime import listener as listener_module
-from drover.faults.proxy import Mode, TcpProxy, proxy_target
+from drover.faults.harness.proxy import Mode, TcpProxy, proxy_target
 
 SAFETY = 20.0
 """Longest a blocked handler waits on its own (a failing test never hangs)."""

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from drover.faults.checker import CODES, RESCUE_PREFIX, Report, Violation, check
-from drover.faults.history import (
+from drover.faults.harness.checker import CODES, RESCUE_PREFIX, Report, Violation, check
+from drover.faults.harness.history import (
     Effect,
     Fault,
     History,

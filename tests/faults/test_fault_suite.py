@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from drover.faults.run import FAULT_KINDS, Scenario, run
+from drover.faults.suite.run import FAULT_KINDS, Scenario, run
 
 pytestmark = pytest.mark.slow
 

@@ -190,6 +190,19 @@ def test_nothing_outside_the_fault_harness_imports_it() -> None:
     assert not importers, f"the fault harness is imported by {importers}"
 
 
+def test_the_fault_harness_knows_nothing_of_drovers_own_suite() -> None:
+    # The harness is what a user's handlers can be run under; the suite is
+    # drover's own workload on top of it.
+    leaks = [
+        f"{module}:{line} imports {target}"
+        for module, targets in GRAPH.items()
+        if module.startswith("drover.faults.harness")
+        for target, line in targets.items()
+        if target.startswith("drover.faults.suite")
+    ]
+    assert not leaks, leaks
+
+
 def test_the_checker_sees_function_level_and_type_checking_imports(tmp_path: Path) -> None:
     # The rules above are only as good as the graph: a deferred import counts.
     source = (

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from drover.faults.run import main
+from drover.faults.suite.run import main
 
 sys.exit(main())

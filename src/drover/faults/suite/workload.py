@@ -1,6 +1,6 @@
 """The fault suite's worker process: a real drover client whose handlers record their own history.
 
-Run by the orchestrator as ``python -m drover.faults.workload --dsn ... --history DIR``.
+Run by the orchestrator as ``python -m drover.faults.suite.workload --dsn ... --history DIR``.
 Every handler appends a ``start`` record to this process's history file
 before it does anything, and records its side effect (an ``effect`` row in
 the ``fault_effects`` table) only when it succeeds, independently of drover:
@@ -176,7 +176,7 @@ def _configure_logging(history: HistoryFile, log_path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one worker until SIGTERM; exit 0 after a complete drain, 3 after an incomplete one."""
-    parser = argparse.ArgumentParser(prog="python -m drover.faults.workload")
+    parser = argparse.ArgumentParser(prog="python -m drover.faults.suite.workload")
     parser.add_argument("--dsn", required=True, help="where drover connects (may be a proxy)")
     parser.add_argument("--effects-dsn", help="where effects are written (default: --dsn)")
     parser.add_argument("--history", type=Path, required=True, help="the history directory")

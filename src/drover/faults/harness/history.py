@@ -22,7 +22,7 @@ dropped. Any other malformed line is an error naming the file and line.
 
 Times are float seconds since the epoch (``time.time()``): every process
 and the database server run on one machine, so their clocks agree. Nothing
-here touches a database; the checker (:mod:`drover.faults.checker`) reads
+here touches a database; the checker (:mod:`drover.faults.harness.checker`) reads
 only this data.
 """
 

@@ -28,11 +28,11 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 import drover
-from drover.faults.checker import Report, check
-from drover.faults.cluster import Cluster
-from drover.faults.history import Params, load_history
-from drover.faults.proxy import Mode, TcpProxy
-from drover.faults.workload import EFFECTS_DDL, FaultJob, HistoryFile
+from drover.faults.harness.checker import Report, check
+from drover.faults.harness.cluster import Cluster
+from drover.faults.harness.history import Params, load_history
+from drover.faults.harness.proxy import Mode, TcpProxy
+from drover.faults.suite.workload import EFFECTS_DDL, FaultJob, HistoryFile
 
 __all__ = ["FAULT_KINDS", "Scenario", "main", "run"]
 
@@ -95,7 +95,7 @@ class _Fleet:
     def spawn(self) -> _Worker:
         s = self._s
         command = [
-            sys.executable, "-m", "drover.faults.workload",
+            sys.executable, "-m", "drover.faults.suite.workload",
             "--dsn", self._dsn, "--effects-dsn", self._effects_dsn,
             "--history", str(self._history), "--mode", s.mode,
             "--concurrency", str(s.concurrency), "--lease", str(s.lease),

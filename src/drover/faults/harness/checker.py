@@ -1,6 +1,6 @@
 """The history checker: did drover keep its delivery contract under the faults the run injected?
 
-:func:`check` reads a :class:`~drover.faults.history.History` (the database's
+:func:`check` reads a :class:`~drover.faults.harness.history.History` (the database's
 final rows plus what the processes recorded) and returns a :class:`Report`:
 counters, recovery and drain figures, and one :class:`Violation` per broken
 invariant (docs/reliability.md §3.1). Pure Python, no database.
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from drover.faults.history import TERMINAL_STATES, Effect, Fault, History, JobFinal, Start
+from drover.faults.harness.history import TERMINAL_STATES, Effect, Fault, History, JobFinal, Start
 
 __all__ = ["CODES", "NO_EFFECT_WORKLOADS", "RESCUE_PREFIX", "Report", "Violation", "check"]
 
