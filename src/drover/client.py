@@ -231,9 +231,7 @@ class Client(JobsAndQueues):
         queued inside the transaction and delivered only if it commits.
         Several calls in one transaction are fine.
         """
-        return tx.insert_many_tx(
-            tx.caller(conn, "insert_many_tx"), items, notify=self._config.notify
-        )
+        return tx.insert_many_tx(tx.caller(conn), items, notify=self._config.notify)
 
     def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit
