@@ -349,7 +349,8 @@ def test_a_lease_not_renewed_for_a_whole_lease_is_given_up_before_the_database_l
 
 def test_after_complete_tx_the_heartbeat_never_gives_the_lease_up_on_its_own(db_url: str) -> None:
     claim = Claim(sample_row(id=8, attempt=1), local_deadline=0.0)  # long unrenewed...
-    claim.completed_in_tx = True  # ...because its row is locked by, then completed in, a tx
+    claim._tx.connection = object()  # ...because its row is locked by, then completed in, a tx
+    assert claim.completed_in_tx
     assert _beat_once(db_url, claim) == 0
     assert not claim.lease.lost.is_set() and not claim.context.cancelled
 

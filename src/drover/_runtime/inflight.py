@@ -15,40 +15,75 @@ from drover.job import JobRow
 __all__ = ["Claim", "InFlight", "Slots"]
 
 
+class _TxCompletion:
+    """What ``Job.complete_tx`` runs for one claim, and the connection it completed it on.
+
+    Its own small object, shared by the claim and the handler's context, so
+    that neither refers back to the other: a reference cycle per claim would
+    leave every claim to the garbage collector instead of freeing it at once.
+    """
+
+    __slots__ = ("attempt", "connection", "job_id")
+
+    def __init__(self, job_id: int, attempt: int) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self.connection: object = None
+        """The connection whose transaction carries the completion, once made."""
+
+    def __call__(self, target: object) -> None:
+        if self.connection is not None:
+            raise InvalidArgument(
+                f"complete_tx was already called for job {self.job_id} attempt {self.attempt}"
+            )
+        conn = resolve_connection(
+            target, "complete_tx", "or let the handler return and drover completes the job"
+        )
+        complete_claim(conn, self.job_id, self.attempt)
+        self.connection = conn
+
+
 class Claim:
     """A claim held by this client, from the claim until its outcome is recorded.
 
     The engine's side of one execution: the row as claimed, the context the
     handler sees (whose :class:`~drover.Lease` is the read-only view of this
-    claim), whether the handler has returned, and the bookkeeping of a
-    ``complete_tx``. Only drover's threads change it.
+    claim), whether the handler has returned, the local lease deadline and the
+    bookkeeping of a ``complete_tx``. Only drover's threads change it.
     """
 
-    __slots__ = ("completed_in_tx", "context", "finished", "local_deadline", "row", "tx_connection")
+    __slots__ = ("_tx", "context", "finished", "local_deadline", "row")
 
     def __init__(self, row: JobRow, local_deadline: float | None = None) -> None:
         self.row = row
+        self._tx = _TxCompletion(row.id, row.attempt)
         self.context = JobContext(
-            lease=Lease(row.id, row.attempt, row.leased_until), _complete_tx=self.complete_tx
+            lease=Lease(row.id, row.attempt, row.leased_until), _complete_tx=self._tx
         )
         self.local_deadline = local_deadline
         """``time.monotonic()`` by which the lease must have been renewed: the last
         renewal's send time plus a lease, so it never outlives the database's expiry."""
         self.finished = False
         """Set once the handler returned, so shutdown does not hand back a finished job."""
-        self.completed_in_tx = False
-        """True once ``Job.complete_tx`` completed the job in a caller's transaction."""
-        self.tx_connection: object = None
-        """The connection whose transaction carries that completion."""
 
     @property
     def lease(self) -> Lease:
         return self.context.lease
 
     @property
+    def completed_in_tx(self) -> bool:
+        """True once ``Job.complete_tx`` completed the job in a caller's transaction."""
+        return self._tx.connection is not None
+
+    @property
+    def tx_connection(self) -> object:
+        """The connection whose transaction carries that completion (``None`` before)."""
+        return self._tx.connection
+
+    @property
     def settled(self) -> bool:
         """The handler returned, or completed the job in its own transaction."""
-        return self.finished or self.completed_in_tx
+        return self.finished or self._tx.connection is not None
 
     def lose(self, reason: str, cancel_reason: str = "lease lost") -> bool:
         """Mark the lease lost and cancel the handler's context; True the first time only."""
@@ -66,19 +101,6 @@ class Claim:
         """True when ``now`` (monotonic) is past the last renewal's local deadline."""
         deadline = self.local_deadline
         return deadline is not None and now >= deadline
-
-    def complete_tx(self, target: object) -> None:
-        """What ``Job.complete_tx`` runs: the completion in the caller's transaction."""
-        if self.completed_in_tx:
-            raise InvalidArgument(
-                f"complete_tx was already called for job {self.row.id} attempt {self.row.attempt}"
-            )
-        conn = resolve_connection(
-            target, "complete_tx", "or let the handler return and drover completes the job"
-        )
-        complete_claim(conn, self.row.id, self.row.attempt)
-        self.completed_in_tx = True
-        self.tx_connection = conn
 
 
 class InFlight:
