@@ -26,7 +26,7 @@ __all__ = ["Completer"]
 
 MAX_BATCH = 1000
 # After a write, the connection is kept this long for the next outcomes, so a
-# drain of short jobs writes on one connection; an idle completer gives it back.
+# drain of short jobs writes on one connection; an idle completer returns it.
 _BUSY_HOLD = 0.05
 _RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
 
