@@ -456,8 +456,11 @@ class Client(JobsAndQueues):
         a connection, then up to 10 s for the thread) and ends. A pool passed
         in by the application is left open, and inserts on it after ``close``
         still work and notify inline; on the client's own pool they fail with
-        :class:`drover.DatabaseError`. Closing a running client without
-        :meth:`stop` strands its jobs until their leases expire.
+        :class:`drover.DatabaseError`. Close the client before the pool you
+        gave it: a wake-up still pending when that pool closes is dropped. A
+        client never closed sends its pending wake-ups at interpreter exit.
+        Closing a running client without :meth:`stop` strands its jobs until
+        their leases expire.
         """
         with self._close_lock:
             if self._closed:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -370,6 +373,56 @@ def test_an_insert_after_close_on_a_borrowed_pool_notifies_inline(
         assert notifier_threads() == []
         assert up_to_sentinel(listener, conn) == ["before", "after", "after_many"]
         assert job_visible(conn, job.id)
+
+
+# A producer process as the latency report had it: its application's pool (psycopg's default,
+# not autocommit), one insert, and the script ends, with neither close() nor pool.close(). The
+# round for that insert is held until the notifier is told to stop, so the process always ends
+# before the round unless something stops the notifier at exit (before the fix the round was
+# cut off after its BEGIN, and the job waited out the workers' poll interval).
+EXITING_PRODUCER = textwrap.dedent(
+    """
+    import sys
+
+    from psycopg_pool import ConnectionPool
+
+    import drover
+    import drover._db.store as store_module
+
+    class Ping(drover.JobArgs, kind="notifier_ping"):
+        n: int = 0
+
+    url, name = sys.argv[1], sys.argv[2]
+    real = getattr(store_module, name)
+    pool = ConnectionPool(url, min_size=1, max_size=2, open=True)
+    client = drover.Client(pool)
+    stopping = client._notifier._stopping
+
+    def held(conn, queues):
+        stopping.wait()
+        real(conn, queues)
+
+    setattr(store_module, name, held)
+    print(client.insert(Ping(), drover.InsertOpts(queue="at_exit")).id, flush=True)
+    """
+)
+
+
+def test_a_process_that_ends_without_close_still_sends_its_last_wake_up(
+    db_url: str, listener: Conn, conn: Conn
+) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", EXITING_PRODUCER, db_url, _notify_name()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    assert job_visible(conn, int(child.stdout))
+    # The process has ended: whatever it notified arrived before this sentinel.
+    assert up_to_sentinel(listener, conn) == ["at_exit"]
+    assert "did not stop" not in child.stderr
 
 
 # --- transactional inserts notify inside the caller's transaction -------------------------------

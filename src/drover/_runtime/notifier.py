@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
-from collections.abc import Collection
+import weakref
+from collections.abc import Callable, Collection
 
 from drover._db.store import Store
 from drover._runtime.service import ThreadService
@@ -40,7 +42,8 @@ class Notifier(ThreadService):
     The thread starts with the first call. A failed round is logged at ERROR
     and its queues are dropped (workers still find the jobs by polling).
     :meth:`stop` sends what is pending before the thread ends; a call after
-    ``stop`` notifies inline.
+    ``stop`` notifies inline. A notifier nobody stops is stopped at interpreter
+    exit, so the last inserts of a process are announced too.
     """
 
     name = "notifier"
@@ -50,7 +53,38 @@ class Notifier(ThreadService):
         self._store = store
         self._pending: set[str] = set()
         self._changed = threading.Condition()
+        self._exit_hook: Callable[[], None] | None = None
         self.rounds = 0
+
+    def start(self) -> None:
+        super().start()
+        # The thread is a daemon: the interpreter does not wait for it. A
+        # process that ended right after inserting, without close() (a
+        # producer script), ended before the round for its last jobs (on a
+        # caller's pool that does not autocommit, a round under way was cut
+        # off after its BEGIN), and they waited out the workers' poll
+        # interval. atexit hooks run while daemon threads still do: stop
+        # there as close() does, sending what is pending. The hook holds only
+        # a weak reference, and stop() unregisters it.
+        with self._lock:
+            if self._thread is None or self._exit_hook is not None:
+                return
+            ref = weakref.ref(self)
+
+            def stop_at_exit() -> None:
+                notifier = ref()
+                if notifier is not None:
+                    notifier.stop()
+
+            self._exit_hook = stop_at_exit
+        atexit.register(stop_at_exit)
+
+    def stop(self, timeout: float | None = 10.0) -> bool:
+        with self._lock:
+            hook, self._exit_hook = self._exit_hook, None
+        if hook is not None:
+            atexit.unregister(hook)
+        return super().stop(timeout)
 
     def committed(self, queues: Collection[str]) -> None:
         """Ask for a wake-up on ``queues``, whose new jobs have committed."""
