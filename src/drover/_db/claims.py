@@ -28,15 +28,15 @@ __all__ = [
 
 
 def job_claim(
-    conn: Connection, queue: str, limit: int, lease_seconds: float, worker: str | None = None
+    conn: Connection, queue: str, limit: int, lease_seconds: float, holder: str | None = None
 ) -> list[JobRow]:
-    """Claim up to ``limit`` due jobs from ``queue``; sorted by id. ``worker`` names the holder."""
+    """Claim up to ``limit`` due jobs from ``queue``, sorted by id, for ``holder``."""
     if not 0 < limit <= 2**31 - 1:
         raise ValueError(f"claim limit must be in 1..2147483647, not {limit}")
     with translate(f"claim jobs from queue {queue!r}"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
             query("job_claim"),
-            {"queue": queue, "limit": limit, "lease_seconds": lease_seconds, "worker": worker},
+            {"queue": queue, "limit": limit, "lease_seconds": lease_seconds, "holder": holder},
         )
         rows = [row_from_db(r) for r in cur.fetchall()]
     rows.sort(key=lambda r: r.id)
