@@ -62,6 +62,20 @@ _DESCRIPTIONS = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Without pytest-xdist (``-p no:xdist``, or not installed) accept ``addopts``' options.
+
+    ``addopts`` in pyproject.toml asks for ``-n 6 --dist load``; without the plugin
+    pytest would refuse them as unknown. They are accepted here and the run is serial.
+    """
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist (not loaded: these options are accepted and ignored)")
+    # A lowercase short option needs the underscored method, as xdist itself uses.
+    group._addoption("-n", "--numprocesses", dest="numprocesses", default=None)
+    group.addoption("--dist", dest="dist", default="no")
+
+
 def worker_id(config: pytest.Config) -> str:
     """xdist's name for this worker (``gw0``, ``gw1``, ...), or ``main`` when not distributed."""
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
