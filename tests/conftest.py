@@ -11,6 +11,11 @@ Isolation: one migrated template database per session; every test that asks
 for ``db_url`` gets its own ``CREATE DATABASE ... TEMPLATE`` clone, dropped
 afterwards, so background threads and second connections see real committed
 data without leaking between tests.
+
+In parallel (pytest-xdist, the default: see ``addopts`` in pyproject.toml) every
+worker is its own pytest session, so each one gets its own embedded server, its
+own template and its own clones (ADR 0017). With a URL every worker shares that
+server, and the worker id and process id in each database's name keep them apart.
 """
 
 from __future__ import annotations
@@ -57,8 +62,29 @@ _DESCRIPTIONS = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Without pytest-xdist (``-p no:xdist``, or not installed) accept ``addopts``' options.
+
+    ``addopts`` in pyproject.toml asks for ``-n 6 --dist load``; without the plugin
+    pytest would refuse them as unknown. They are accepted here and the run is serial.
+    """
+    if pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("xdist (not loaded: these options are accepted and ignored)")
+    # A lowercase short option needs the underscored method, as xdist itself uses.
+    group._addoption("-n", "--numprocesses", dest="numprocesses", default=None)
+    group.addoption("--dist", dest="dist", default="no")
+
+
+def worker_id(config: pytest.Config) -> str:
+    """xdist's name for this worker (``gw0``, ``gw1``, ...), or ``main`` when not distributed."""
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    return str(workerinput["workerid"]) if workerinput else "main"
+
+
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"drover test database: {_DESCRIPTIONS[PROVIDER]}"
+    per = " per xdist worker" if PROVIDER != "url" else ", shared by the xdist workers"
+    return f"drover test database: {_DESCRIPTIONS[PROVIDER]}{per}"
 
 
 @contextlib.contextmanager
@@ -82,13 +108,26 @@ def url_for(base: str, dbname: str) -> str:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
-    """Conninfo of a database on the test server with the right to create databases."""
+    """Conninfo of a database on the test server with the right to create databases.
+
+    Session-scoped, so under xdist each worker starts its own embedded server (or
+    container); with a URL they all use that one server.
+    """
     with _server() as url:
         yield url
 
 
 _names = itertools.count()
-_RUN = f"{os.getpid()}"
+
+
+@pytest.fixture(scope="session")
+def run_tag(pytestconfig: pytest.Config) -> str:
+    """Part of every database name this session makes: the xdist worker id and the pid.
+
+    On a server several sessions share (a URL, or parallel workers), two sessions'
+    names never collide, and a database left behind says which worker made it.
+    """
+    return f"{worker_id(pytestconfig)}_{os.getpid()}"
 
 
 def _create_database(admin_url: str, name: str, template: str = "template0") -> None:
@@ -108,9 +147,9 @@ def _drop_database(admin_url: str, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def template_db(pg_server: str) -> Iterator[str]:
-    """Name of a database migrated once per session, cloned by ``db_url``."""
-    name = f"drover_tpl_{_RUN}"
+def template_db(pg_server: str, run_tag: str) -> Iterator[str]:
+    """Name of a database migrated once per session (per worker), cloned by ``db_url``."""
+    name = f"drover_tpl_{run_tag}"
     _create_database(pg_server, name)
     with psycopg.connect(url_for(pg_server, name), autocommit=True) as conn:
         drover.migrate(conn)
@@ -120,18 +159,18 @@ def template_db(pg_server: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def db_url(pg_server: str, template_db: str) -> Iterator[str]:
+def db_url(pg_server: str, template_db: str, run_tag: str) -> Iterator[str]:
     """A fresh, migrated database for this test alone."""
-    name = f"drover_t_{_RUN}_{next(_names)}"
+    name = f"drover_t_{run_tag}_{next(_names)}"
     _create_database(pg_server, name, template=template_db)
     yield url_for(pg_server, name)
     _drop_database(pg_server, name)
 
 
 @pytest.fixture
-def empty_db_url(pg_server: str) -> Iterator[str]:
+def empty_db_url(pg_server: str, run_tag: str) -> Iterator[str]:
     """A fresh database drover has never migrated."""
-    name = f"drover_e_{_RUN}_{next(_names)}"
+    name = f"drover_e_{run_tag}_{next(_names)}"
     _create_database(pg_server, name)
     yield url_for(pg_server, name)
     _drop_database(pg_server, name)

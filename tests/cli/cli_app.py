@@ -10,6 +10,9 @@ has class defaults (queue ``mail``, 3 attempts) for ``drover enqueue --app``.
 from __future__ import annotations
 
 import os
+import time
+
+import psycopg
 
 import drover
 
@@ -58,10 +61,30 @@ class Hold(drover.JobArgs, kind="cli_hold"):
 
 @workers.register
 def hold(job: drover.Job[Hold]) -> None:
-    """The first attempt waits: a test kills its process and sees the job rescued."""
+    """The first attempt waits: a test kills its process and sees the job rescued.
+
+    Cancelled by a drain that ran out of budget, it finishes only once the drain
+    has handed its job back (or after 10 s). Finishing at once would race the
+    hand-back: its own failure, written first, makes the hand-back a refused
+    write and the drain look complete, which under load happened.
+    """
     if job.attempt == 1:
-        job.context.wait(30)
+        if job.context.wait(30):
+            _until_handed_back(job.id, job.attempt, timeout=10.0)
         raise RuntimeError("the first attempt was not meant to finish")
+
+
+def _until_handed_back(job_id: int, attempt: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT state = 'running' AND attempt = %s FROM drover_jobs WHERE id = %s",
+                (attempt, job_id),
+            ).fetchone()
+            if row is None or not row[0]:
+                return
+            time.sleep(0.01)
 
 
 def short_lease_client() -> drover.Client:

@@ -43,7 +43,11 @@ def test_burst_drains_in_a_database_of_its_own_and_drops_it(
     db_url: str, conn: psycopg.Connection[Any]
 ) -> None:
     def databases() -> set[str]:
-        rows = conn.execute("SELECT datname FROM pg_database").fetchall()
+        # Only the bench's own burst databases: other tests (xdist workers on a shared
+        # server) create and drop databases of their own meanwhile.
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'drover\\_bench\\_burst\\_%'"
+        ).fetchall()
         return {str(r[0]) for r in rows}
 
     before = databases()

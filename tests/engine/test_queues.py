@@ -643,9 +643,13 @@ def test_a_half_open_listen_connection_is_detected_and_replaced(
         )
         try:
             worker.start()
-            listener = _engine(worker).listener
+            engine = _engine(worker)
+            listener = engine.listener
             assert listener is not None
             poll(listener.listening.is_set, message="listener connected")
+            # The fetcher's first round too, before the network goes: under load it can
+            # come later, and a claim sent into the black hole hangs the fetcher for good.
+            poll(lambda: engine.fetcher.claims >= 1, message="first empty round")
             proxy.set_mode(Mode.BLACKHOLE)
             poll(
                 lambda: not listener.listening.is_set(),

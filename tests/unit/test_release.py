@@ -13,20 +13,23 @@ import drover
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _workflow() -> dict[Any, Any]:
-    loaded = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
+def _workflow(name: str = "release.yml") -> dict[Any, Any]:
+    loaded = yaml.safe_load((ROOT / ".github" / "workflows" / name).read_text())
     assert isinstance(loaded, dict)
     return loaded
 
 
+def _triggers(workflow: dict[Any, Any]) -> Any:
+    # YAML reads the key `on` as True.
+    return workflow.get("on", workflow.get(True))
+
+
 def test_the_release_workflow_publishes_tags_with_trusted_publishing() -> None:
     workflow = _workflow()
-    # YAML reads the key `on` as True.
-    triggers = workflow.get("on", workflow.get(True))
-    assert triggers == {"push": {"tags": ["v*"]}}
+    assert _triggers(workflow) == {"push": {"tags": ["v*"]}}
     assert workflow["permissions"] == {"contents": "read"}
     publish = workflow["jobs"]["publish"]
-    assert publish["needs"] == "build" and publish["environment"] == "pypi"
+    assert publish["environment"] == "pypi"
     assert publish["permissions"] == {"id-token": "write"}
     uses = [step.get("uses", "") for step in publish["steps"]]
     assert any(u.startswith("pypa/gh-action-pypi-publish@") for u in uses)
@@ -34,6 +37,27 @@ def test_the_release_workflow_publishes_tags_with_trusted_publishing() -> None:
     assert "password" not in text and "secrets." not in text  # no stored token
     build = " ".join(step.get("run", "") for step in workflow["jobs"]["build"]["steps"])
     assert "python -m build" in build and "twine check --strict" in build
+
+
+def test_the_release_is_built_and_published_only_after_the_ci_checks_pass() -> None:
+    jobs = _workflow()["jobs"]
+    # The pull-request workflow, called as a reusable workflow on the tagged commit.
+    assert jobs["ci"] == {"uses": "./.github/workflows/ci.yml"}
+    assert jobs["build"]["needs"] == "ci"
+    assert jobs["publish"]["needs"] == ["ci", "build"]
+
+
+def test_the_ci_workflow_runs_ci_run_on_pull_requests_and_when_called() -> None:
+    ci = _workflow("ci.yml")
+    triggers = _triggers(ci)
+    assert "pull_request" in triggers and "workflow_call" in triggers
+    assert triggers["push"] == {"branches": ["main"]}
+    assert ci["permissions"] == {"contents": "read"}
+    (job,) = ci["jobs"].values()
+    versions = next(s["with"]["python-version"] for s in job["steps"] if "with" in s)
+    assert set(versions.split()) == {"3.11", "3.12"}  # 3.12 for nox -s django
+    runs = [step["run"] for step in job["steps"] if "run" in step]
+    assert runs == ["bash .ci/run"]
 
 
 def test_the_changelog_follows_keep_a_changelog() -> None:
