@@ -65,7 +65,7 @@ def build(session: nox.Session) -> None:
     dist = Path(session.create_tmp()) / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     session.run("python", "-m", "build", "--outdir", str(dist))
-    wheels = list(dist.glob("drover-*.whl"))
+    wheels = list(dist.glob("drover_queue-*.whl"))
     if len(wheels) != 1:
         session.error(f"expected one wheel in {dist}, found {wheels}")
     # PyPI's own checks of the metadata and the rendered README.

@@ -58,8 +58,12 @@ from drover.worker import Worker, Workers
 
 logging.getLogger("drover").addHandler(logging.NullHandler())
 
+# The distribution's name on PyPI; the import package and the command are ``drover``
+# (ADR 0019 says why they differ).
+_DISTRIBUTION = "drover-queue"
+
 try:
-    __version__ = version("drover")
+    __version__ = version(_DISTRIBUTION)
 except PackageNotFoundError:  # a bare checkout on sys.path, not installed
     __version__ = "0+unknown"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -70,3 +72,42 @@ def test_the_changelog_follows_keep_a_changelog() -> None:
 def test_the_installed_version_is_the_projects() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert drover.__version__ == project["version"]
+
+
+DISTRIBUTION = "drover-queue"  # `drover` on PyPI is someone else's project (ADR 0019)
+
+
+def test_the_distribution_name_is_drover_queue_and_import_and_command_stay_drover() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == DISTRIBUTION
+    assert project["scripts"]["drover"].startswith("drover.")
+    assert importlib.metadata.version(DISTRIBUTION) == drover.__version__
+    assert (ROOT / "src" / "drover" / "__init__.py").exists()
+
+
+def _install_lines() -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    paths = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    paths += sorted((ROOT / "src").rglob("*.py")) + sorted((ROOT / "examples").rglob("*"))
+    for path in paths:
+        if not path.is_file() or path.suffix not in {".md", ".py", ".txt", ".toml", ""}:
+            continue
+        if path.name == "0019-distribution-name.md":  # the record of the clash quotes it
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            # Installing the project by name (not "-e ." or a peer's package).
+            for match in re.finditer(r"pip install (?:-U )?['\"]?(drover[\w.-]*)", line):
+                found.append((f"{path.relative_to(ROOT)}: {line.strip()}", match.group(1)))
+    return found
+
+
+def test_every_documented_install_names_the_distribution_not_pypis_drover() -> None:
+    lines = _install_lines()
+    assert len(lines) >= 5  # README's and the guides' install lines were found
+    wrong = [where for where, name in lines if re.split(r"[\[\s'\"]", name)[0] != DISTRIBUTION]
+    assert wrong == []
+
+
+def test_the_release_workflow_names_the_pypi_project() -> None:
+    text = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    assert f'"{DISTRIBUTION}" project' in text

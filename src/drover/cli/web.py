@@ -47,7 +47,7 @@ def web_command(
 
         from drover.web import make_app
     except ImportError as exc:
-        fail(f"drover web needs the web extra: pip install 'drover[web]' ({exc})")
+        fail(f"drover web needs the web extra: pip install 'drover-queue[web]' ({exc})")
     with open_inspector(g) as inspector:
         app = make_app(inspector, refresh=refresh, read_only=read_only)
         try:

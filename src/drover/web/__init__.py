@@ -1,6 +1,6 @@
 """drover's status page: :func:`make_app` builds a WSGI application over an Inspector.
 
-Needs the ``web`` extra (``pip install drover[web]``: Jinja2, Werkzeug and,
+Needs the ``web`` extra (``pip install 'drover-queue[web]'``: Jinja2, Werkzeug and,
 for ``drover web``, Waitress).
 """
 
