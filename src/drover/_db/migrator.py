@@ -44,8 +44,8 @@ def read_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
 def require_current_schema(conn: Connection, target: str, action: str) -> None:
     """Raise :class:`drover.SchemaMissing` unless every migration is applied on ``conn``.
 
-    The message names ``target`` (``host:port/db``), both versions when the
-    schema is behind, and the remedy (``drover migrate``; see `SchemaMissing.with_remedy`).
+    The message names `target` (`host:port/db`), both versions when the
+    schema is behind, and the remedy (`drover migrate`; see `SchemaMissing.with_remedy`).
     """
     status = read_status(conn)
     if status.up_to_date:

@@ -28,28 +28,28 @@ class _App(Protocol):
 
 
 def app_context(app: _App) -> Middleware:
-    """A middleware that runs every job inside a fresh ``app.app_context()``.
+    """A middleware that runs every job inside a fresh `app.app_context()`.
 
     The context is pushed when the execution starts and popped when the
     handler returns or raises, on the handler's own thread. Popping it runs the
-    application's ``teardown_appcontext`` functions; Flask-SQLAlchemy's removes
-    the job's ``db.session``: whatever the handler did not commit is rolled
+    application's `teardown_appcontext` functions; Flask-SQLAlchemy's removes
+    the job's `db.session`: whatever the handler did not commit is rolled
     back and the session's connection goes back to the engine's pool. Jobs
     running at the same time each have their own context, and so their own
     session; nothing is shared between jobs or left behind by one.
 
-    A handler commits its own work (``db.session.commit()``), or commits it
+    A handler commits its own work (`db.session.commit()`), or commits it
     with the job's completion through `drover.contrib.sqlalchemy.complete`.
 
     Args:
-        app: The Flask application (anything with an ``app_context()``
+        app: The Flask application (anything with an `app_context()`
             method returning a context manager).
 
     Returns:
         A middleware for `drover.Config(middleware=[...])`.
 
     Raises:
-        drover.InvalidArgument: ``app`` has no ``app_context()`` method.
+        drover.InvalidArgument: `app` has no `app_context()` method.
     """
     if not callable(getattr(app, "app_context", None)):
         raise InvalidArgument(

@@ -1,19 +1,19 @@
-"""System checks of ``settings.DROVER``: ``manage.py check`` names a wrong setting up front.
+"""System checks of `settings.DROVER`: `manage.py check` names a wrong setting up front.
 
-Without them a mistyped ``WORKERS`` path or a SQLite ``DATABASE`` surfaces as
+Without them a mistyped `WORKERS` path or a SQLite `DATABASE` surfaces as
 a traceback when the worker starts. The app registers `check_settings` (tag
-``drover``), so ``manage.py check``, and every command that runs the checks
-(``migrate``, ``runserver``, ``manage.py drover ...``), reports:
+`drover`), so `manage.py check`, and every command that runs the checks
+(`migrate`, `runserver`, `manage.py drover ...`), reports:
 
 | id | what is wrong |
 |---|---|
-| ``drover.E001`` | ``DROVER`` is not a dict |
-| ``drover.E002`` | ``DROVER`` has a key drover does not know |
-| ``drover.E003`` | ``DATABASE`` is not an alias in ``DATABASES`` |
-| ``drover.E004`` | ``DATABASE`` is not a PostgreSQL database |
-| ``drover.E005`` | ``WORKERS`` is not a dotted path, or importing it failed |
-| ``drover.E006`` | ``WORKERS`` names something that is not a ``drover.Workers`` |
-| ``drover.E007`` | ``CONFIG`` is not a dict of valid ``drover.Config`` fields |
+| `drover.E001` | `DROVER` is not a dict |
+| `drover.E002` | `DROVER` has a key drover does not know |
+| `drover.E003` | `DATABASE` is not an alias in `DATABASES` |
+| `drover.E004` | `DATABASE` is not a PostgreSQL database |
+| `drover.E005` | `WORKERS` is not a dotted path, or importing it failed |
+| `drover.E006` | `WORKERS` names something that is not a `drover.Workers` |
+| `drover.E007` | `CONFIG` is not a dict of valid `drover.Config` fields |
 
 The checks open no database connection.
 """
@@ -86,11 +86,11 @@ def _config(value: dict[str, Any], registry: drover.Workers) -> list[checks.Chec
 def check_settings(
     app_configs: Sequence[Any] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """Check ``settings.DROVER``; return one ``drover.E0xx`` error per problem found.
+    """Check `settings.DROVER`; return one `drover.E0xx` error per problem found.
 
-    Every problem is reported at once, so one ``manage.py check`` lists them
-    all. Importing ``WORKERS`` runs the project's module, as the worker would;
-    an exception it raises becomes ``drover.E005`` rather than a traceback.
+    Every problem is reported at once, so one `manage.py check` lists them
+    all. Importing `WORKERS` runs the project's module, as the worker would;
+    an exception it raises becomes `drover.E005` rather than a traceback.
     """
     value = getattr(settings, "DROVER", {})
     if not isinstance(value, dict):

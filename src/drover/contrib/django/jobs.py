@@ -55,7 +55,7 @@ def insert(
             (the transaction stays usable).
         drover.NotInTransaction: the atomic block already failed.
         drover.SchemaMissing: drover's tables are not in that database; the
-            message says to run ``manage.py migrate``.
+            message says to run `manage.py migrate`.
         drover.DatabaseError: the statement failed.
     """
     with django_remedy():

@@ -12,7 +12,7 @@ from django.db import connections
 __all__ = ["KNOWN_KEYS", "alias", "conninfo", "database_problem", "drover_settings"]
 
 KNOWN_KEYS = frozenset({"DATABASE", "CONFIG", "WORKERS"})
-"""The keys ``settings.DROVER`` may have."""
+"""The keys `settings.DROVER` may have."""
 
 
 def drover_settings() -> dict[str, Any]:
@@ -29,9 +29,9 @@ def drover_settings() -> dict[str, Any]:
 
 
 def database_problem(name: object) -> str | None:
-    """What is wrong with ``name`` as drover's database alias, or None when it is usable.
+    """What is wrong with `name` as drover's database alias, or None when it is usable.
 
-    Usable means: a string that ``DATABASES`` has, whose backend is PostgreSQL.
+    Usable means: a string that `DATABASES` has, whose backend is PostgreSQL.
     Opens no connection (the system checks call it too).
     """
     if not isinstance(name, str) or not name:

@@ -18,10 +18,10 @@ __all__ = ["build_client", "build_config", "import_registry", "not_a_registry", 
 
 
 def import_registry(path: object) -> object:
-    """The object ``DROVER["WORKERS"]`` names (``"pkg.module.name"`` or ``"pkg.module:name"``).
+    """The object `DROVER["WORKERS"]` names (`"pkg.module.name"` or `"pkg.module:name"`).
 
     Raises:
-        ImproperlyConfigured: ``path`` is not a dotted path, or importing it
+        ImproperlyConfigured: `path` is not a dotted path, or importing it
             failed; the message names the path and what went wrong.
     """
     if not isinstance(path, str) or "." not in path.replace(":", "."):
@@ -38,7 +38,7 @@ def import_registry(path: object) -> object:
 
 
 def not_a_registry(path: str, found: object) -> str:
-    """The message for a ``DROVER["WORKERS"]`` path that names something else."""
+    """The message for a `DROVER["WORKERS"]` path that names something else."""
     if isinstance(found, type):
         what = f"the class {found.__module__}.{found.__qualname__}"
     else:
@@ -48,7 +48,7 @@ def not_a_registry(path: str, found: object) -> str:
 
 @functools.cache
 def workers() -> drover.Workers:
-    """The registry workers run: ``DROVER["WORKERS"]`` (a dotted path) plus Django tasks."""
+    """The registry workers run: `DROVER["WORKERS"]` (a dotted path) plus Django tasks."""
     path = drover_settings().get("WORKERS")
     registry = import_registry(path) if path else drover.Workers()
     if not isinstance(registry, drover.Workers):
@@ -59,7 +59,7 @@ def workers() -> drover.Workers:
 
 
 class _DjangoClient(drover.Client):
-    """A client whose start-up errors name Django's commands (``manage.py migrate``)."""
+    """A client whose start-up errors name Django's commands (`manage.py migrate`)."""
 
     def start(self) -> None:
         # run() and `with client:` start through here as well.
@@ -68,10 +68,10 @@ class _DjangoClient(drover.Client):
 
 
 def build_config(fields: object, registry: drover.Workers, **overrides: Any) -> drover.Config:
-    """The `drover.Config` that ``fields`` (``DROVER["CONFIG"]``) describe, running ``registry``.
+    """The `drover.Config` that `fields` (`DROVER["CONFIG"]`) describe, running `registry`.
 
     Raises:
-        ImproperlyConfigured: ``fields`` is not a dict, or a field is unknown
+        ImproperlyConfigured: `fields` is not a dict, or a field is unknown
             or out of range (the message is `drover.ConfigError`'s, naming it).
     """
     if not isinstance(fields, dict):
@@ -85,14 +85,14 @@ def build_config(fields: object, registry: drover.Workers, **overrides: Any) -> 
 
 
 def build_client(**overrides: Any) -> drover.Client:
-    """A new client on the Django database, from ``DROVER["CONFIG"]`` (the caller closes it).
+    """A new client on the Django database, from `DROVER["CONFIG"]` (the caller closes it).
 
     Starting it on a database without drover's schema raises
-    `drover.SchemaMissing` naming ``manage.py migrate``.
+    `drover.SchemaMissing` naming `manage.py migrate`.
 
     Raises:
-        ImproperlyConfigured: ``DROVER`` is wrong (``manage.py check`` reports
-            the same problems as ``drover.E0xx`` messages).
+        ImproperlyConfigured: `DROVER` is wrong (`manage.py check` reports
+            the same problems as `drover.E0xx` messages).
     """
     config = build_config(drover_settings().get("CONFIG", {}), workers(), **overrides)
     return _DjangoClient(conninfo(), config)
