@@ -50,7 +50,7 @@ def not_a_registry(path: str, found: object) -> str:
 def workers() -> drover.Workers:
     """The registry workers run: `DROVER["WORKERS"]` (a dotted path) plus Django tasks."""
     path = drover_settings().get("WORKERS")
-    registry = import_registry(path) if path else drover.Workers()
+    registry = drover.Workers() if path is None else import_registry(path)
     if not isinstance(registry, drover.Workers):
         raise ImproperlyConfigured(not_a_registry(str(path), registry))
     if DjangoTaskArgs.kind not in registry:
