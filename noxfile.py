@@ -26,7 +26,11 @@ def tests(session: nox.Session) -> None:
 @nox.session(python="3.12")
 @nox.parametrize("django", ["5.2", "6"])
 def django(session: nox.Session, django: str) -> None:
-    """drover.contrib.django on Django 5.2 LTS and 6.x (django.tasks needs 6.0 and Python 3.12)."""
+    """drover.contrib.django on Django 5.2 LTS and 6.x (django.tasks needs 6.0 and Python 3.12).
+
+    test_django.py includes `manage.py makemigrations --check --dry-run` on the
+    example project, so a model that drifts from its migration fails on either version.
+    """
     session.install("-e", ".[dev]", f"django~={django}.0")
     session.run(
         "pytest", "-p", "no:cacheprovider", "tests/contrib/test_django.py",

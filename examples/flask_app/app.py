@@ -1,9 +1,10 @@
 """A Flask + Flask-SQLAlchemy shop: placing an order writes its row and its receipt job together.
 
-Run with ``DATABASE_URL`` set (``postgresql://...``)::
+From this directory, with ``DATABASE_URL`` set (``postgresql://...``)::
 
-    flask --app 'app:create_app()' run          # the web application
-    drover worker worker:make_client            # the worker, in this directory
+    flask --app app init-db            # drover's schema, then the shop's tables
+    flask --app app run                # the web application
+    drover worker worker:make_client   # the worker
 """
 
 from __future__ import annotations
@@ -11,28 +12,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import click
 import psycopg
 from flask import Flask, abort, jsonify, request
-from flask_sqlalchemy import SQLAlchemy
 from jobs import SendReceipt
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from models import Order, db
 
+import drover
 from drover.contrib.sqlalchemy import insert
-
-
-class Base(DeclarativeBase):
-    """The models' base class."""
-
-
-db = SQLAlchemy(model_class=Base)
-
-
-class Order(db.Model):  # type: ignore[name-defined,misc]
-    """An order; placing one sends a receipt."""
-
-    __tablename__ = "orders"
-    id: Mapped[int] = mapped_column(primary_key=True)
-    email: Mapped[str]
 
 
 def create_app(database_url: str | None = None) -> Flask:
@@ -44,6 +31,13 @@ def create_app(database_url: str | None = None) -> Flask:
     app.config["SQLALCHEMY_DATABASE_URI"] = "postgresql+psycopg://"
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {"creator": lambda: psycopg.connect(url)}
     db.init_app(app)
+
+    @app.cli.command("init-db")
+    def init_db() -> None:
+        """Create drover's tables, then the shop's (both idempotent)."""
+        applied = drover.migrate(url)
+        db.create_all()
+        click.echo(f"drover: {len(applied)} migration(s) applied; the shop's tables are ready")
 
     @app.post("/orders")
     def place_order() -> Any:

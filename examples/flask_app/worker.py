@@ -1,18 +1,27 @@
-"""The worker process: ``drover worker worker:make_client`` (with ``DATABASE_URL`` set)."""
+"""The worker: ``drover worker worker:make_client``, from this directory with ``DATABASE_URL`` set.
+
+Every job runs inside the application's context (`drover.contrib.flask.app_context`),
+so handlers use the shop's models and ``db.session`` as views do.
+"""
 
 from __future__ import annotations
 
 import os
 
-from jobs import receipt_worker, workers
+from app import create_app
+from jobs import workers
 
 import drover
+from drover.contrib.flask import app_context
 
 
 def make_client() -> drover.Client:
     """A client working the shop's queues on ``$DATABASE_URL``."""
-    url = os.environ["DATABASE_URL"]
-    receipt_worker(url)
-    return drover.Client(
-        url, drover.Config(workers=workers, queues={"default": 1, "mail": 1}, poll_interval=0.2)
+    app = create_app()
+    config = drover.Config(
+        workers=workers,
+        queues={"default": 1, "mail": 1},
+        poll_interval=0.2,
+        middleware=[app_context(app)],
     )
+    return drover.Client(os.environ["DATABASE_URL"], config)

@@ -15,7 +15,7 @@ that too, so ``except ValueError`` keeps working::
     ├── DuplicateJob                 a non-terminal job already holds the unique key
     ├── MigrationError               a migration file is malformed or failed to apply
     ├── DatabaseError                the database refused or could not be reached
-    │   └── SchemaMissing            drover's tables do not exist: run drover.migrate()
+    │   └── SchemaMissing            drover's tables are missing or old: run drover.migrate()
     ├── NotFound                     (LookupError) no job with that id
     ├── InvalidTransition            an operator action the job's state does not allow
     ├── AlreadyStarted               start() on a client that was started before
@@ -137,7 +137,42 @@ class DatabaseError(DroverError):
 
 
 class SchemaMissing(DatabaseError):
-    """drover's tables are missing from this database; run :func:`drover.migrate` first."""
+    """drover's tables are missing from this database, or older than this drover.
+
+    The message is the `problem` (what was being done, on which database, and
+    which schema version was found) followed by the `remedy`, the command that
+    fixes it. drover's own remedy names `drover migrate` and `drover.migrate(url)`;
+    a framework integration that applies the schema its own way (Django's
+    `manage.py migrate`) re-raises the error through `with_remedy`, so the
+    message names the command its users run.
+
+    Attributes:
+        problem: What is wrong, without the remedy.
+        remedy: What to run to fix it.
+    """
+
+    DEFAULT_REMEDY = "run `drover migrate` (or drover.migrate(url)) first"
+    """The remedy drover names when no integration gives its own."""
+
+    def __init__(self, problem: str, remedy: str = DEFAULT_REMEDY) -> None:
+        # Both in args: a pickled error (a process pool, a test runner) comes back whole.
+        super().__init__(problem, remedy)
+        self.problem = problem
+        self.remedy = remedy
+
+    def __str__(self) -> str:
+        return f"{self.problem}; {self.remedy}"
+
+    def with_remedy(self, remedy: str) -> SchemaMissing:
+        """The same error naming another remedy, with the same `__cause__`.
+
+        Args:
+            remedy: The command that fixes it in the caller's setting, e.g.
+                "run `python manage.py migrate` first".
+        """
+        reworded = SchemaMissing(self.problem, remedy)
+        reworded.__cause__ = self.__cause__
+        return reworded
 
 
 class NotFound(DroverError, LookupError):

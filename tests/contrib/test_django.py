@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -245,3 +246,162 @@ def test_the_admin_lists_jobs_read_only_and_retries_through_the_inspector(
     assert report["detail"] == 200  # viewable, not editable
     assert report["add"] == 403
     assert report["done"] == 302 and report["state"] == "available"
+
+
+def test_the_migrations_match_the_models_on_this_django(project_db: str) -> None:
+    # A project that installs drover must not be told its models have changes:
+    # makemigrations --check fails CI pipelines, and migrate nags on every run.
+    checked = manage(project_db, "makemigrations", "--check", "--dry-run")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "No changes detected" in checked.stdout
+    migrated = manage(project_db, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "have changes that are not yet reflected" not in migrated.stdout + migrated.stderr
+
+
+def test_a_missing_schema_names_manage_py_migrate(empty_db_url: str) -> None:
+    # Never migrated: the worker refuses to start, and an insert fails, each
+    # naming Django's command rather than drover's own.
+    worker = manage(empty_db_url, "drover", "worker", timeout=60)
+    assert worker.returncode == 1, worker.stderr
+    assert "drover's schema is missing from" in worker.stderr
+    assert "run `python manage.py migrate`" in worker.stderr
+    assert "drover migrate" not in worker.stderr and "Traceback" not in worker.stderr
+    report = django_script(
+        empty_db_url,
+        """
+        import drover
+        from drover.contrib.django import insert, insert_many
+        from shop.jobs import SendReceipt
+
+        seen = {}
+        for name, call in (
+            ("insert", lambda: insert(SendReceipt(order_id=1))),
+            ("insert_many", lambda: insert_many([SendReceipt(order_id=2)])),
+        ):
+            try:
+                call()
+            except drover.SchemaMissing as exc:
+                seen[name] = {
+                    "message": str(exc), "remedy": exc.remedy,
+                    "cause": type(exc.__cause__).__name__,
+                }
+        print(json.dumps(seen))
+        """,
+    )
+    assert set(report) == {"insert", "insert_many"}
+    for seen in report.values():
+        assert "run `python manage.py migrate`" in seen["message"]
+        assert "drover migrate" not in seen["message"]
+        assert seen["remedy"].startswith("run `python manage.py migrate`")
+        assert seen["cause"] == "UndefinedTable"  # psycopg's error stays chained
+
+
+# Settings modules built on the example's, each with one kind of mistake in DROVER.
+_BROKEN_SETTINGS = {
+    "not_a_dict": ('DROVER = ["shop.jobs.workers"]', "drover.E001", "must be a dict, not list"),
+    "unknown_key": (
+        'DROVER = {"DATABASE": "default", "QUEUES": {"mail": 1}}',
+        "drover.E002",
+        "unknown key(s) 'QUEUES'",
+    ),
+    "no_such_alias": (
+        'DROVER = {"DATABASE": "jobs"}',
+        "drover.E003",
+        "'jobs', which is not in DATABASES (aliases: default)",
+    ),
+    "not_postgresql": (
+        'DATABASES["lite"] = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}\n'
+        'DROVER = {"DATABASE": "lite"}',
+        "drover.E004",
+        "needs a PostgreSQL database; 'lite' is django.db.backends.sqlite3",
+    ),
+    "workers_do_not_import": (
+        'DROVER = {"WORKERS": "shop.jobz.workers"}',
+        "drover.E005",
+        "'shop.jobz.workers' cannot be imported: ModuleNotFoundError",
+    ),
+    "workers_missing_attribute": (
+        'DROVER = {"WORKERS": "shop.jobs.registry"}',
+        "drover.E005",
+        "has no attribute 'registry'",
+    ),
+    "workers_not_a_path": ('DROVER = {"WORKERS": 3}', "drover.E005", "must be a dotted path"),
+    "workers_not_a_registry": (
+        'DROVER = {"WORKERS": "shop.jobs.SendReceipt"}',
+        "drover.E006",
+        "names the class shop.jobs.SendReceipt, not a drover.Workers",
+    ),
+    "config_unknown_field": (
+        'DROVER = {"WORKERS": "shop.jobs.workers", "CONFIG": {"concurency": 4}}',
+        "drover.E007",
+        "unknown Config field(s): concurency",
+    ),
+    "config_out_of_range": (
+        'DROVER = {"CONFIG": {"concurrency": 0}}',
+        "drover.E007",
+        "concurrency",
+    ),
+}
+
+
+def _settings_module(tmp_path: Path, name: str, body: str) -> dict[str, str]:
+    """Write ``settings_<name>`` (the example's settings plus ``body``); its environment.
+
+    ``DATABASE_URL`` names no server: the checks must not open a connection.
+    """
+    module = f"settings_{name}"
+    (tmp_path / f"{module}.py").write_text(f"from project.settings import *  # noqa\n{body}\n")
+    env = _env("host=/nonexistent dbname=unused")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    env["DJANGO_SETTINGS_MODULE"] = module
+    return env
+
+
+def _manage_with(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("case", sorted(_BROKEN_SETTINGS))
+def test_manage_py_check_names_a_wrong_drover_setting(tmp_path: Path, case: str) -> None:
+    body, check_id, text = _BROKEN_SETTINGS[case]
+    checked = _manage_with(_settings_module(tmp_path, case, body), "check")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "Traceback" not in checked.stderr
+    assert f"settings.DROVER: ({check_id})" in checked.stderr
+    assert text in checked.stderr
+    assert "HINT:" in checked.stderr
+    # One mistake, one message: a wrong key does not drag the others down with it.
+    assert checked.stderr.count("(drover.E") == 1, checked.stderr
+
+
+def test_manage_py_check_lists_every_drover_problem_at_once(tmp_path: Path) -> None:
+    body = (
+        'DROVER = {"DATABASE": "jobs", "WORKERS": "shop.jobs.SendReceipt", '
+        '"CONFIG": {"concurrency": -1}, "QUEUES": {}}'
+    )
+    checked = _manage_with(_settings_module(tmp_path, "many", body), "check", "--tag", "drover")
+    assert checked.returncode == 1, checked.stderr
+    found = sorted(set(re.findall(r"\(drover\.(E\d{3})\)", checked.stderr)))
+    assert found == ["E002", "E003", "E006", "E007"], checked.stderr
+
+
+def test_the_example_projects_drover_setting_passes_the_checks(tmp_path: Path) -> None:
+    checked = _manage_with(_settings_module(tmp_path, "as_is", ""), "check")
+    assert checked.returncode == 0, checked.stderr
+    assert "System check identified no issues" in checked.stdout
+
+
+def test_the_worker_reports_a_wrong_setting_as_a_check_not_a_traceback(tmp_path: Path) -> None:
+    env = _settings_module(tmp_path, "worker", 'DROVER = {"WORKERS": "shop.jobz.workers"}')
+    worker = _manage_with(env, "drover", "worker")
+    assert worker.returncode == 1, worker.stderr
+    assert "(drover.E005)" in worker.stderr and "Traceback" not in worker.stderr

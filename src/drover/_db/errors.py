@@ -36,8 +36,7 @@ def translate(action: str) -> Iterator[None]:
         yield
     except (pgerrors.UndefinedTable, pgerrors.UndefinedObject) as exc:
         raise SchemaMissing(
-            f"{action}: drover's schema is missing from this database "
-            f"({redact(str(exc).strip())}); run drover.migrate() or `drover migrate` first"
+            f"{action}: drover's schema is missing from this database ({redact(str(exc).strip())})"
         ) from exc
     except psycopg_pool.PoolTimeout as exc:
         raise DatabaseError(

@@ -44,21 +44,17 @@ def read_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
 def require_current_schema(conn: Connection, target: str, action: str) -> None:
     """Raise :class:`drover.SchemaMissing` unless every migration is applied on ``conn``.
 
-    The message names ``target`` (``host:port/db``), both versions when the
-    schema is behind, and ``drover migrate``.
+    The message names `target` (`host:port/db`), both versions when the
+    schema is behind, and the remedy (`drover migrate`; see `SchemaMissing.with_remedy`).
     """
     status = read_status(conn)
     if status.up_to_date:
         return
     if not status.applied:
-        raise SchemaMissing(
-            f"{action}: drover's schema is missing from {target}: run `drover migrate` "
-            "(or drover.migrate(url)) before starting workers"
-        )
+        raise SchemaMissing(f"{action}: drover's schema is missing from {target}")
     raise SchemaMissing(
         f"{action}: the schema at {target} is at version {status.current_version} but this "
-        f"drover needs {status.pending[-1].version}: run `drover migrate` "
-        "(or drover.migrate(url)) before starting workers"
+        f"drover needs {status.pending[-1].version}"
     )
 
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import AppConfig
+from django.core import checks
 from django.db.models.signals import post_migrate
 
 
 class DroverConfig(AppConfig):
-    """drover's Django app (label ``drover``)."""
+    """drover's Django app (label `drover`).
+
+    When ready it registers the system checks of `settings.DROVER` (tag
+    `drover`: `manage.py check` reports `drover.E001`...) and the
+    `post_migrate` hook that applies newer drover migrations.
+    """
 
     name = "drover.contrib.django"
     label = "drover"
@@ -17,6 +23,10 @@ class DroverConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        """Register the settings checks and the `post_migrate` hook."""
+        from drover.contrib.django.checks import check_settings
+
+        checks.register(check_settings, "drover")
         post_migrate.connect(_bring_drover_up_to_date, sender=self)
 
 

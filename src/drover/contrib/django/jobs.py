@@ -10,6 +10,7 @@ from django.db import connections
 from drover._db import Connection
 from drover._insert import tx
 from drover.contrib.django.settings import alias
+from drover.contrib.django.wording import django_remedy
 from drover.errors import NotInTransaction
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow
 
@@ -53,16 +54,20 @@ def insert(
         drover.DuplicateJob: the unique key is held by a waiting or running job
             (the transaction stays usable).
         drover.NotInTransaction: the atomic block already failed.
+        drover.SchemaMissing: drover's tables are not in that database; the
+            message says to run `manage.py migrate`.
         drover.DatabaseError: the statement failed.
     """
-    return tx.insert_tx(_resolver(using), args, opts, notify=notify)
+    with django_remedy():
+        return tx.insert_tx(_resolver(using), args, opts, notify=notify)
 
 
 def insert_many(
     items: Iterable[InsertItem], using: str | None = None, *, notify: bool = True
 ) -> list[JobRow]:
-    """Insert a batch with COPY on the Django connection (see :func:`insert`)."""
-    return tx.insert_many_tx(_resolver(using), items, notify=notify)
+    """Insert a batch with COPY on the Django connection (see `insert`)."""
+    with django_remedy():
+        return tx.insert_many_tx(_resolver(using), items, notify=notify)
 
 
 def complete(job: Job[Any], using: str | None = None) -> None:

@@ -9,9 +9,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-__all__ = ["alias", "conninfo", "drover_settings"]
+__all__ = ["KNOWN_KEYS", "alias", "conninfo", "database_problem", "drover_settings"]
 
-_KNOWN = {"DATABASE", "CONFIG", "WORKERS"}
+KNOWN_KEYS = frozenset({"DATABASE", "CONFIG", "WORKERS"})
+"""The keys `settings.DROVER` may have."""
 
 
 def drover_settings() -> dict[str, Any]:
@@ -19,22 +20,38 @@ def drover_settings() -> dict[str, Any]:
     value = getattr(settings, "DROVER", {})
     if not isinstance(value, dict):
         raise ImproperlyConfigured(f"settings.DROVER must be a dict, not {type(value).__name__}")
-    unknown = set(value) - _KNOWN
+    unknown = set(value) - KNOWN_KEYS
     if unknown:
         raise ImproperlyConfigured(
-            f"settings.DROVER has unknown key(s) {sorted(unknown)}; use {sorted(_KNOWN)}"
+            f"settings.DROVER has unknown key(s) {sorted(unknown)}; use {sorted(KNOWN_KEYS)}"
         )
     return value
+
+
+def database_problem(name: object) -> str | None:
+    """What is wrong with `name` as drover's database alias, or None when it is usable.
+
+    Usable means: a string that `DATABASES` has, whose backend is PostgreSQL.
+    Opens no connection (the system checks call it too).
+    """
+    if not isinstance(name, str) or not name:
+        return f"DROVER['DATABASE'] must be a database alias (a string), not {name!r}"
+    if name not in settings.DATABASES:
+        known = ", ".join(sorted(settings.DATABASES)) or "none"
+        return f"DROVER uses database {name!r}, which is not in DATABASES (aliases: {known})"
+    if connections[name].vendor != "postgresql":
+        engine = settings.DATABASES[name].get("ENGINE", "?")
+        return f"DROVER needs a PostgreSQL database; {name!r} is {engine}"
+    return None
 
 
 def alias(using: str | None = None) -> str:
     """The Django database alias drover uses (``DROVER["DATABASE"]``, default ``default``)."""
     name = using or drover_settings().get("DATABASE", "default")
-    if name not in settings.DATABASES:
-        raise ImproperlyConfigured(f"DROVER uses database {name!r}, which is not in DATABASES")
-    if connections[name].vendor != "postgresql":
-        raise ImproperlyConfigured(f"DROVER needs a PostgreSQL database; {name!r} is not one")
-    return name
+    problem = database_problem(name)
+    if problem is not None:
+        raise ImproperlyConfigured(problem)
+    return str(name)
 
 
 def conninfo(using: str | None = None) -> str:

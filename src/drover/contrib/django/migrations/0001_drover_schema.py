@@ -40,7 +40,7 @@ class Migration(migrations.Migration):
                 ("finalized_at", models.DateTimeField(null=True)),
                 ("unique_key", models.TextField(null=True)),
             ],
-            options={"db_table": "drover_jobs", "managed": False, "ordering": ["-id"]},
+            options={"db_table": "drover_jobs", "managed": False, "ordering": ("-id",)},
         ),
         migrations.CreateModel(
             name="TaskResult",
