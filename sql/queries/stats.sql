@@ -58,3 +58,43 @@ CREATE DATABASE {name};
 
 -- name: bench_drop_database
 DROP DATABASE {name} WITH (FORCE);
+
+-- name: stats_kinds
+-- Per kind over the last %(minutes)s minutes (database clock): jobs that
+-- completed and went dead in the window, attempts that failed in it (error
+-- entries stamped in the window, whatever the job's state now), and the
+-- 50th and 95th percentile run time of the completed ones (their last
+-- attempt: claim to completion; jobs never claimed by a worker have no
+-- attempted_at and are left out). Reads the same rows as stats_throughput:
+-- drover_jobs_finalized_idx for the finished, the waiting and running
+-- partial indexes for the failures of jobs still active.
+WITH bounds AS (
+    SELECT now() - make_interval(mins => %(minutes)s) AS since
+), finished AS (
+    SELECT j.kind, j.state, EXTRACT(EPOCH FROM j.finalized_at - j.attempted_at)::float8 AS run
+    FROM drover_jobs j, bounds b
+    WHERE (j.state = 'completed' OR j.state = 'dead') AND j.finalized_at >= b.since
+), per_kind AS (
+    SELECT kind,
+           count(*) FILTER (WHERE state = 'completed') AS completed,
+           count(*) FILTER (WHERE state = 'dead') AS dead,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY run)
+               FILTER (WHERE state = 'completed' AND run IS NOT NULL) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY run)
+               FILTER (WHERE state = 'completed' AND run IS NOT NULL) AS p95
+    FROM finished
+    GROUP BY kind
+), failures AS (
+    SELECT j.kind, count(*) AS failed
+    FROM bounds b, drover_jobs j
+    CROSS JOIN LATERAL jsonb_array_elements(j.errors) AS e(value)
+    WHERE (j.state IN ({{states:active}}) OR (j.finalized_at IS NOT NULL AND j.finalized_at >= b.since))
+      AND j.errors <> '[]'::jsonb
+      AND (e.value->>'at')::timestamptz >= b.since
+    GROUP BY j.kind
+)
+SELECT COALESCE(p.kind, f.kind), COALESCE(p.completed, 0), COALESCE(f.failed, 0),
+       COALESCE(p.dead, 0), p.p50, p.p95
+FROM per_kind p
+FULL JOIN failures f ON f.kind = p.kind
+ORDER BY 1;
