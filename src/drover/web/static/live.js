@@ -4,7 +4,7 @@
 // <noscript> meta refresh reloads the pages that have nothing to type into. Every refresh interval
 // (body data-refresh, seconds) this fetches the page's own URL and swaps each [data-live] element
 // for the fresh copy with the same id. It skips a round while the operator is busy in a live
-// region: focus on one of its controls, a ticked checkbox, an open <details>, or selected text;
+// region: focus in one of its fields, a ticked checkbox, an open <details>, or selected text;
 // and while the tab is hidden. The filter form is outside the live regions, so typing there is
 // never touched. The state is in body[data-live-state] and the header's #live-status, the
 // number of rounds so far in body[data-live-rounds].
@@ -28,15 +28,23 @@
     return Array.prototype.slice.call(document.querySelectorAll("[data-live][id]"));
   }
 
+  function typing(element) {
+    // A control that holds what the operator enters; a checkbox's state is checked below.
+    if (element.tagName === "TEXTAREA" || element.tagName === "SELECT") {
+      return true;
+    }
+    return element.tagName === "INPUT" &&
+      !/^(checkbox|radio|button|submit|reset|hidden)$/.test(element.type);
+  }
+
   function busy() {
     var active = document.activeElement;
     var selection = window.getSelection ? window.getSelection() : null;
     var live = regions();
     for (var i = 0; i < live.length; i++) {
       var region = live[i];
-      if (active && active !== body && region.contains(active) &&
-          /^(INPUT|SELECT|TEXTAREA|BUTTON)$/.test(active.tagName)) {
-        return "while a control has focus";
+      if (active && region.contains(active) && typing(active)) {
+        return "while a field has focus";
       }
       if (region.querySelector("input[type=checkbox]:checked")) {
         return "while jobs are selected";
