@@ -32,12 +32,12 @@ def _drover_version() -> str:
 class Registry(IntervalService):
     """Registers the started client in ``drover_clients`` and keeps the row fresh.
 
-    At start the thread writes the row (host, pid, drover version, queues,
-    concurrency), then every ``heartbeat_interval`` it refreshes it with how
-    many jobs the client holds, and in the same statement deletes every other
-    client's expired row: one not refreshed for three of its own intervals,
-    on the database clock, which is how a crashed or frozen process
-    disappears. A clean stop deletes the row after the drain (the registry
+    `start` writes the row (host, pid, drover version, queues, concurrency)
+    before the thread starts; then every ``heartbeat_interval`` the thread
+    refreshes it with how many jobs the client holds, and in the same
+    statement deletes every other client's expired row: one not refreshed for
+    three of its own intervals, on the database clock, which is how a crashed
+    or frozen process disappears. A clean stop deletes the row after the drain (the registry
     stops after the intake services and the drain, with the other services).
 
     The row is for operators only (`Inspector.workers`, the status page);
@@ -94,11 +94,21 @@ class Registry(IntervalService):
         """Delete the row now; False when it was already gone."""
         return self._store.unregister_client(self.entry.id, deadline=UNREGISTER_DEADLINE)
 
+    def start(self) -> None:
+        """Write the row on the starting thread, then start the refreshing thread.
+
+        So a client is listed as soon as `Client.start` returns. A failure
+        here is logged and does not stop the client from starting: the
+        thread writes the row at its first refresh.
+        """
+        if not self._stopping.is_set() and self.started_at is None:
+            try:
+                self.run_once()
+            except Exception:
+                self._log.warning("%s failed", self.action, exc_info=True)
+        super().start()
+
     def _loop(self) -> None:
-        try:
-            self.run_once()  # registered at start, not an interval later
-        except Exception:
-            self._log.warning("%s failed", self.action, exc_info=True)
         super()._loop()
         try:
             self.unregister()
