@@ -52,7 +52,7 @@ def _plant(
 
 
 def _states(conn: Conn, ids: list[int]) -> list[str]:
-    rows = dict(
+    rows: dict[int, str] = dict(
         conn.execute(
             "SELECT id, state::text FROM drover_jobs WHERE id = ANY(%s)", (ids,)
         ).fetchall()
