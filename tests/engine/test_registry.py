@@ -3,6 +3,7 @@ and a crashed one disappears. Against a real database, services driven by ``run_
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -197,3 +198,34 @@ def test_every_process_of_drover_worker_processes_registers_and_leaves_on_sigter
         if supervisor.poll() is None:
             supervisor.kill()
         supervisor.communicate(timeout=10)
+
+
+def _drover(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DROVER_DATABASE_URL",)}
+    env["DATABASE_URL"] = db_url
+    return subprocess.run(
+        [sys.executable, "-m", "drover", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_drover_workers_lists_the_live_clients(db_url: str, make_client: MakeClient) -> None:
+    empty = _drover(db_url, "workers")
+    assert (empty.returncode, empty.stdout.strip()) == (0, "no live workers")
+    client = make_client(workers=drover.Workers(), queues={"default": 1, "mail": 1})
+    client.start()
+    listed = _drover(db_url, "--json", "workers")
+    assert listed.returncode == 0, listed.stderr
+    [worker] = json.loads(listed.stdout)["workers"]
+    assert worker["pid"] == os.getpid() and worker["queues"] == ["default", "mail"]
+    assert worker["client_id"] in repr(client) and worker["heartbeat_at"].endswith("Z")
+    table = _drover(db_url, "workers")
+    assert table.stdout.splitlines()[0].split() == [
+        "CLIENT", "HOST", "PID", "VERSION", "QUEUES", "RUNNING", "CONCURRENCY", "HEARTBEAT"
+    ]  # fmt: skip
+    assert f" {os.getpid()} " in table.stdout and "default,mail" in table.stdout
+    client.stop(timeout=5)
