@@ -266,3 +266,42 @@ def test_the_workers_view_and_the_overview_show_live_clients(
         client.stop(timeout=5)  # a clean stop removes it: the live page follows
         page.locator("#workers-live p.muted", has_text="No live worker").wait_for(timeout=15_000)
         assert page.locator("#workers tbody tr").count() == 0
+
+
+TRACE = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/venv/lib/python3.12/site-packages/drover/_runtime/runner.py", line 88, in run\n'
+    "    self._chain(claim)\n"
+    '  File "/srv/venv/lib/python3.12/site-packages/drover/middleware.py", line 40, in __call__\n'
+    "    return inner(job)\n"
+    '  File "/srv/app/jobs.py", line 12, in work\n'
+    "    smtp.send(job.args.to)\n"
+    "SMTPError: 550 mailbox unavailable"
+)
+
+
+def test_a_traceback_shows_the_users_frames_and_folds_drovers(
+    db_url: str, conn: Conn, page: Any
+) -> None:
+    row = conn.execute(
+        "INSERT INTO drover_jobs (kind, state, attempt, finalized_at, errors) VALUES "
+        "('send_email', 'dead', 1, now(), jsonb_build_array(jsonb_build_object('attempt', 1, "
+        "'at', now()::text, 'error', 'SMTPError: 550 mailbox unavailable', 'trace', %s::text))) "
+        "RETURNING id",
+        (TRACE,),
+    ).fetchone()
+    assert row is not None
+    with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "1") as (url, _):
+        page.goto(f"{url}jobs/{row[0]}")
+        folded = page.locator("details.drover-frames")
+        assert folded.count() == 1 and folded.get_attribute("open") is None
+        assert folded.locator("summary").inner_text() == "2 drover frames"
+        assert not folded.locator("pre").is_visible()
+        assert page.get_by_text('File "/srv/app/jobs.py", line 12, in work').is_visible()
+        folded.locator("summary").click()
+        assert folded.locator("pre").is_visible()
+        assert "runner.py" in folded.locator("pre").inner_text()
+        _two_more_rounds(page)  # an open section holds the refresh: it stays open
+        assert folded.get_attribute("open") is not None
+        assert page.locator("body").get_attribute("data-live-state") == "paused"
+        _shot(page, "job-traceback")

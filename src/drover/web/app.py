@@ -553,20 +553,30 @@ def make_app(
 
     Mount it under any path (Flask, Django, any WSGI server): links follow
     ``SCRIPT_NAME`` plus ``url_prefix``. Pages: the overview (queues with
-    their counts, oldest claimable age, pause and resume; completed, failed
-    and dead per minute over the last hour as an SVG chart), the job list
-    (filters ``queue``, ``kind``, ``state`` — ``dead`` by default, ``all``
-    for any — and ``limit`` 1..1000, paged by id) and one page per job (args,
-    every error with its traceback, timestamps, the lease holder).
+    their counts, oldest claimable age, live consumers, pause and resume;
+    queues with waiting jobs and no live worker flagged; completed, failed
+    and dead per minute over the last hour as an SVG chart; per kind, the
+    hour's outcomes and run-time p50/p95), the workers (every live client
+    from `Inspector.workers`), the job list (filters ``queue``, ``kind``,
+    ``state`` (``dead`` by default, ``all`` for any), ``args`` (a JSON object
+    the args contain) and ``limit`` 1..1000, paged by id; bulk retry and
+    cancel of ticked jobs) and one page per job (args, every error with its
+    traceback, drover's own frames folded, timestamps, the lease holder).
 
-    Mutations (retry, cancel, retry every dead job of a kind, pause, resume)
-    are POST only, checked for a same-origin ``Origin``/``Referer`` and a
-    double-submit form token, and go through the Inspector's state-conditioned
-    writes, so they are safe against workers finishing the same jobs. With
-    ``read_only`` there are no buttons and every mutation is 403. Every
-    response carries a strict Content-Security-Policy (no scripts) and
-    ``nosniff``; all job data is escaped. ``refresh`` (seconds or a
-    ``timedelta``; 0 disables) reloads the overview and the list.
+    Mutations (retry, cancel, bulk retry and cancel, retry every dead job of
+    a kind, pause, resume) are POST only, checked for a same-origin
+    ``Origin``/``Referer`` and a double-submit form token, and go through the
+    Inspector's state-conditioned writes, so they are safe against workers
+    finishing the same jobs. With ``read_only`` there are no buttons and
+    every mutation is 403. Every response carries a strict
+    Content-Security-Policy (no script but the app's own `/static/live.js`,
+    nothing inline) and ``nosniff``; all job data is escaped.
+
+    ``refresh`` (seconds or a ``timedelta``; 0 disables) is how often the
+    data refreshes: with JavaScript the script replaces the tables in place,
+    never the job list's filters, and holds still while jobs are ticked or a
+    field in a table has focus; without it, a ``<noscript>`` meta refresh
+    reloads the pages that have nothing to type into.
 
     There is no authentication: mount it behind your application's own, or
     serve it on loopback (the ``drover web`` default).
