@@ -13,6 +13,7 @@ import pytest
 from jobdb import Conn, MakeClient, Poll, db_now, table_snapshot
 
 import drover
+from drover._db.queries import query
 
 
 @pytest.fixture
@@ -209,3 +210,36 @@ def test_bad_bulk_ids_are_refused_and_change_nothing(
         with pytest.raises(drover.InvalidArgument, match=message):
             action(ids)
     assert table_snapshot(conn) == before
+
+
+def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_kinds_reads_the_window_through_indexes_not_the_history(conn: Conn) -> None:
+    # A long history of finished jobs and a quiet last hour: the statement must
+    # not read the history (no sequential scan of drover_jobs).
+    conn.execute(
+        "INSERT INTO drover_jobs (kind, state, attempt, finalized_at, attempted_at, errors) "
+        "SELECT 'k' || (g % 7), 'completed', 1, now() - interval '3 hours' - g * interval '1 s', "
+        "now() - interval '3 hours' - g * interval '1 s' - interval '1 s', "
+        "CASE WHEN g % 10 = 0 THEN jsonb_build_array(jsonb_build_object("
+        "'attempt', 1, 'at', (now() - interval '4 hours')::text, 'error', 'E')) "
+        "ELSE '[]'::jsonb END FROM generate_series(1, 20000) g"
+    )
+    _plant(conn, "k1", "completed", run=1.0)
+    _plant(conn, "k2", "retryable", errors_ago=(5,))
+    conn.execute("ANALYZE drover_jobs")
+    [(plan,)] = conn.execute(
+        "EXPLAIN (FORMAT JSON) " + query("stats_kinds"), {"minutes": 60}
+    ).fetchall()
+    scans = [
+        (n["Node Type"], n.get("Index Name"))
+        for n in _plan_nodes(plan[0]["Plan"])
+        if n.get("Relation Name") == "drover_jobs"
+    ]
+    assert scans and all(node != "Seq Scan" for node, _ in scans), scans
+    indexes = {n.get("Index Name") for n in _plan_nodes(plan[0]["Plan"])}
+    assert "drover_jobs_finalized_idx" in indexes, indexes
