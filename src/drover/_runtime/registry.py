@@ -18,7 +18,7 @@ __all__ = ["EXPIRY_INTERVALS", "Registry"]
 
 EXPIRY_INTERVALS = 3
 """A row not refreshed for this many of its client's intervals has expired."""
-UNREGISTER_DEADLINE = 5.0
+UNREGISTER_DEADLINE = 2.0
 
 
 @functools.cache
