@@ -75,8 +75,10 @@ def build(session: nox.Session) -> None:
     # PyPI's own checks of the metadata and the rendered README.
     session.run("twine", "check", "--strict", *map(str, dist.iterdir()))
     names = zipfile.ZipFile(wheels[0]).namelist()
-    needed = ["drover/py.typed", "drover/sql/migrations/0001_create_jobs.sql"]
+    needed = ["drover/py.typed"]
+    needed += [f"drover/sql/migrations/{p.name}" for p in Path("sql/migrations").glob("*.sql")]
     needed += [f"drover/web/templates/{p.name}" for p in Path("src/drover/web/templates").glob("*")]
+    needed += [f"drover/web/static/{p.name}" for p in Path("src/drover/web/static").glob("*")]
     needed += ["drover/contrib/django/migrations/0001_drover_schema.py"]
     needed += [f"drover/sql/queries/{p.name}" for p in Path("sql/queries").glob("*.sql")]
     missing = [n for n in needed if n not in names]

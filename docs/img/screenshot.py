@@ -35,6 +35,13 @@ def seed(url: str) -> None:
                     "ELSE '[]'::jsonb END FROM generate_series(1, %s)",
                     (f"{queue}_job", queue, minute, minute, done),
                 )
+                # Run times: a few hundred milliseconds, a long tail for reports.
+                conn.execute(
+                    "UPDATE drover_jobs SET attempted_at = finalized_at - make_interval("
+                    "secs => %s * (0.2 + random() * random() * 3)) "
+                    "WHERE kind = %s AND attempted_at IS NULL",
+                    (5 if queue == "reports" else 1, f"{queue}_job"),
+                )
         for i in range(9):
             conn.execute(
                 "INSERT INTO drover_jobs (kind, queue, state, attempt, max_attempts, finalized_at, "
@@ -51,6 +58,15 @@ def seed(url: str) -> None:
             "INSERT INTO drover_jobs (kind, queue, state, scheduled_at) SELECT 'monthly_report', "
             "'reports', 'scheduled', now() + interval '2 hours' FROM generate_series(1, 12)"
         )
+        # Two live worker processes, both on email: reports has waiting jobs and
+        # nobody consuming it, which the overview flags.
+        for n, pid in ((1, 4811), (2, 4812)):
+            conn.execute(
+                "INSERT INTO drover_clients (id, client_id, host, pid, version, queues, "
+                "concurrency, running, expires_at) VALUES (%s, %s, %s, %s, %s, "
+                "ARRAY['email', 'billing'], 20, %s, now() + interval '1 day')",
+                (f"shot-{n}", f"a1b2c{n}", f"worker-{n}", pid, drover.__version__, 7 + n),
+            )
     with drover.Inspector(url) as inspector:
         inspector.pause_queue("billing")
 
@@ -77,7 +93,7 @@ def main() -> None:
                 )
                 page = browser.new_page(viewport={"width": 1100, "height": 640})
                 page.goto(address)
-                page.screenshot(path=str(OUT))
+                page.screenshot(path=str(OUT), full_page=True)
                 browser.close()
         finally:
             web.send_signal(signal.SIGTERM)

@@ -4,12 +4,16 @@
 -- finishes the same job first.
 
 -- name: job_list
+-- %(args)s, when given, is JSON the job's args must contain (jsonb @>): every
+-- key of an object with an equal value, recursively. No index serves it; the
+-- walk down the primary key stops at the limit.
 SELECT {{job_columns}}
 FROM drover_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(state)s::text IS NULL OR state = %(state)s::text::drover_job_state)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+  AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -62,6 +66,52 @@ WITH candidates AS (
     RETURNING j.id, j.queue
 )
 SELECT count(*), (SELECT count(pg_notify('drover', q)) FROM (SELECT DISTINCT queue AS q FROM redriven) qs)
+FROM redriven;
+
+-- name: job_cancel_many
+-- An operator's bulk cancel: every listed job that is waiting or dead, in one
+-- statement; the others (running, finished, missing) are left as they are.
+-- Returns the ids it cancelled.
+UPDATE drover_jobs
+SET state = 'cancelled', finalized_at = now(), leased_until = NULL
+WHERE id = ANY (%(ids)s::bigint[]) AND state IN ({{states:cancellable}})
+RETURNING id;
+
+-- name: job_retry_many
+-- An operator's bulk retry: every listed job that is dead or cancelled goes
+-- back to available with fresh attempts, in one statement, with the rules of
+-- job_retry_dead_of_kind: a job whose unique key is held again by a waiting
+-- or running job stays as it is, of several listed jobs sharing a key only
+-- the newest is redriven, rows a concurrent operator holds are skipped, and
+-- listening workers are woken per queue at commit. Returns the redriven ids.
+WITH candidates AS (
+    SELECT d.id
+    FROM drover_jobs d
+    WHERE d.id = ANY (%(ids)s::bigint[]) AND d.state IN ({{states:retriable}})
+      AND (d.unique_key IS NULL OR (
+          NOT EXISTS (
+              SELECT 1 FROM drover_jobs a
+              WHERE a.queue = d.queue AND a.kind = d.kind AND a.unique_key = d.unique_key
+                AND a.state IN ({{states:active}})
+          )
+          AND d.id = (
+              SELECT max(x.id) FROM drover_jobs x
+              WHERE x.id = ANY (%(ids)s::bigint[])
+                AND x.queue = d.queue AND x.kind = d.kind AND x.unique_key = d.unique_key
+                AND x.state IN ({{states:retriable}})
+          )
+      ))
+    FOR UPDATE SKIP LOCKED
+), redriven AS (
+    UPDATE drover_jobs j
+    SET state = 'available', attempt = 0, scheduled_at = now(), leased_until = NULL,
+        finalized_at = NULL
+    FROM candidates c
+    WHERE j.id = c.id AND j.state IN ({{states:retriable}})
+    RETURNING j.id, j.queue
+)
+SELECT COALESCE(array_agg(id ORDER BY id), '{}'::bigint[]),
+       (SELECT count(pg_notify('drover', q)) FROM (SELECT DISTINCT queue AS q FROM redriven) qs)
 FROM redriven;
 
 -- name: job_lease_holder

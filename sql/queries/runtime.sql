@@ -20,7 +20,8 @@ UPDATE drover_jobs j
 SET state = 'running',
     attempt = j.attempt + 1,
     leased_until = now() + make_interval(secs => %(lease_seconds)s),
-    leased_by = %(holder)s
+    leased_by = %(holder)s,
+    attempted_at = now()
 WHERE j.id = ANY (ARRAY(
     SELECT id
     FROM drover_jobs

@@ -58,3 +58,56 @@ CREATE DATABASE {name};
 
 -- name: bench_drop_database
 DROP DATABASE {name} WITH (FORCE);
+
+-- name: stats_kinds
+-- Per kind over the last %(minutes)s minutes (database clock): jobs that
+-- completed and went dead in the window, attempts that failed in it (error
+-- entries stamped in the window, whatever the job's state now), and the
+-- 50th and 95th percentile run time of the completed ones (their last
+-- attempt: claim to completion; jobs never claimed by a worker have no
+-- attempted_at and are left out). Reads only the window's rows and the
+-- backlog: drover_jobs_finalized_idx for the finished, the waiting and
+-- running partial indexes for the failures of jobs still active.
+-- The window's start is written out in each branch, not joined from a CTE,
+-- so that each branch's index condition can use it.
+WITH finished AS (
+    SELECT j.kind, j.state, EXTRACT(EPOCH FROM j.finalized_at - j.attempted_at)::float8 AS run
+    FROM drover_jobs j
+    WHERE j.state IN ('completed', 'dead')
+      AND j.finalized_at >= now() - make_interval(mins => %(minutes)s)
+), per_kind AS (
+    SELECT kind,
+           count(*) FILTER (WHERE state = 'completed') AS completed,
+           count(*) FILTER (WHERE state = 'dead') AS dead,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY run)
+               FILTER (WHERE state = 'completed' AND run IS NOT NULL) AS p50,
+           percentile_cont(0.95) WITHIN GROUP (ORDER BY run)
+               FILTER (WHERE state = 'completed' AND run IS NOT NULL) AS p95
+    FROM finished
+    GROUP BY kind
+), failing AS (
+    -- A failure in the window belongs to a job still waiting or running, or
+    -- finished in the window: one branch per index, never an OR across them
+    -- (which the planner can only answer with a scan of the whole table).
+    SELECT j.kind, j.errors FROM drover_jobs j
+    WHERE j.state IN ({{states:waiting}}) AND j.errors <> '[]'::jsonb
+    UNION ALL
+    SELECT j.kind, j.errors FROM drover_jobs j
+    WHERE j.state = 'running' AND j.errors <> '[]'::jsonb
+    UNION ALL
+    SELECT j.kind, j.errors FROM drover_jobs j
+    WHERE j.state IN ({{states:terminal}})
+      AND j.finalized_at >= now() - make_interval(mins => %(minutes)s)
+      AND j.errors <> '[]'::jsonb
+), failures AS (
+    SELECT f.kind, count(*) AS failed
+    FROM failing f
+    CROSS JOIN LATERAL jsonb_array_elements(f.errors) AS e(value)
+    WHERE (e.value->>'at')::timestamptz >= now() - make_interval(mins => %(minutes)s)
+    GROUP BY f.kind
+)
+SELECT COALESCE(p.kind, f.kind), COALESCE(p.completed, 0), COALESCE(f.failed, 0),
+       COALESCE(p.dead, 0), p.p50, p.p95
+FROM per_kind p
+FULL JOIN failures f ON f.kind = p.kind
+ORDER BY 1;

@@ -24,6 +24,7 @@ __all__ = [
     "AppliedMigration",
     "EncodedBatch",
     "JobInsertParams",
+    "KindStats",
     "Migration",
     "MigrationStatus",
     "Outcome",
@@ -32,6 +33,7 @@ __all__ = [
     "Recorded",
     "Renewal",
     "UniformBatch",
+    "WorkerInfo",
     "WriteResult",
 ]
 
@@ -215,3 +217,59 @@ class PeriodicInfo:
     defined_by: str
     leader: str | None
     current: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One live client that runs jobs, as its registry row says (`drover.Inspector.workers`).
+
+    Every started `Client` keeps one row: a process under `drover worker
+    --processes N` has its own. The row is refreshed every heartbeat interval
+    and deleted when the client stops cleanly; one not refreshed for three
+    intervals (a crashed or frozen process) has expired and is not listed.
+    `running` is the number of jobs the client held at its last refresh, so it
+    lags by up to one interval. Times are the database's.
+    """
+
+    client_id: str
+    """The six hex characters in the client's `repr` and its thread names."""
+    host: str
+    pid: int
+    version: str
+    """The drover version the client runs."""
+    queues: tuple[str, ...]
+    """The queues it claims from."""
+    concurrency: int
+    running: int
+    started_at: datetime
+    heartbeat_at: datetime
+    """Its last refresh."""
+    expires_at: datetime
+    """When the row stops counting as live unless refreshed again."""
+    heartbeat_age_seconds: float
+    """Seconds since `heartbeat_at` when it was read."""
+
+    @property
+    def name(self) -> str:
+        """`"<client id> (pid <pid> on <host>)"`: how a job's lease holder names this client."""
+        return f"{self.client_id} (pid {self.pid} on {self.host})"
+
+
+@dataclass(frozen=True, slots=True)
+class KindStats:
+    """One job kind's outcomes over a recent window (`drover.Inspector.kinds`).
+
+    `completed` and `dead` count jobs that finished in the window; `failed`
+    counts failed attempts in the window (each error recorded: a retry, a
+    final failure or a cancellation from the handler), whatever became of the
+    job since. `p50_seconds` and `p95_seconds` are the run times of the
+    window's completed jobs (their last attempt, from claim to completion),
+    `None` when none has one.
+    """
+
+    kind: str
+    completed: int
+    failed: int
+    dead: int
+    p50_seconds: float | None
+    p95_seconds: float | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -14,7 +15,7 @@ from psycopg_pool import ConnectionPool
 from drover._db.store import Store
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
 from drover._jobs_and_queues import JobsAndQueues
-from drover._records import JobInsertParams, PeriodicInfo
+from drover._records import JobInsertParams, KindStats, PeriodicInfo, WorkerInfo
 from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
 from drover.job import (
     MAX_KIND_LENGTH,
@@ -29,9 +30,18 @@ from drover.job import (
 from drover.queues import QueueSummary, check_queue_name
 from drover.worker import Workers
 
-__all__ = ["Inspector", "QueueAge", "QueueDepth", "Stats", "Throughput"]
+__all__ = [
+    "Inspector",
+    "KindStats",
+    "QueueAge",
+    "QueueDepth",
+    "Stats",
+    "Throughput",
+    "WorkerInfo",
+]
 
 MAX_LIST_LIMIT = 1000
+MAX_BULK_IDS = 1000
 MAX_ENQUEUE_ARGS_BYTES = 1 << 20
 
 
@@ -88,6 +98,32 @@ def _validated(args_type: type[JobArgs], kind: str, args_json: str) -> JobArgs:
         raise InvalidJobArgs(
             f"args for kind {kind!r} do not validate as {args_type.__qualname__}: {exc}"
         ) from None
+
+
+def _containment_json(value: object) -> str:
+    """``value`` (a JSON object as a mapping) as canonical JSON text, or `InvalidArgument`."""
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(
+            f"args_contain must be a JSON object (a dict), not {type(value).__name__}"
+        )
+    try:
+        text = json.dumps(dict(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"args_contain must be JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument("args_contain is nested too deeply") from None
+    if "\x00" in text or "\\u0000" in text:
+        raise InvalidArgument("args_contain must not contain NUL characters")
+    return text
+
+
+def _bulk_ids(ids: object) -> list[int]:
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise InvalidArgument(f"ids must be an iterable of job ids, not {type(ids).__name__}")
+    checked = sorted({check_job_id(i) for i in ids})
+    if len(checked) > MAX_BULK_IDS:
+        raise InvalidArgument(f"at most {MAX_BULK_IDS} job ids at once, not {len(checked)}")
+    return checked
 
 
 class Inspector(JobsAndQueues):
@@ -170,15 +206,22 @@ class Inspector(JobsAndQueues):
         *,
         kind: str | None = None,
         before_id: int | None = None,
+        args_contain: Mapping[str, Any] | None = None,
     ) -> list[JobRow]:
         """Jobs newest first, optionally of one queue, state and kind; at most ``limit`` (≤ 1000).
 
         ``before_id`` pages: only jobs with a smaller id are listed, so passing
         the last id of one page gives the next (stable while jobs are added).
+        ``args_contain`` keeps jobs whose args contain that JSON object
+        (PostgreSQL's ``@>``: each of its keys present with an equal value,
+        nested objects compared the same way): ``{"to": "ada@example.com"}``
+        finds every job sent to Ada. No index serves it; the scan stops once
+        ``limit`` jobs matched.
 
         Raises:
             ValueError: an unknown state (``drover.InvalidInsertOpts`` for a bad
-                queue name), a limit outside 1..1000, a bad kind or ``before_id``.
+                queue name), a limit outside 1..1000, a bad kind or ``before_id``,
+                an ``args_contain`` that is not a JSON object.
         """
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise InvalidArgument(f"limit must be an int, not {type(limit).__name__}")
@@ -199,9 +242,43 @@ class Inspector(JobsAndQueues):
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(str(exc)) from None
         before = None if before_id is None else check_job_id(before_id)
+        args_json = None if args_contain is None else _containment_json(args_contain)
         return self._store.list_jobs(
-            queue=queue, state=parsed_state, limit=limit, kind=kind, before_id=before
+            queue=queue,
+            state=parsed_state,
+            limit=limit,
+            kind=kind,
+            before_id=before,
+            args_json=args_json,
         )
+
+    def workers(self) -> list[WorkerInfo]:
+        """Every live client that runs jobs, oldest first: one per started `Client`.
+
+        Read from the registry the clients keep: each started client writes
+        its row at start (host, pid, drover version, queues, concurrency),
+        refreshes it every heartbeat interval with how many jobs it is running
+        and deletes it when it stops cleanly. A row not refreshed for three of
+        its client's intervals (a crashed, killed or frozen process) is not
+        listed, and the next refresh of any client deletes it. Producers (a
+        `Client` without a `Config`, or never started) have no row. Read-only,
+        one statement.
+        """
+        return self._store.live_clients()
+
+    def kinds(self, minutes: int = 60) -> list[KindStats]:
+        """Per job kind over the last ``minutes`` (1..1440), by kind, database clock.
+
+        For each kind seen in the window: jobs that completed and went dead
+        in it, attempts that failed in it (every error recorded, retried or
+        final; snoozes are not errors), and the 50th and 95th percentile run
+        time of the completed jobs (their last attempt, from claim to
+        completion). One statement over the same indexes as `throughput`; jobs
+        retention already deleted are not counted.
+        """
+        if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
+            raise InvalidArgument(f"minutes must be an int between 1 and 1440, not {minutes!r}")
+        return self._store.kind_stats(minutes)
 
     def lease_holder(self, job_id: int) -> str | None:
         """The worker whose claim set the job's current attempt (``None`` if never claimed).
@@ -317,6 +394,33 @@ class Inspector(JobsAndQueues):
             drover.DuplicateJob: its unique key is now held by another active job.
         """
         return self._store.retry_job(check_job_id(job_id))
+
+    def retry_jobs(self, ids: Iterable[int]) -> list[int]:
+        """Send every listed dead or cancelled job back to ``available``, in one statement.
+
+        Returns the ids redriven, ascending; the others are left as they are
+        (not retriable, missing, locked by a concurrent operator, or holding a
+        unique key another waiting or running job holds again; of several
+        listed jobs sharing a key only the newest goes). At most 1000 ids;
+        duplicates count once. Listening workers are woken.
+
+        Raises:
+            drover.InvalidArgument: an id that cannot name a job, or too many.
+        """
+        checked = _bulk_ids(ids)
+        return self._store.retry_jobs(checked) if checked else []
+
+    def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
+        """Cancel every listed waiting or dead job, in one statement.
+
+        Returns the ids cancelled, ascending; running, finished and missing
+        jobs are left as they are. At most 1000 ids; duplicates count once.
+
+        Raises:
+            drover.InvalidArgument: an id that cannot name a job, or too many.
+        """
+        checked = _bulk_ids(ids)
+        return self._store.cancel_jobs(checked) if checked else []
 
     def retry_dead(self, kind: str, queue: str | None = None) -> int:
         """Send every dead job of ``kind`` (on ``queue`` if given) back to ``available``.

@@ -30,6 +30,7 @@ EXPECTED_COLUMNS = {
     "finalized_at": ("timestamp with time zone", "YES", None),
     "unique_key": ("text", "YES", None),
     "leased_by": ("text", "YES", None),
+    "attempted_at": ("timestamp with time zone", "YES", None),
 }
 
 

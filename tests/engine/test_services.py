@@ -43,7 +43,15 @@ def test_a_service_that_fails_to_start_stops_the_ones_already_running(
     client = make_client(ops_addr="127.0.0.1:0")
     with pytest.raises(RuntimeError, match="can't start new thread"):
         client.start()
-    assert started == ["completer", "heartbeat", "rescuer", "refresher", "pruner", "listener"]
+    assert started == [
+        "completer",
+        "heartbeat",
+        "rescuer",
+        "refresher",
+        "pruner",
+        "listener",
+        "registry",
+    ]
     # Nothing keeps running (the autouse fixture fails the test on a surviving
     # drover-* thread), the ops port was released, and the client never started.
     assert not client.running

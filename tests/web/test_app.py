@@ -95,14 +95,19 @@ def flash_after(client: Client, response: TestResponse) -> str:
 # --- pages, headers, escaping -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/", "/jobs", "/jobs?state=all", "/nope", "/jobs?state=x"])
+@pytest.mark.parametrize(
+    "path", ["/", "/jobs", "/jobs?state=all", "/workers", "/nope", "/jobs?state=x"]
+)
 def test_every_response_carries_the_security_headers(browser: Client, path: str) -> None:
     response = get(browser, path)
     assert response.headers["Content-Security-Policy"] == CSP
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["Content-Type"] == "text/html; charset=utf-8"
     assert response.headers["Cache-Control"] == "no-store"
-    assert "<script" not in response.text
+    # The one script is the app's own file; nothing inline.
+    assert set(re.findall(r"<script[^>]*>", response.text)) <= {
+        '<script src="/static/live.js" defer>'
+    }
 
 
 def test_overview_shows_queues_counts_pause_state_and_the_chart(
@@ -122,7 +127,7 @@ def test_overview_shows_queues_counts_pause_state_and_the_chart(
     svg = re.search(r"<svg .*?</svg>", page.text, re.S)
     assert svg is not None and 'class="series-completed"' in svg.group(0)
     assert "completed (1)" in svg.group(0) and "dead (1)" in svg.group(0)
-    assert '<meta http-equiv="refresh" content="5;url=/">' in page.text
+    assert '<noscript><meta http-equiv="refresh" content="5;url=/"></noscript>' in page.text
 
 
 def test_job_data_is_escaped_everywhere(browser: Client, conn: Conn) -> None:
@@ -209,6 +214,11 @@ def test_filters_by_queue_kind_and_state_and_pages_by_id(browser: Client, conn: 
         ("before=x", "before"),
         ("queue=" + "q" * 200, "queue"),
         ("kind=%00", "kind"),
+        ("args=%7B%22to%22", "args"),  # {"to"
+        ("args=%5B1%5D", "args"),  # [1]
+        ("args=NaN", "args"),
+        ("args=%7B%22a%22%3A%22%5Cu0000%22%7D", "args"),  # {"a":"\u0000"}
+        ("args=" + "%7B%7D" * 3000, "args"),
     ],
 )
 def test_bad_filters_are_400_naming_the_field_without_the_database(
@@ -302,7 +312,14 @@ def test_a_wrong_token_is_refused(browser: Client, conn: Conn) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/jobs/1/retry", "/jobs/1/cancel", "/queues/pause", "/queues/resume", "/jobs/retry-dead"],
+    [
+        "/jobs/1/retry",
+        "/jobs/1/cancel",
+        "/queues/pause",
+        "/queues/resume",
+        "/jobs/retry-dead",
+        "/jobs/bulk",
+    ],
 )
 def test_get_on_a_mutation_route_is_405(browser: Client, path: str) -> None:
     response = get(browser, path)
@@ -378,3 +395,239 @@ def test_bad_app_arguments_are_refused(
 ) -> None:
     with pytest.raises(drover.InvalidArgument, match=message):
         make_app(inspector, **kwargs)
+
+
+# --- refresh without losing input ----------------------------------------------------------------
+
+
+def test_only_the_apps_own_script_may_run(browser: Client) -> None:
+    directives = dict([*d.split(" ", 1), ""][:2] for d in (p.strip() for p in CSP.split(";")) if d)
+    assert directives["script-src"] == "'self'"
+    assert directives["connect-src"] == "'self'"
+    assert directives["default-src"] == "'none'"
+    script = get(browser, "/static/live.js")
+    assert script.status_code == 200
+    assert script.headers["Content-Type"] == "text/javascript; charset=utf-8"
+    assert script.headers["X-Content-Type-Options"] == "nosniff"
+    assert "data-live" in script.text and "DOMParser" in script.text
+    for path in ["/static/", "/static/app.py", "/static/../app.py", "/static/live.js.map"]:
+        assert get(browser, path).status_code == 404, path
+
+
+def test_pages_refresh_their_live_regions_and_reload_without_javascript_only_without_inputs(
+    browser: Client, conn: Conn
+) -> None:
+    job = plant(conn, "dead")
+    for path in ["/", "/workers", f"/jobs/{job}", "/jobs"]:
+        page = get(browser, path).text
+        assert 'data-refresh="5"' in page, path
+        assert '<script src="/static/live.js" defer></script>' in page, path
+        assert re.search(r'<div id="[a-z-]+" data-live>', page), path
+        # A <noscript> meta refresh where there is nothing to type into; none on the job list.
+        assert ('http-equiv="refresh"' in page) == (path != "/jobs"), path
+    jobs = get(browser, "/jobs").text
+    # The filters sit outside the live region, so a refresh never touches them.
+    assert jobs.index('<form class="filters"') < jobs.index('<div id="jobs-live" data-live>')
+    assert jobs.index("</form>") < jobs.index('<div id="jobs-live" data-live>')
+
+
+def test_refresh_zero_turns_every_refresh_off(inspector: drover.Inspector) -> None:
+    client = Client(make_app(inspector, refresh=0))
+    for path in ["/", "/jobs", "/workers"]:
+        page = get(client, path).text
+        assert "<script" not in page and "data-refresh" not in page
+        assert 'http-equiv="refresh"' not in page
+
+
+# --- overview, workers, kinds ---------------------------------------------------------------------
+
+
+def register(
+    conn: Conn, client_id: str, queues: list[str], *, expires_in: float = 60, **kw: Any
+) -> None:
+    conn.execute(
+        "INSERT INTO drover_clients (id, client_id, host, pid, version, queues, concurrency, "
+        "running, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
+        "now() + make_interval(secs => %s))",
+        (
+            f"reg-{client_id}",
+            client_id,
+            kw.get("host", "box1"),
+            kw.get("pid", 4242),
+            kw.get("version", "1.2.3"),
+            queues,
+            kw.get("concurrency", 8),
+            kw.get("running", 3),
+            expires_in,
+        ),
+    )
+
+
+def test_the_overview_flags_a_queue_with_waiting_jobs_and_no_live_worker(
+    browser: Client, conn: Conn
+) -> None:
+    plant(conn, "available", queue="mail")
+    plant(conn, "running", queue="bulk")
+    register(conn, "gone01", ["mail"], expires_in=-1)  # crashed: does not count
+    page = get(browser, "/").text
+    assert re.search(r"Queue <a [^>]*>mail</a> has waiting jobs and no live worker", page)
+    assert ">0 live workers</a>." in page
+    assert "Queue <a" in page and ">bulk</a> has waiting" not in page  # nothing waits there
+    register(conn, "live01", ["default", "mail"], running=2, concurrency=5)
+    page = get(browser, "/").text
+    assert "has waiting jobs and no live worker" not in page
+    assert "1 live worker</a>, running 2 job(s) in 5 slot(s)." in page
+    assert re.search(r">mail</a></td>(\s*<td[^>]*>[^<]*</td>){6}\s*<td class=\"num\">1</td>", page)
+    assert "<th>Paused?</th>" in page and "<title>Overview · drover</title>" in page
+
+
+def test_the_workers_page_lists_live_clients_escaped(browser: Client, conn: Conn) -> None:
+    register(conn, "abc123", ["default", "mail"], host=f"h{EVIL}", pid=777, version="9.9")
+    register(conn, "dead99", ["default"], expires_in=-5, host="ghost")
+    page = get(browser, "/workers")
+    assert page.status_code == 200
+    row = re.search(r"<td>abc123</td>.*?</tr>", page.text, re.S)
+    assert row is not None
+    assert '<td class="num">777</td>' in row.group(0) and "<td>9.9</td>" in row.group(0)
+    assert ">mail</a>" in row.group(0) and "s ago</td>" in row.group(0)
+    assert EVIL not in page.text and "&lt;script&gt;" in page.text
+    assert "ghost" not in page.text and "dead99" not in page.text
+
+
+def test_the_overview_shows_outcomes_and_run_times_per_kind(browser: Client, conn: Conn) -> None:
+    for run in (0.2, 0.4, 3.0):
+        conn.execute(
+            "INSERT INTO drover_jobs (kind, state, finalized_at, attempted_at, attempt) VALUES "
+            "('report', 'completed', now(), now() - make_interval(secs => %s), 1)",
+            (run,),
+        )
+    plant(conn, "dead", kind="report")
+    page = get(browser, "/").text
+    row = re.search(r">report</a></td>.*?</tr>", page, re.S)
+    assert row is not None
+    cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', row.group(0))
+    assert cells == ["3", "0", "1", "400 ms", "2.74 s"]
+
+
+# --- job list: args, bulk -----------------------------------------------------------------------
+
+
+def test_the_job_list_shows_truncated_args_searches_them_and_shows_when_jobs_died(
+    browser: Client, conn: Conn
+) -> None:
+    ada = plant(conn, "dead", args={"to": "ada@example.com", "body": "x" * 200})
+    bob = plant(conn, "dead", args={"to": "bob@example.com"})
+    page = get(browser, "/jobs").text
+    assert "{&#34;body&#34;: &#34;xxxx" in page and "x" * 100 not in page.split("title=")[0]
+    found = get(browser, '/jobs?args={"to": "ada@example.com"}')
+    ids = [int(i) for i in re.findall(r'<a href="/jobs/(\d+)">', found.text)]
+    assert ids == [ada] and bob not in ids
+    assert 'value="{&#34;to&#34;: &#34;ada@example.com&#34;}"' in found.text  # kept as typed
+    died = re.search(
+        rf'href="/jobs/{ada}".*?<span class="state-dead">died</span> ([^<]+)</td>', page, re.S
+    )
+    assert died is not None and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", died.group(1))
+    bad = get(browser, "/jobs?args=[1]")
+    assert bad.status_code == 400 and "args must be a JSON object, not list" in bad.text
+
+
+def test_bulk_retry_and_cancel_change_the_selected_jobs_in_one_request(
+    browser: Client, conn: Conn
+) -> None:
+    dead = [plant(conn, "dead") for _ in range(3)]
+    running = plant(conn, "running")
+    csrf = token(browser)
+    page = get(browser, "/jobs?state=all").text
+    assert f'<input type="checkbox" name="id" value="{dead[0]}" form="bulk"' in page
+    assert '<form class="bulk" id="bulk" method="post" action="/jobs/bulk">' in page
+    data = {"csrf": csrf, "action": "retry", "next": "/jobs?state=all"}
+    response = browser.post(
+        "/jobs/bulk",
+        data={**data, "id": [str(dead[0]), str(dead[1]), str(running)]},
+        headers={"Host": HOST, "Origin": ORIGIN},
+    )
+    assert flash_after(browser, response) == "Retried 2 of 3 selected job(s)."
+    assert [state_of(conn, j) for j in dead] == ["available", "available", "dead"]
+    response = browser.post(
+        "/jobs/bulk",
+        data={**data, "action": "cancel", "id": [str(j) for j in dead] + [str(running)]},
+        headers={"Host": HOST, "Origin": ORIGIN},
+    )
+    assert flash_after(browser, response) == "Cancelled 3 of 4 selected job(s)."
+    assert {state_of(conn, j) for j in dead} == {"cancelled"}
+    assert state_of(conn, running) == "running"
+    none = post(browser, "/jobs/bulk", {"csrf": csrf, "action": "retry"})
+    assert flash_after(browser, none) == "No job was selected."
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"action": "delete", "id": "1"}, "action must be retry or cancel"),
+        ({"action": "retry", "id": "x"}, "id must be a job id"),
+        ({"action": "retry", "id": "0"}, "id must be a job id"),
+    ],
+)
+def test_a_bad_bulk_request_is_400_and_changes_nothing(
+    browser: Client, conn: Conn, data: dict[str, str], message: str
+) -> None:
+    plant(conn, "dead")
+    csrf = token(browser)
+    before = table_snapshot(conn)
+    response = post(browser, "/jobs/bulk", {"csrf": csrf, **data})
+    assert response.status_code == 400 and message in response.text
+    assert table_snapshot(conn) == before
+
+
+def test_bulk_actions_obey_read_only_origin_and_token(
+    inspector: drover.Inspector, browser: Client, conn: Conn
+) -> None:
+    dead = plant(conn, "dead")
+    csrf = token(browser)
+    before = table_snapshot(conn)
+    data = {"csrf": csrf, "action": "retry", "id": str(dead)}
+    assert post(browser, "/jobs/bulk", data, origin="http://evil.example").status_code == 403
+    assert post(browser, "/jobs/bulk", {**data, "csrf": "forged"}).status_code == 403
+    read_only = Client(make_app(inspector, read_only=True))
+    page = get(read_only, "/jobs").text
+    assert 'type="checkbox"' not in page and 'id="bulk"' not in page
+    cookie = read_only.get_cookie("drover_csrf", domain=HOST)
+    assert cookie is not None
+    assert post(read_only, "/jobs/bulk", {**data, "csrf": cookie.value}).status_code == 403
+    assert table_snapshot(conn) == before
+
+
+# --- tracebacks -----------------------------------------------------------------------------------
+
+TRACE = """Traceback (most recent call last):
+  File "/srv/venv/lib/python3.12/site-packages/drover/_runtime/runner.py", line 88, in run
+    self._chain(job)
+  File "/srv/venv/lib/python3.12/site-packages/drover/middleware.py", line 40, in __call__
+    return inner(job)
+           ^^^^^^^^^^
+  File "/srv/app/jobs.py", line 12, in work
+    send(job.args.to)
+  File "/srv/app/mail.py", line 3, in send
+    raise SMTPError("550 <b>unavailable</b>")
+SMTPError: 550 <b>unavailable</b>"""
+
+
+def test_tracebacks_fold_drovers_frames_and_show_the_users(browser: Client, conn: Conn) -> None:
+    job = plant(
+        conn,
+        "dead",
+        errors=[{"attempt": 1, "at": "2030-01-01T00:00:00Z", "error": "E", "trace": TRACE}],
+    )
+    page = get(browser, f"/jobs/{job}").text
+    folded = re.search(
+        r'<details class="drover-frames"><summary>2 drover frames</summary>'
+        r'<pre class="muted">(.*?)</pre></details>',
+        page,
+        re.S,
+    )
+    assert folded is not None
+    assert "runner.py" in folded.group(1) and "middleware.py" in folded.group(1)
+    assert "jobs.py" not in folded.group(1)
+    shown = page.replace(folded.group(0), "")
+    assert '  File "/srv/app/jobs.py", line 12, in work' in shown.replace("&#34;", '"')
+    assert "SMTPError: 550 &lt;b&gt;unavailable&lt;/b&gt;" in shown and "<b>" not in page

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from jobdb import MakeClient
 from serve import drover_web
+
+import drover
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 CHROMIUM_FLAGS = [
@@ -42,29 +46,58 @@ def _chromium() -> str:
     return path
 
 
+SHOTS = Path(
+    os.environ.get("DROVER_SCREENSHOTS") or Path(tempfile.gettempdir()) / "drover-screenshots"
+)
+"""Where the tests leave their screenshots for a person to look at."""
+
+
 @pytest.fixture
-def page(tmp_path: Path) -> Iterator[Any]:
+def open_page() -> Iterator[Callable[..., Any]]:
+    """``open_page(javascript=True)``: a fresh page in its own context of one headless Chromium."""
     executable = _chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        contexts: list[Any] = []
+
+        def open_page(javascript: bool = True) -> Any:
+            context = browser.new_context(
+                viewport={"width": 1280, "height": 900}, java_script_enabled=javascript
+            )
+            contexts.append(context)
+            return context.new_page()
+
         try:
-            yield context.new_page()
+            yield open_page
         finally:
-            context.close()
+            for context in contexts:
+                context.close()
             browser.close()
 
 
-def _plant(conn: Conn, state: str, kind: str) -> int:
+@pytest.fixture
+def page(open_page: Callable[..., Any]) -> Any:
+    return open_page()
+
+
+def _shot(page: Any, name: str) -> Path:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def _plant(conn: Conn, state: str, kind: str, args: str = "{}") -> int:
     row = conn.execute(
-        "INSERT INTO drover_jobs (kind, queue, state, attempt, max_attempts, errors, finalized_at) "
-        "VALUES (%s, 'mail', %s::drover_job_state, 5, 5, "
+        "INSERT INTO drover_jobs (kind, queue, state, attempt, max_attempts, errors, finalized_at, "
+        "args) VALUES (%s, 'mail', %s::drover_job_state, 5, 5, "
         "jsonb_build_array(jsonb_build_object('attempt', 5, 'at', now()::text, "
         "'error', 'SMTPError: 550 mailbox unavailable', 'trace', 'Traceback ...')), "
-        "CASE WHEN %s IN ('dead', 'completed') THEN now() END) RETURNING id",
-        (kind, state, state),
+        "CASE WHEN %s IN ('dead', 'completed') THEN now() END, %s::jsonb) RETURNING id",
+        (kind, state, state, args),
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -116,3 +149,159 @@ def test_an_operator_retries_and_cancels_a_dead_job_in_a_real_browser(
         assert "SMTPError: 550 mailbox unavailable" in page.locator("main").inner_text()
         page.screenshot(path=str(tmp_path / "job.png"), full_page=True)
     assert (tmp_path / "overview.png").stat().st_size > 10_000
+
+
+def _row(page: Any, job_id: int) -> Any:
+    return page.locator("#jobs tbody tr", has=page.locator(f'a[href$="/jobs/{job_id}"]'))
+
+
+def _rounds(page: Any) -> int:
+    return int(page.locator("body").get_attribute("data-live-rounds") or "0")
+
+
+def _two_more_rounds(page: Any) -> None:
+    # live.js counts every round it looks at, refreshed or skipped, one a second
+    # here. (Not wait_for_function: the page's CSP rightly refuses its eval.)
+    from playwright.sync_api import expect
+
+    target = str(_rounds(page) + 2)
+    expect(page.locator("body")).to_have_attribute("data-live-rounds", target, timeout=15_000)
+
+
+def test_the_refresh_brings_new_jobs_in_without_touching_typed_filters_or_selections(
+    db_url: str, conn: Conn, page: Any
+) -> None:
+    first = _plant(conn, "dead", "send_email")
+    with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "1") as (url, _):
+        page.goto(f"{url}jobs")
+        assert page.locator("body").get_attribute("data-refresh") == "1"
+        typed = '{"to": "ada@exa'
+        args_box = page.locator("input[name=args]")
+        args_box.click()
+        args_box.press_sequentially(typed)
+        # A job arrives while the operator is typing: the table picks it up, the
+        # half-typed filter stays as it is, with the focus and the caret in it.
+        second = _plant(conn, "dead", "send_email")
+        _row(page, second).wait_for(timeout=15_000)
+        assert args_box.input_value() == typed
+        assert page.evaluate("document.activeElement.name") == "args"
+        assert page.locator("body").get_attribute("data-live-state") == "live"
+
+        # A ticked checkbox holds the table still: no round swaps it away.
+        _row(page, first).locator("input[type=checkbox]").check()
+        args_box.focus()  # back to the filter, so the tick alone holds the table
+        third = _plant(conn, "dead", "send_email")
+        _two_more_rounds(page)
+        assert _row(page, third).count() == 0
+        assert _row(page, first).locator("input[type=checkbox]").is_checked()
+        assert page.locator("body").get_attribute("data-live-state") == "paused"
+        assert "paused while jobs are selected" in page.locator("#live-status").inner_text()
+        _shot(page, "jobs-paused-while-selected")
+        _row(page, first).locator("input[type=checkbox]").uncheck()
+        _row(page, third).wait_for(timeout=15_000)
+        assert args_box.input_value() == typed
+
+
+def test_an_operator_retries_selected_dead_jobs_in_bulk_without_javascript(
+    db_url: str, conn: Conn, open_page: Callable[..., Any]
+) -> None:
+    page = open_page(javascript=False)
+    ada = _plant(conn, "dead", "send_email", '{"to": "ada@example.com", "template": "welcome"}')
+    bob = _plant(conn, "dead", "send_email", '{"to": "bob@example.com"}')
+    kept = _plant(conn, "dead", "send_email", '{"to": "cy@example.com"}')
+    with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "0") as (url, _):
+        page.goto(f"{url}jobs")
+        assert _row(page, ada).locator("td.args").inner_text().startswith('{"template": "welcome"')
+        assert "died" in _row(page, ada).inner_text()
+        _row(page, ada).locator("input[type=checkbox]").check()
+        _row(page, bob).locator("input[type=checkbox]").check()
+        _shot(page, "jobs-bulk-selection")
+        page.get_by_role("button", name="Retry selected").click()
+        flash = page.locator("p.flash")
+        flash.wait_for()
+        assert flash.inner_text() == "Retried 2 of 2 selected job(s)."
+        assert [_state(conn, j) for j in (ada, bob, kept)] == ["available", "available", "dead"]
+
+        # Search by args: the JSON the operator types, contained in the job's args.
+        page.fill("input[name=args]", '{"to": "cy@example.com"}')
+        page.get_by_role("button", name="Filter").click()
+        page.wait_for_url("**args=**")
+        ids = page.locator("#jobs tbody tr td.num a").all_inner_texts()
+        assert ids == [str(kept)]
+        page.fill("input[name=args]", '{"to": ')
+        page.get_by_role("button", name="Filter").click()
+        assert page.locator("h1").inner_text() == "Bad filter: args"
+        assert "args is not valid JSON" in page.locator("main").inner_text()
+
+
+def test_the_workers_view_and_the_overview_show_live_clients(
+    db_url: str, conn: Conn, page: Any, make_client: MakeClient
+) -> None:
+    _plant(conn, "available", "send_email")  # waiting on queue mail, which nobody consumes
+    conn.execute(
+        "INSERT INTO drover_jobs (kind, state, finalized_at, attempted_at, attempt) "
+        "SELECT 'report', 'completed', now(), now() - make_interval(secs => g / 10.0), 1 "
+        "FROM generate_series(1, 30) g"
+    )
+    client = make_client(workers=drover.Workers(), queues={"default": 1, "reports": 1})
+    client.start()
+    with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "1") as (url, _):
+        page.goto(url)
+        assert page.title() == "Overview · drover"
+        flag = page.locator("p.flag")
+        assert "Queue mail has waiting jobs and no live worker" in flag.inner_text()
+        kinds = page.locator("#kinds tbody tr", has=page.locator("text=report"))
+        assert kinds.locator("td").all_inner_texts()[1:4] == ["30", "0", "0"]
+        _shot(page, "overview")
+
+        page.get_by_role("link", name="Workers", exact=True).click()
+        page.wait_for_url("**/workers")
+        row = page.locator("#workers tbody tr")
+        assert row.count() == 1
+        cells = row.locator("td").all_inner_texts()
+        assert cells[2] == str(os.getpid()) and cells[3] == drover.__version__
+        assert cells[4] == "default, reports"
+        _shot(page, "workers")
+
+        client.stop(timeout=5)  # a clean stop removes it: the live page follows
+        page.locator("#workers-live p.muted", has_text="No live worker").wait_for(timeout=15_000)
+        assert page.locator("#workers tbody tr").count() == 0
+
+
+TRACE = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/venv/lib/python3.12/site-packages/drover/_runtime/runner.py", line 88, in run\n'
+    "    self._chain(claim)\n"
+    '  File "/srv/venv/lib/python3.12/site-packages/drover/middleware.py", line 40, in __call__\n'
+    "    return inner(job)\n"
+    '  File "/srv/app/jobs.py", line 12, in work\n'
+    "    smtp.send(job.args.to)\n"
+    "SMTPError: 550 mailbox unavailable"
+)
+
+
+def test_a_traceback_shows_the_users_frames_and_folds_drovers(
+    db_url: str, conn: Conn, page: Any
+) -> None:
+    row = conn.execute(
+        "INSERT INTO drover_jobs (kind, state, attempt, finalized_at, errors) VALUES "
+        "('send_email', 'dead', 1, now(), jsonb_build_array(jsonb_build_object('attempt', 1, "
+        "'at', now()::text, 'error', 'SMTPError: 550 mailbox unavailable', 'trace', %s::text))) "
+        "RETURNING id",
+        (TRACE,),
+    ).fetchone()
+    assert row is not None
+    with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "1") as (url, _):
+        page.goto(f"{url}jobs/{row[0]}")
+        folded = page.locator("details.drover-frames")
+        assert folded.count() == 1 and folded.get_attribute("open") is None
+        assert folded.locator("summary").inner_text() == "2 drover frames"
+        assert not folded.locator("pre").is_visible()
+        assert page.get_by_text('File "/srv/app/jobs.py", line 12, in work').is_visible()
+        folded.locator("summary").click()
+        assert folded.locator("pre").is_visible()
+        assert "runner.py" in folded.locator("pre").inner_text()
+        _two_more_rounds(page)  # an open section holds the refresh: it stays open
+        assert folded.get_attribute("open") is not None
+        assert page.locator("body").get_attribute("data-live-state") == "paused"
+        _shot(page, "job-traceback")

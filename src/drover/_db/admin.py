@@ -61,8 +61,10 @@ def job_list(
     limit: int,
     kind: str | None = None,
     before_id: int | None = None,
+    args_json: str | None = None,
 ) -> list[JobRow]:
-    """Newest first, filtered by queue, state and kind if given, ids below ``before_id``."""
+    """Newest first, filtered by queue, state and kind if given, ids below ``before_id``,
+    args containing the JSON ``args_json``."""
     with translate("list jobs"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
             query("job_list"),
@@ -71,6 +73,7 @@ def job_list(
                 "state": None if state is None else state.value,
                 "kind": kind,
                 "before": before_id,
+                "args": args_json,
                 "limit": limit,
             },
         )

@@ -10,11 +10,12 @@ from psycopg.rows import tuple_row
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
-from drover._records import QueueStats
+from drover._records import KindStats, QueueStats
 
 __all__ = [
     "analyze_jobs",
     "job_counts_by_state",
+    "kind_stats",
     "queue_stats",
     "server_settings",
     "throughput",
@@ -45,6 +46,24 @@ def throughput(conn: Connection, minutes: int) -> tuple[datetime, dict[tuple[dat
         rows = cur.fetchall()
     since = next(m for m, what, _ in rows if what == "since")
     return since, {(m, what): int(n) for m, what, n in rows if what != "since"}
+
+
+def kind_stats(conn: Connection, minutes: int) -> list[KindStats]:
+    """Per kind over the last ``minutes``: completed, failed attempts, dead, run-time p50/p95."""
+    with translate("read per-kind stats"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("stats_kinds"), {"minutes": minutes})
+        rows = cur.fetchall()
+    return [
+        KindStats(
+            kind=kind,
+            completed=int(completed),
+            failed=int(failed),
+            dead=int(dead),
+            p50_seconds=None if p50 is None else float(p50),
+            p95_seconds=None if p95 is None else float(p95),
+        )
+        for kind, completed, failed, dead, p50, p95 in rows
+    ]
 
 
 def server_settings(conn: Connection) -> dict[str, str]:

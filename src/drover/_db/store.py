@@ -24,7 +24,19 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from drover._db import admin, claims, insert, queues, retention, stats, testing, ticks
+from drover._db import (
+    admin,
+    bulk,
+    claims,
+    clients,
+    insert,
+    queues,
+    retention,
+    stats,
+    testing,
+    ticks,
+)
+from drover._db.clients import ClientEntry
 from drover._db.conninfo import describe_target
 from drover._db.deadline import socket_deadline
 from drover._db.held import HeldSession
@@ -34,11 +46,13 @@ from drover._db.pool import borrow, pool_from
 from drover._records import (
     EncodedBatch,
     JobInsertParams,
+    KindStats,
     Outcome,
     PeriodicInfo,
     QueueStats,
     Recorded,
     Renewal,
+    WorkerInfo,
     WriteResult,
 )
 from drover.job import JobRow, JobState
@@ -144,11 +158,18 @@ class Store:
         limit: int,
         kind: str | None,
         before_id: int | None,
+        args_json: str | None = None,
     ) -> list[JobRow]:
-        """Jobs newest first, filtered by whatever is given."""
+        """Jobs newest first, filtered by whatever is given (``args_json``: args containing it)."""
         with borrow(self._pool, "list jobs") as conn:
             return admin.job_list(
-                conn, queue=queue, state=state, limit=limit, kind=kind, before_id=before_id
+                conn,
+                queue=queue,
+                state=state,
+                limit=limit,
+                kind=kind,
+                before_id=before_id,
+                args_json=args_json,
             )
 
     def lease_holder(self, job_id: int) -> tuple[bool, str | None]:
@@ -170,6 +191,16 @@ class Store:
         """Redrive every dead job of ``kind`` (on ``queue``); return how many."""
         with borrow(self._pool, "retry dead jobs") as conn:
             return admin.job_retry_dead_of_kind(conn, kind, queue)
+
+    def cancel_jobs(self, ids: Sequence[int]) -> list[int]:
+        """Cancel every listed waiting or dead job in one statement; the ids cancelled."""
+        with borrow(self._pool, "cancel jobs") as conn:
+            return bulk.job_cancel_many(conn, ids)
+
+    def retry_jobs(self, ids: Sequence[int]) -> list[int]:
+        """Redrive every listed dead or cancelled job in one statement; the ids redriven."""
+        with borrow(self._pool, "retry jobs") as conn:
+            return bulk.job_retry_many(conn, ids)
 
     def pause_queue(self, name: str) -> QueueState:
         """Pause ``name`` for every client (idempotent)."""
@@ -203,10 +234,53 @@ class Store:
         with borrow(self._pool, "read throughput") as conn:
             return stats.throughput(conn, minutes)
 
+    def kind_stats(self, minutes: int) -> list[KindStats]:
+        """Per kind over the last ``minutes``: outcomes and run-time percentiles."""
+        with borrow(self._pool, "read per-kind stats") as conn:
+            return stats.kind_stats(conn, minutes)
+
     def periodic_list(self) -> list[PeriodicInfo]:
         """Every registered periodic job, with the leader now."""
         with borrow(self._pool, "list periodic jobs") as conn:
             return ticks.periodic_list(conn)
+
+    # --- the registry of live clients ------------------------------------------------------
+
+    def refresh_client(
+        self,
+        entry: ClientEntry,
+        *,
+        running: int,
+        ttl_seconds: float,
+        started_at: datetime | None,
+        deadline: float,
+    ) -> tuple[datetime, int]:
+        """Write this client's registry row and reap expired ones (see ``clients.sql``).
+
+        Returns ``(the row's start time, rows reaped)``. Waits at most
+        ``deadline`` seconds for a connection and as long again for the
+        statement, so a database that does not answer delays no other work.
+        """
+        with (
+            borrow(self._pool, "refresh the client registry", timeout=deadline) as conn,
+            socket_deadline(conn, deadline),
+        ):
+            return clients.client_refresh(
+                conn, entry, running=running, ttl_seconds=ttl_seconds, started_at=started_at
+            )
+
+    def unregister_client(self, registration_id: str, *, deadline: float) -> bool:
+        """Delete this client's registry row; False when it was already gone."""
+        with (
+            borrow(self._pool, "unregister the client", timeout=deadline) as conn,
+            socket_deadline(conn, deadline),
+        ):
+            return clients.client_unregister(conn, registration_id)
+
+    def live_clients(self) -> list[WorkerInfo]:
+        """Every client whose registry row has not expired, oldest first."""
+        with borrow(self._pool, "list live clients") as conn:
+            return clients.client_list(conn)
 
     # --- the engine's writes and sweeps -----------------------------------------------------
 

@@ -15,6 +15,7 @@ from drover._runtime.jobpool import JobPool
 from drover._runtime.listener import Listener
 from drover._runtime.pruner import Pruner
 from drover._runtime.refresher import StatsRefresher
+from drover._runtime.registry import Registry
 from drover._runtime.rescuer import Rescuer
 from drover._runtime.runner import Runner
 from drover._runtime.service import ThreadService
@@ -84,6 +85,7 @@ class Engine:
         self.pruner = Pruner(wiring) if retention else None
         self.listener = Listener(wiring, wake=self.fetcher.wake) if config.notify else None
         self.ticker = Ticker(wiring) if config.periodic_jobs else None
+        self.registry = Registry(wiring)
         optional = (self.pruner, self.listener, self.ticker)
         self.services: list[ThreadService] = [
             self.completer,
@@ -91,6 +93,7 @@ class Engine:
             self.rescuer,
             self.refresher,
             *(s for s in optional if s is not None),
+            self.registry,
             self.fetcher,
         ]
         for service in self.services:

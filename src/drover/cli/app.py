@@ -28,6 +28,7 @@ from drover.cli.common import (
 )
 from drover.cli.run import bench_command, demo_command, worker_command
 from drover.cli.web import web_command
+from drover.cli.workers import workers_command
 from drover.queues import check_queue_name
 
 __all__ = ["app", "main"]
@@ -386,6 +387,7 @@ app.command("worker")(worker_command)
 app.command("demo")(demo_command)
 app.command("bench")(bench_command)
 app.command("web")(web_command)
+app.command("workers")(workers_command)
 
 
 @app.command("version")

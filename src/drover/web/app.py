@@ -6,8 +6,11 @@ import hmac
 import json
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.resources import files
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -29,16 +32,19 @@ from drover.job import (
     MAX_KIND_LENGTH,
     PUBLISHED_STATES,
     RETRIABLE_STATES,
+    WAITING_STATES,
     JobState,
     _check_name,
 )
 from drover.queues import check_queue_name
 from drover.web.chart import SERIES, throughput_svg
+from drover.web.traces import fold_trace
 
 __all__ = ["CSP", "StatusPage", "make_app"]
 
 CSP = (
-    "default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "default-src 'none'; script-src 'self'; connect-src 'self'; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 CSRF_COOKIE = "drover_csrf"
@@ -46,7 +52,10 @@ STATES = ("dead", "all", *(s.value for s in JobState if s is not JobState.DEAD))
 MAX_LIMIT = 1000
 _JOB_ACTION = re.compile(r"^/jobs/([0-9]{1,19})/(retry|cancel)$")
 _JOB = re.compile(r"^/jobs/([0-9]{1,19})$")
-_POSTS = {"/queues/pause", "/queues/resume", "/jobs/retry-dead"}
+_POSTS = {"/queues/pause", "/queues/resume", "/jobs/retry-dead", "/jobs/bulk"}
+MAX_ARGS_FILTER = 4096
+# The only files served from /static/: the page's own script, by exact name.
+STATIC = {"live.js": "text/javascript; charset=utf-8"}
 
 StartResponse = Callable[..., Any]
 
@@ -66,6 +75,9 @@ class Filters:
     state: str
     limit: int
     before: int | None
+    args: str | None = None
+    """The args filter as typed (kept in links); ``args_value`` is what it parsed to."""
+    args_value: dict[str, Any] | None = None
 
     def query(self, **changes: object) -> str:
         values: dict[str, object] = {
@@ -74,6 +86,7 @@ class Filters:
             "state": self.state,
             "limit": self.limit,
             "before": self.before,
+            "args": self.args,
         }
         values.update(changes)
         kept = {k: v for k, v in values.items() if v not in (None, "")}
@@ -90,8 +103,34 @@ def _positive_id(text: str, field: str) -> int:
     return int(text)
 
 
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_args_filter(text: str) -> dict[str, Any]:
+    """The job list's ``args`` filter: a JSON object, or `BadFilter` saying what is wrong."""
+    example = 'like {"to": "ada@example.com"}'
+    if len(text) > MAX_ARGS_FILTER:
+        raise BadFilter("args", f"args must be at most {MAX_ARGS_FILTER} characters of JSON")
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise BadFilter(
+            "args", f"args is not valid JSON ({exc.msg} at column {exc.colno}); {example}"
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise BadFilter("args", f"args is not valid JSON ({exc}); {example}") from None
+    if not isinstance(value, dict):
+        raise BadFilter(
+            "args", f"args must be a JSON object, not {type(value).__name__}; {example}"
+        )
+    if "\x00" in text or "\\u0000" in text:
+        raise BadFilter("args", "args must not contain NUL characters")
+    return value
+
+
 def parse_filters(args: Any) -> Filters:
-    """The job list's filters from a query string, or :class:`BadFilter` naming the field."""
+    """The job list's filters from a query string, or `BadFilter` naming the field."""
     queue = args.get("queue") or None
     if queue is not None:
         try:
@@ -112,7 +151,9 @@ def parse_filters(args: Any) -> Filters:
         raise BadFilter("limit", f"limit must be a whole number from 1 to {MAX_LIMIT}")
     raw_before = args.get("before") or None
     before = None if raw_before is None else _positive_id(raw_before, "before")
-    return Filters(queue, kind, state, int(raw_limit), before)
+    raw_args = (args.get("args") or "").strip() or None
+    args_value = None if raw_args is None else parse_args_filter(raw_args)
+    return Filters(queue, kind, state, int(raw_limit), before, raw_args, args_value)
 
 
 FLASHES = {
@@ -125,7 +166,12 @@ FLASHES = {
     "resumed": "Resumed queue {queue}.",
     "not_paused": "Queue {queue} was not paused.",
     "retried_dead": "Retried {count} dead job(s) of kind {kind}.",
+    "bulk_retried": "Retried {count} of {selected} selected job(s).",
+    "bulk_cancelled": "Cancelled {count} of {selected} selected job(s).",
+    "none_selected": "No job was selected.",
 }
+_FLASH_ERRORS = {"not_found", "refused", "duplicate", "none_selected"}
+_FLASH_KEYS = {"flash", "job", "state_was", "queue_name", "count", "kind_name", "selected"}
 
 
 def flash_text(args: Any) -> str | None:
@@ -139,13 +185,17 @@ def flash_text(args: Any) -> str | None:
         "queue": args.get("queue_name", ""),
         "count": args.get("count", ""),
         "kind": args.get("kind_name", ""),
+        "selected": args.get("selected", ""),
     }
     if "{job}" in template and not (values["job"].isascii() and values["job"].isdigit()):
         return None
     if "{state}" in template and values["state"] not in {s.value for s in JobState}:
         return None
-    if "{count}" in template and not values["count"].isdigit():
-        return None
+    for number in ("count", "selected"):
+        if "{" + number + "}" in template and not (
+            values[number].isascii() and values[number].isdigit()
+        ):
+            return None
     return template.format(**values)  # the template escapes it when rendering
 
 
@@ -170,6 +220,9 @@ class StatusPage:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self._env.filters["when"] = _when
+        self._env.filters["compact_json"] = _compact_json
+        self._env.filters["seconds"] = _seconds
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         # A fresh token for a client without the cookie; one with it keeps
@@ -207,6 +260,10 @@ class StatusPage:
                 return self._overview(request)
             if path == "/jobs":
                 return self._jobs(request)
+            if path == "/workers":
+                return self._workers(request)
+            if path.startswith("/static/"):
+                return self._static(request, path.removeprefix("/static/"))
             job = _JOB.match(path)
             if job is not None:
                 return self._job(request, int(job.group(1)))
@@ -220,35 +277,71 @@ class StatusPage:
         self, request: Request, template: str, status: int = 200, **context: Any
     ) -> Response:
         flash = flash_text(request.args)
+        context.setdefault("live_seconds", None)
         body = self._env.get_template(template).render(
             base=self._base(request),
             read_only=self.read_only,
             csrf=request.cookies.get(CSRF_COOKIE) or request.environ["drover.csrf"],
             flash=flash,
-            flash_error=request.args.get("flash") in {"not_found", "refused", "duplicate"},
+            flash_error=request.args.get("flash") in _FLASH_ERRORS,
             here=(request.script_root + request.full_path).rstrip("?"),
             **context,
         )
         return Response(body, status=status, content_type="text/html; charset=utf-8")
 
     def _refresh_url(self, request: Request, path: str, query: str = "") -> str | None:
+        # Without JavaScript: a meta refresh (inside <noscript>), only on pages
+        # with nothing to type into, since a reload loses what was typed.
         if not self.refresh:
             return None
         return f"{int(self.refresh)};url={self._base(request)}{path}{'?' + query if query else ''}"
 
+    @property
+    def _live_seconds(self) -> int | None:
+        # With JavaScript: live.js refreshes the [data-live] regions in place.
+        return int(self.refresh) if self.refresh else None
+
     def _overview(self, request: Request) -> Response:
         queues = self.inspector.queues()
         points = self.inspector.throughput(60)
+        workers = self.inspector.workers()
+        consumers = Counter(q for w in workers for q in set(w.queues))
+        waiting = [s.value for s in WAITING_STATES]
+        unattended = [
+            q.name for q in queues if consumers[q.name] == 0 and any(q.counts[s] for s in waiting)
+        ]
         return self._render(
             request,
             "overview.html",
-            title="drover",
+            title="Overview",
             queues=queues,
             states=[s.value for s in PUBLISHED_STATES],
             chart=throughput_svg(points),
             totals={name: sum(getattr(p, name) for p in points) for name, _ in SERIES},
+            workers=workers,
+            consumers=consumers,
+            unattended=unattended,
+            kinds=self.inspector.kinds(60),
             refresh_url=self._refresh_url(request, "/"),
+            live_seconds=self._live_seconds,
         )
+
+    def _workers(self, request: Request) -> Response:
+        return self._render(
+            request,
+            "workers.html",
+            title="Workers",
+            workers=self.inspector.workers(),
+            refresh_url=self._refresh_url(request, "/workers"),
+            live_seconds=self._live_seconds,
+        )
+
+    def _static(self, request: Request, name: str) -> Response:
+        content_type = STATIC.get(name)
+        if content_type is None:
+            return self._error(request, 404, "Not found", "No such page.")
+        body = (files("drover.web") / "static" / name).read_bytes()
+        return Response(body, status=200, content_type=content_type)
 
     def _jobs(self, request: Request) -> Response:
         try:
@@ -261,6 +354,7 @@ class StatusPage:
             limit=filters.limit,
             kind=filters.kind,
             before_id=filters.before,
+            args_contain=filters.args_value,
         )
         older = filters.query(before=rows[-1].id) if len(rows) == filters.limit else None
         return self._render(
@@ -274,7 +368,8 @@ class StatusPage:
             newest=filters.query(before=None) if filters.before else None,
             retriable={s.value for s in RETRIABLE_STATES},
             cancellable={s.value for s in CANCELLABLE_STATES},
-            refresh_url=self._refresh_url(request, "/jobs", filters.query()),
+            refresh_url=None,  # the filters and the checkboxes would be lost on a reload
+            live_seconds=self._live_seconds,
         )
 
     def _job(self, request: Request, job_id: int) -> Response:
@@ -290,8 +385,11 @@ class StatusPage:
             row=row,
             holder=holder,
             args=json.dumps(row.args, indent=2, ensure_ascii=False, sort_keys=True),
+            errors=[_error_entry(e) for e in row.errors],
             retriable={s.value for s in RETRIABLE_STATES},
             cancellable={s.value for s in CANCELLABLE_STATES},
+            refresh_url=self._refresh_url(request, f"/jobs/{row.id}"),
+            live_seconds=self._live_seconds,
         )
 
     def _error(self, request: Request, status: int, title: str, message: str) -> Response:
@@ -309,6 +407,8 @@ class StatusPage:
             return self._error(request, 403, "Refused", "Missing or wrong form token; reload.")
         back = _safe_next(request.form.get("next", ""), self._base(request))
         try:
+            if path == "/jobs/bulk":
+                return self._bulk(request, back)
             if action is not None:
                 job_id, verb = int(action.group(1)), action.group(2)
                 return self._job_action(back, job_id, verb)
@@ -329,6 +429,26 @@ class StatusPage:
             return self._error(request, 400, "Bad request", str(exc))
         except DroverError as exc:
             return self._error(request, 500, "The database refused", str(exc))
+
+    def _bulk(self, request: Request, back: str) -> Response:
+        verb = request.form.get("action", "")
+        if verb not in ("retry", "cancel"):
+            return self._error(request, 400, "Bad request", "action must be retry or cancel.")
+        try:
+            ids = sorted({_positive_id(v, "id") for v in request.form.getlist("id")})
+        except BadFilter as exc:
+            return self._error(request, 400, "Bad request", str(exc))
+        if not ids:
+            return _redirect(back, flash="none_selected")
+        if len(ids) > MAX_LIMIT:
+            return self._error(
+                request, 400, "Bad request", f"select at most {MAX_LIMIT} jobs at once."
+            )
+        if verb == "retry":
+            done = self.inspector.retry_jobs(ids)
+            return _redirect(back, flash="bulk_retried", count=len(done), selected=len(ids))
+        done = self.inspector.cancel_jobs(ids)
+        return _redirect(back, flash="bulk_cancelled", count=len(done), selected=len(ids))
 
     def _job_action(self, back: str, job_id: int, verb: str) -> Response:
         try:
@@ -388,15 +508,38 @@ def _safe_next(value: str, base: str) -> str:
 
 def _redirect(back: str, **flash: object) -> Response:
     path, _, query = back.partition("?")
-    kept = [
-        (k, v)
-        for k, v in parse_qsl(query, keep_blank_values=True)
-        if k not in {"flash", "job", "state_was", "queue_name", "count", "kind_name"}
-    ]
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in _FLASH_KEYS]
     target = f"{path}?{urlencode([*kept, *((k, str(v)) for k, v in flash.items())])}"
     response = Response("", status=303)
     response.headers["Location"] = target
     return response
+
+
+def _when(value: datetime | None) -> str:
+    """A timestamp in UTC to the second, the way the tables show them."""
+    if value is None:
+        return "\u2013"  # an en dash, as the templates show a missing value
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _compact_json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "\u2013"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.2f} s" if value < 100 else f"{value:.0f} s"
+
+
+def _error_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``errors`` element for the job page, its traceback split into folded segments."""
+    shown = dict(entry)
+    trace = entry.get("trace")
+    shown["trace"] = fold_trace(trace) if isinstance(trace, str) and trace else None
+    return shown
 
 
 def make_app(
@@ -410,20 +553,30 @@ def make_app(
 
     Mount it under any path (Flask, Django, any WSGI server): links follow
     ``SCRIPT_NAME`` plus ``url_prefix``. Pages: the overview (queues with
-    their counts, oldest claimable age, pause and resume; completed, failed
-    and dead per minute over the last hour as an SVG chart), the job list
-    (filters ``queue``, ``kind``, ``state`` — ``dead`` by default, ``all``
-    for any — and ``limit`` 1..1000, paged by id) and one page per job (args,
-    every error with its traceback, timestamps, the lease holder).
+    their counts, oldest claimable age, live consumers, pause and resume;
+    queues with waiting jobs and no live worker flagged; completed, failed
+    and dead per minute over the last hour as an SVG chart; per kind, the
+    hour's outcomes and run-time p50/p95), the workers (every live client
+    from `Inspector.workers`), the job list (filters ``queue``, ``kind``,
+    ``state`` (``dead`` by default, ``all`` for any), ``args`` (a JSON object
+    the args contain) and ``limit`` 1..1000, paged by id; bulk retry and
+    cancel of ticked jobs) and one page per job (args, every error with its
+    traceback, drover's own frames folded, timestamps, the lease holder).
 
-    Mutations (retry, cancel, retry every dead job of a kind, pause, resume)
-    are POST only, checked for a same-origin ``Origin``/``Referer`` and a
-    double-submit form token, and go through the Inspector's state-conditioned
-    writes, so they are safe against workers finishing the same jobs. With
-    ``read_only`` there are no buttons and every mutation is 403. Every
-    response carries a strict Content-Security-Policy (no scripts) and
-    ``nosniff``; all job data is escaped. ``refresh`` (seconds or a
-    ``timedelta``; 0 disables) reloads the overview and the list.
+    Mutations (retry, cancel, bulk retry and cancel, retry every dead job of
+    a kind, pause, resume) are POST only, checked for a same-origin
+    ``Origin``/``Referer`` and a double-submit form token, and go through the
+    Inspector's state-conditioned writes, so they are safe against workers
+    finishing the same jobs. With ``read_only`` there are no buttons and
+    every mutation is 403. Every response carries a strict
+    Content-Security-Policy (no script but the app's own `/static/live.js`,
+    nothing inline) and ``nosniff``; all job data is escaped.
+
+    ``refresh`` (seconds or a ``timedelta``; 0 disables) is how often the
+    data refreshes: with JavaScript the script replaces the tables in place,
+    never the job list's filters, and holds still while jobs are ticked or a
+    field in a table has focus; without it, a ``<noscript>`` meta refresh
+    reloads the pages that have nothing to type into.
 
     There is no authentication: mount it behind your application's own, or
     serve it on loopback (the ``drover web`` default).
