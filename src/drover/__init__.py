@@ -38,7 +38,15 @@ from drover.errors import (
     UnknownJobKind,
     UnsupportedConnection,
 )
-from drover.inspector import Inspector, QueueAge, QueueDepth, Stats, Throughput
+from drover.inspector import (
+    Inspector,
+    KindStats,
+    QueueAge,
+    QueueDepth,
+    Stats,
+    Throughput,
+    WorkerInfo,
+)
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
@@ -96,6 +104,7 @@ __all__ = [
     "JobRow",
     "JobSignal",
     "JobState",
+    "KindStats",
     "Lease",
     "LeaseLost",
     "Logging",
@@ -123,6 +132,7 @@ __all__ = [
     "UnknownJobKind",
     "UnsupportedConnection",
     "Worker",
+    "WorkerInfo",
     "Workers",
     "__version__",
     "migrate",
