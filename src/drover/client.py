@@ -32,12 +32,20 @@ from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
 from drover.config import Config
-from drover.errors import AlreadyStarted, DroverError, InvalidArgument, NotStarted
+from drover.errors import (
+    AlreadyStarted,
+    ConfigError,
+    DroverError,
+    InvalidArgument,
+    NotStarted,
+)
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
 
-__all__ = ["Client", "InsertItem"]
+__all__ = ["NO_WORKERS", "Client", "InsertItem"]
+
+NO_WORKERS = "no workers registered"
 
 
 class _Phase(enum.Enum):
@@ -271,6 +279,8 @@ class Client(JobsAndQueues):
                     f"this client was already {self._phase.value}; "
                     "a client runs once, build a new one to start again"
                 )
+            if not len(self._config.workers):
+                raise ConfigError(NO_WORKERS)
             # Bound first (after the AlreadyStarted check): a busy port fails
             # start() with nothing running and the client still startable.
             ops = None
