@@ -416,6 +416,8 @@ _VALUE_OPTIONS = {
     "--processes",
     "--max-jobs-per-child",
     "--max-memory-per-child",
+    "--log-level",
+    "--log-format",
 }
 
 
