@@ -118,7 +118,7 @@ def describe_object(value: object) -> str:
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return f"a {type(value).__qualname__} ({text})"
+    return f"{text}, of type {type(value).__qualname__}"
 
 
 def _is_factory(value: object) -> bool:

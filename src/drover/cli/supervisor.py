@@ -350,7 +350,7 @@ class Supervisor:
 
     def _stop_children(self) -> int:
         _log.info(
-            "stopping %d worker processes (drain budget %gs)",
+            "stopping %d worker processes; each has %gs to finish its jobs",
             len(self._children),
             self._shutdown_timeout,
             extra={"event": "supervisor_stopping", "processes": len(self._children)},
