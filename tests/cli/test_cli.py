@@ -1037,3 +1037,15 @@ def test_worker_refuses_a_superscript_queue_weight(db_url: str, app_dir: None) -
     result = invoke(["worker", "cli_app:client", "--queues", "a=²"], env={"DATABASE_URL": db_url})
     assert result.exit_code == 2, result.output
     assert "--queues must look like" in result.stderr
+
+
+def test_worker_refuses_a_client_without_workers_as_a_subprocess(db_url: str, conn: Conn) -> None:
+    job = put(conn, kind="cli_ping")
+    before = table_snapshot(conn)
+    result = run("worker", "cli_app:make_producer", url=db_url, cwd=CLI_DIR)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    err = one_line(result.stderr)
+    assert "APP cli_app:make_producer is a client with no workers" in err
+    assert "drover.Config(workers=workers)" in err
+    assert table_snapshot(conn) == before
+    assert state_of(conn, job) == "available"
