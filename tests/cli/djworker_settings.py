@@ -12,7 +12,7 @@ import psycopg
 
 _db = psycopg.conninfo.conninfo_to_dict(os.environ["DATABASE_URL"])
 
-SECRET_KEY = "drover-tests-not-secret"  # noqa: S105
+SECRET_KEY = "drover-tests-not-secret"
 USE_TZ = True
 INSTALLED_APPS = ["drover.contrib.django"]
 DATABASES = {
