@@ -1,7 +1,8 @@
 """Job-aware logging: the built-in Logging middleware and a filter for your own records.
 
-drover logs on the ``drover`` logger (which has a ``NullHandler``; drover never
-configures logging for you). Every record about a job names it in its text,
+drover logs on the ``drover`` logger (which has a ``NullHandler``; the library never
+configures logging, though ``drover worker`` does when the application has not).
+Every record about a job names it in its text,
 so ``logging.basicConfig()`` alone shows which job it was::
 
     WARNING:drover:job 42 (send_email, queue default, attempt 1/5) failed after 3.1 ms: ...
