@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from jobdb import idle_workers
 from psycopg import sql
 
 import drover
@@ -232,10 +233,15 @@ def poll_fixture() -> Callable[..., Any]:
 
 @pytest.fixture
 def make_client(db_url: str) -> Iterator[Callable[..., drover.Client]]:
-    """Build clients on the test database; any left running are stopped at teardown."""
+    """Build clients on the test database; any left running are stopped at teardown.
+
+    Without ``workers`` among the fields the client gets :func:`idle_workers`,
+    so that it can start.
+    """
     made: list[drover.Client] = []
 
     def make(config: drover.Config | None = None, **fields: Any) -> drover.Client:
+        fields.setdefault("workers", idle_workers())
         cfg = config if config is not None else drover.Config(**fields)
         client = drover.Client(db_url, cfg)
         made.append(client)

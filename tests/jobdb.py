@@ -191,3 +191,22 @@ def wiring(source: drover.Client | Store, **fields: Any) -> Wiring:
         metrics=metrics,
         client_id="test",
     )
+
+
+class _Idle(drover.JobArgs, kind="test_idle"):
+    """A kind no test inserts: the registry of clients whose test is not about workers."""
+
+
+def idle_workers() -> drover.Workers:
+    """A registry with one kind no test inserts.
+
+    A client with no workers refuses to start, so a test about something else
+    (the lifecycle, services, metrics, the scheduler) gives it this one.
+    """
+    workers = drover.Workers()
+
+    @workers.register
+    def idle(job: drover.Job[_Idle]) -> None:
+        """Never runs: nothing inserts the kind."""
+
+    return workers

@@ -32,12 +32,26 @@ from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
 from drover.config import Config
-from drover.errors import AlreadyStarted, DroverError, InvalidArgument, NotStarted
+from drover.errors import (
+    AlreadyStarted,
+    ConfigError,
+    DroverError,
+    InvalidArgument,
+    NotStarted,
+)
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
 
 __all__ = ["Client", "InsertItem"]
+
+_NO_WORKERS = (
+    "this client has no workers, so it cannot run jobs: a started client claims every job "
+    "in its queues and, without a worker for its kind, would fail each one. Register "
+    "your workers in a drover.Workers and build the client with "
+    "drover.Client(url, drover.Config(workers=workers)); a client that only inserts "
+    "is never started"
+)
 
 
 class _Phase(enum.Enum):
@@ -258,8 +272,13 @@ class Client(JobsAndQueues):
         with its real cause, before any thread starts; the client then stays
         startable.
 
+        A client whose ``config.workers`` registers no kind is refused before
+        anything connects: it would claim jobs only to fail them.
+
         Raises:
             drover.AlreadyStarted: the client was started before (even if stopped since).
+            drover.ConfigError: ``config.workers`` is empty (``Config(workers=...)``
+                was not given); the client stays usable for inserts.
             drover.SchemaMissing: drover's tables are missing or older than
                 this drover; run ``drover migrate``.
             drover.DatabaseError: the database could not be reached or refused
@@ -271,6 +290,8 @@ class Client(JobsAndQueues):
                     f"this client was already {self._phase.value}; "
                     "a client runs once, build a new one to start again"
                 )
+            if not len(self._config.workers):
+                raise ConfigError(_NO_WORKERS)
             # Bound first (after the AlreadyStarted check): a busy port fails
             # start() with nothing running and the client still startable.
             ops = None
@@ -362,10 +383,14 @@ class Client(JobsAndQueues):
         previous handlers are restored before returning.
 
         Raises:
+            drover.ConfigError: the client has no workers (as `start`), before
+                any signal handler is installed.
             drover.DrainIncomplete: as :meth:`stop`.
         """
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("Client.run() installs signal handlers and needs the main thread")
+        if not len(self._config.workers):
+            raise ConfigError(_NO_WORKERS)
         received = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:

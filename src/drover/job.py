@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import enum
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
@@ -98,6 +100,26 @@ def _check_max_attempts(value: object, what: str) -> int:
     return value
 
 
+def _unknown_keys(exc: ValidationError) -> list[str]:
+    """The top-level keys an `extra="forbid"` model refused, in the order given."""
+    return [
+        str(error["loc"][0])
+        for error in exc.errors()
+        if error["type"] == "extra_forbidden" and len(error["loc"]) == 1
+    ]
+
+
+def _accepted_names(cls: type[BaseModel]) -> list[str]:
+    """The keyword names a model's constructor takes: its fields, or their aliases."""
+    names: list[str] = []
+    for name, info in cls.model_fields.items():
+        alias = info.validation_alias if isinstance(info.validation_alias, str) else info.alias
+        names.append(alias or name)
+        if alias and alias != name and cls.model_config.get("populate_by_name"):
+            names.append(name)
+    return names
+
+
 class JobArgs(BaseModel):
     """Base class for a job's arguments: a frozen pydantic model with a ``kind``.
 
@@ -116,14 +138,62 @@ class JobArgs(BaseModel):
 
     Instances are validated when constructed and encoded to JSON on insert
     (the JSON ``model_dump_json()`` gives); a worker validates the stored JSON
-    back into the class (``model_validate``) before the handler runs. Add
-    fields only with defaults so rows written by an older producer still
-    validate (unknown fields are ignored).
+    back into the class (``model_validate``) before the handler runs.
+
+    Unknown fields: constructing an instance with a field the class does not
+    have (`SendEmail(to="a", subjet="hi")`) raises `drover.InvalidJobArgs`
+    naming it and the closest field, where pydantic's default would drop it
+    silently. JSON given to `drover enqueue` / `Inspector.enqueue` is refused
+    the same way. Stored args are decoded leniently: a key the class no longer
+    has (a row written by an older producer, during a rolling deploy) is
+    ignored, so removing a field never kills the jobs already queued; add
+    fields only with defaults, so that older rows still validate. To accept
+    and drop unknown fields at construction too, declare the class with
+    `extra="ignore"` (`class SendEmail(drover.JobArgs, kind="send_email",
+    extra="ignore")`); `extra="allow"` keeps them and stores them. Other
+    validation errors (a missing field, a wrong type) are pydantic's
+    `ValidationError`, as for any pydantic model.
     """
 
     # NaN and infinities are written as JSON constants, never silently as null:
-    # the encoder then refuses them (jsonb has no such numbers).
-    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+    # the encoder then refuses them (jsonb has no such numbers). Unknown fields
+    # are refused when constructing; model_validate (decoding) drops them.
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants", extra="forbid")
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            unknown = _unknown_keys(exc)
+            if not unknown:
+                raise
+            raise InvalidJobArgs(_unknown_message(type(self), unknown, exc)) from None
+
+    # pydantic runs a model's own __init__ from model_validate too, unless it is
+    # marked as the base one (RootModel marks its own the same way). Construction
+    # goes through this __init__; decoding stored args (model_validate) must not.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Self:
+        """Validate stored or given data into the class, ignoring top-level keys it does not have.
+
+        The worker decodes a claimed job's stored args with this. A key the
+        class does not declare is dropped rather than refused: a row written by
+        an older producer may carry a field that was removed since. Every other
+        rule of the class applies (pydantic's `ValidationError` otherwise);
+        an explicit `extra=` (pydantic 2.11 and later) is honoured as given.
+        """
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as exc:
+            if kwargs.get("extra") is not None or not isinstance(obj, Mapping):
+                raise
+            unknown = set(_unknown_keys(exc))
+            if not unknown:
+                raise
+            known = {key: value for key, value in obj.items() if key not in unknown}
+            return super().model_validate(known, **kwargs)
 
     kind: ClassVar[str]
     default_queue: ClassVar[str | None] = None
@@ -160,6 +230,27 @@ class JobArgs(BaseModel):
                 f"{cls.__qualname__} needs a job kind: "
                 f'class {cls.__name__}(drover.JobArgs, kind="...")'
             )
+
+
+def _unknown_message(cls: type[JobArgs], unknown: list[str], exc: ValidationError) -> str:
+    accepted = _accepted_names(cls)
+    parts = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, accepted, n=1)
+        parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    noun = "an unknown field" if len(unknown) == 1 else "unknown fields"
+    message = (
+        f"{cls.__qualname__} got {noun} {', '.join(parts)}; its fields are "
+        f"{', '.join(accepted) or 'none'}. Unknown fields are refused so that a misspelled "
+        f'one is not dropped; declare the class with extra="ignore" to drop them instead'
+    )
+    others = [e for e in exc.errors() if e["type"] != "extra_forbidden" or len(e["loc"]) != 1]
+    if others:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or cls.__qualname__}: {e['msg']}" for e in others
+        )
+        message += f". Also: {details}"
+    return message
 
 
 class JobRow(NamedTuple):

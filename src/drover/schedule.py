@@ -34,6 +34,15 @@ _UNITS = {
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|h|m|s)")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_FIELDS = (
+    ("minute", "a minute is 0-59"),
+    ("hour", "an hour is 0-23"),
+    ("day-of-month", "a day of the month is 1-31, or L for the last"),
+    ("month", "a month is 1-12 or JAN-DEC"),
+    ("day-of-week", "a day of the week is 0-7 or SUN-SAT, 0 and 7 both Sunday"),
+)
+"""Each cron field's name and valid values, in order."""
+_SYNTAX = "a field is *, a value, a range a-b, a list a,b or a step */n"
 MIN_EVERY = timedelta(milliseconds=1)
 MAX_EVERY = timedelta(days=3650)
 """The longest @every period: ten years."""
@@ -73,6 +82,33 @@ def _parse_every(text: str, spec: str) -> timedelta:
             f"invalid schedule {spec!r}: @every must be at most {MAX_EVERY.days} days"
         )
     return total
+
+
+def _explain(cron: str, exc: CronSimError) -> str:
+    """cronsim's terse reason ("Bad minute") as the field, its text and what it accepts."""
+    fields = cron.split(" ")
+    for position, (name, valid) in enumerate(_FIELDS):
+        if str(exc) != f"Bad {name}":
+            continue
+        text = fields[position]
+        if name == "day-of-month" and _parses([*fields[:2], text, "*", "*"]):
+            # The day exists in some month, but not in any month this schedule names.
+            return (
+                f"day-of-month field {text!r} never occurs in the months of month field "
+                f"{fields[3]!r}, so the schedule would never fire"
+            )
+        return (
+            f"{name} field {text!r} (field {position + 1} of 5) is not valid: {valid} ({_SYNTAX})"
+        )
+    return str(exc)
+
+
+def _parses(fields: list[str]) -> bool:
+    try:
+        CronSim(" ".join(fields), datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError:
+        return False
+    return True
 
 
 class Schedule:
@@ -133,7 +169,7 @@ class Schedule:
             try:
                 CronSim(cron, datetime(2000, 1, 1, tzinfo=zone))
             except CronSimError as exc:
-                raise InvalidArgument(f"invalid schedule {spec!r}: {exc}") from None
+                raise InvalidArgument(f"invalid schedule {spec!r}: {_explain(cron, exc)}") from None
         object.__setattr__(self, "spec", spec)
         object.__setattr__(self, "timezone", zone)
         object.__setattr__(self, "_cron", cron)

@@ -3,8 +3,10 @@
 ``python -m drover worker cli_app:client`` (run with ``tests/cli`` as the
 working directory and ``DATABASE_URL`` set) works ``cli_ping`` jobs: each one
 completes at once. ``cli_app:make_client`` is the factory form.
-``NOT_A_CLIENT`` is an attribute the CLI must refuse as an APP. ``cli_mail``
-has class defaults (queue ``mail``, 3 attempts) for ``drover enqueue --app``.
+``NOT_A_CLIENT`` is an attribute the CLI must refuse as an APP, and
+``make_producer`` a factory of a client with no workers. ``cli_mail`` has
+class defaults (queue ``mail``, 3 attempts) for ``drover enqueue --app``;
+``cli_boom`` always fails, for the tests of what the worker logs.
 """
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ def mail(job: drover.Job[Mail]) -> None:
 @workers.register
 def ping(job: drover.Job[Ping]) -> None:
     """Complete at once."""
+
+
+class Boom(drover.JobArgs, kind="cli_boom"):
+    """A kind whose every attempt fails."""
+
+
+@workers.register
+def boom(job: drover.Job[Boom]) -> None:
+    """Fail: the worker logs the failure, and the death once the attempts run out."""
+    raise RuntimeError("boom")
+
+
+def make_producer() -> drover.Client:
+    """A client that only inserts: no Config, so no workers (`drover worker` refuses it)."""
+    return drover.Client(os.environ["DATABASE_URL"])
 
 
 def make_client() -> drover.Client:

@@ -992,8 +992,28 @@ def app_dir(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     [
         ("nonexistent_module:x", [], "cannot import 'nonexistent_module'"),
         ("cli_app:not_there", [], "'cli_app' has no attribute 'not_there'"),
-        ("cli_app:NOT_A_CLIENT", [], "is not a drover.Client"),
-        ("cli_app:Ping", [], "is not a drover.Client"),
+        (
+            "cli_app:NOT_A_CLIENT",
+            [],
+            "is 42, of type int; it must be a drover.Client or a function",
+        ),
+        (
+            "cli_app:Ping",
+            [],
+            "is a drover.JobArgs class (cli_app.Ping); it must be a drover.Client",
+        ),
+        ("cli_app:workers", [], "APP names the drover.Client that runs it"),
+        ("cli_app:make_producer", [], "no workers, so it has no job it could run"),
+        ("cli_app:make_producer", [], "drover.Client(url, drover.Config(workers=workers))"),
+        (
+            "cli_app.py:client",
+            [],
+            "names a file, not a module: drop the .py and use cli_app:client",
+        ),
+        ("tests/cli/cli_app.py:client", [], "tests.cli.cli_app:client from this directory"),
+        ("nosuch.py:x", [], "cannot import 'nosuch.py'"),
+        ("nosuch.py:x", [], "names a file, not a module: drop the .py and use nosuch:x"),
+        ("tests/cli/cli_app.py:client", [], "cli_app:client run from tests/cli/"),
         ("no-colon", [], "module:attribute"),
         (":client", [], "module:attribute"),
         ("cli_app:", [], "module:attribute"),
@@ -1017,3 +1037,15 @@ def test_worker_refuses_a_superscript_queue_weight(db_url: str, app_dir: None) -
     result = invoke(["worker", "cli_app:client", "--queues", "a=²"], env={"DATABASE_URL": db_url})
     assert result.exit_code == 2, result.output
     assert "--queues must look like" in result.stderr
+
+
+def test_worker_refuses_a_client_without_workers_as_a_subprocess(db_url: str, conn: Conn) -> None:
+    job = put(conn, kind="cli_ping")
+    before = table_snapshot(conn)
+    result = run("worker", "cli_app:make_producer", url=db_url, cwd=CLI_DIR)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    err = one_line(result.stderr)
+    assert "APP cli_app:make_producer is a client with no workers" in err
+    assert "drover.Config(workers=workers)" in err
+    assert table_snapshot(conn) == before
+    assert state_of(conn, job) == "available"

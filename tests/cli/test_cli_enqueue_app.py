@@ -55,12 +55,21 @@ def test_flags_win_over_the_class_defaults(db_url: str) -> None:
         (["--kind", "cli_mail", "--args", '{"to": 5}'], "Input should be a valid string"),
         (
             ["--kind", "cli_mial"],
-            "has no worker for kind 'cli_mial' (it knows: cli_hold, cli_mail, cli_ping)",
+            "has no worker for kind 'cli_mial' (it knows: cli_boom, cli_hold, cli_mail, cli_ping)",
         ),
         (["--kind", "cli_mail", "--app", "cli_app"], "--app must look like module:attribute"),
         (["--kind", "k", "--app", "no_such_module:x"], "cannot import 'no_such_module'"),
         (["--kind", "k", "--app", "cli_app:nope"], "has no attribute 'nope'"),
-        (["--kind", "k", "--app", "cli_app:NOT_A_CLIENT"], "is not a drover.Client, a drover.W"),
+        (
+            ["--kind", "k", "--app", "cli_app:NOT_A_CLIENT"],
+            "is 42, of type int; it must be a drover.Client, a drover.Workers",
+        ),
+        (["--kind", "k", "--app", "cli_app:Mail"], "is a drover.JobArgs class (cli_app.Mail)"),
+        # A misspelled field is refused, not dropped (and "template" not silently "welcome").
+        (
+            ["--kind", "cli_mail", "--args", '{"to": "a", "tempalte": "x"}'],
+            "tempalte\n  Extra inputs are not permitted",
+        ),
     ],
 )
 def test_what_the_app_refuses_is_a_usage_error_that_writes_nothing(
@@ -72,7 +81,7 @@ def test_what_the_app_refuses_is_a_usage_error_that_writes_nothing(
     result = enqueue(db_url, *argv)
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert message in result.stderr
-    if "validate" not in message and "valid string" not in message:
+    if not any(m in message for m in ("validate", "valid string", "Extra inputs")):
         one_line(result.stderr)
     assert table_snapshot(conn) == before
 

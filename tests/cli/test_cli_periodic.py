@@ -26,7 +26,7 @@ def test_periodic_list_with_a_leader_and_without(
     assert (
         ok(cli(db_url, "periodic", "list"))
         .rstrip()
-        .endswith("leader: none (no client holds the lock)")
+        .endswith("leader: none: no client with periodic jobs is running")
     )
     job = drover.PeriodicJob(
         "nightly", "30 2 * * *", Nightly(), drover.InsertOpts(queue="q"), timezone="Europe/Berlin"
@@ -56,3 +56,12 @@ def test_periodic_list_with_a_leader_and_without(
     after = json.loads(result.stdout)
     assert after["leader"] is None
     assert after["jobs"][0]["current"] is False and after["jobs"][0]["next_fire"] is None
+    # With no leader there is no leader's config to be missing from: the list says
+    # nothing fires, not that each entry was dropped.
+    human = ok(cli(db_url, "periodic", "list"))
+    assert "not in the leader's config" not in human
+    assert human.splitlines()[1].startswith("nightly  30 2 * * *  Europe/Berlin  cli_nightly  -")
+    assert human.rstrip().endswith(
+        "leader: none: no client with periodic jobs is running, so none of these fire until "
+        "one starts"
+    )

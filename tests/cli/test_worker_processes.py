@@ -178,6 +178,7 @@ def test_a_killed_process_is_replaced_and_its_job_rescued_after_the_lease(
 ) -> None:
     s = _start(supervised, db_url, "cli_app:short_lease_client", "--processes", "2")
     poll(lambda: s.get("/readyz")[0] == 200, timeout=30, message="ready")
+    first = s.children()
     (held,) = _enqueue(db_url, [Hold()])
 
     def holder_pid() -> int | None:
@@ -196,6 +197,7 @@ def test_a_killed_process_is_replaced_and_its_job_rescued_after_the_lease(
         timeout=20,
         message="the killed process replaced",
     )
+    replacement = next(pid for pid in s.children() if pid not in first)
     # Rescued after its 1 s lease, then completed on its second attempt elsewhere.
     poll(lambda: _completed(conn, "cli_hold") == 1, timeout=30, message="rescued and completed")
     row = conn.execute(
@@ -209,6 +211,25 @@ def test_a_killed_process_is_replaced_and_its_job_rescued_after_the_lease(
     poll(lambda: s.get("/readyz")[0] == 200, timeout=30, message="ready again")
     code, err = s.stop()
     assert code == 0, err
+    # The supervisor said what happened, at levels that match (the CLI set logging up).
+    lines = err.splitlines()
+    assert any(
+        f" INFO drover.cli[{s.proc.pid}] drover {drover.__version__} worker starting" in line
+        and line.endswith("processes 2")
+        for line in lines
+    ), err
+    for level, text in (
+        ("INFO", f"started worker process {victim} (slot "),
+        ("ERROR", f"worker process {victim} exited -9; restarting it in 0.5s"),
+        ("INFO", f"started worker process {replacement} (slot "),
+        ("INFO", "stopping 2 worker processes"),
+    ):
+        assert any(f" {level} drover.supervisor[{s.proc.pid}] {text}" in line for line in lines), (
+            text,
+            err,
+        )
+    # The children's own records reach the same standard error, with their pids.
+    assert f" INFO drover[{replacement}] worker pool started" in err
 
 
 def test_a_process_is_recycled_after_its_job_limit(
@@ -285,7 +306,10 @@ def test_sigint_drains_every_process_and_an_incomplete_drain_exits_1(
     _, err = s.proc.communicate(timeout=30)
     assert s.proc.returncode == 1, err
     assert "ran out of its drain budget; the jobs it was running were handed back" in err
-    assert err.count("drain budget") == 1, "the other process drained cleanly"
+    # Once as the supervisor's ERROR record, once as the command's own last line.
+    budget = [line for line in err.splitlines() if "drain budget" in line]
+    assert len(budget) == 2, "the other process drained cleanly"
+    assert " ERROR drover.supervisor[" in budget[0] and budget[1].startswith("drover: worker")
     assert "Traceback" not in err
     assert not any(Path(f"/proc/{pid}").exists() for pid in children)
     # Handed back, not left running until its lease expires: claimable at
@@ -307,6 +331,7 @@ def test_the_supervisor_gives_up_on_processes_that_keep_crashing(
     _, err = s.proc.communicate(timeout=60)
     assert s.proc.returncode == 1
     assert "giving up" in err
+    assert " CRITICAL drover.supervisor[" in err
     assert "Traceback" not in err
 
 

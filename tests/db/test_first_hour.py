@@ -12,6 +12,7 @@ import psycopg
 import psycopg_pool
 import pytest
 from conftest import url_for
+from jobdb import idle_workers
 
 import drover
 from drover._db.migrator import _apply_next
@@ -55,7 +56,7 @@ def test_insert_against_a_refusing_server_fails_at_once_with_the_reason() -> Non
 
 
 def test_start_against_a_refusing_server_fails_at_once_and_starts_nothing() -> None:
-    client = drover.Client(REFUSED)
+    client = drover.Client(REFUSED, drover.Config(workers=idle_workers()))
     try:
         error, elapsed = _timed(client.start)
         assert isinstance(error, drover.DatabaseError) and elapsed < FAST
@@ -102,7 +103,7 @@ def test_a_malformed_url_is_refused_when_the_client_is_built(conninfo: str) -> N
 def test_start_on_a_database_never_migrated_refuses_naming_drover_migrate(
     empty_db_url: str,
 ) -> None:
-    client = drover.Client(empty_db_url)
+    client = drover.Client(empty_db_url, drover.Config(workers=idle_workers()))
     try:
         with pytest.raises(drover.SchemaMissing, match="run `drover migrate`") as raised:
             client.start()
@@ -127,7 +128,7 @@ def test_start_on_an_outdated_schema_refuses_with_both_versions(empty_db_url: st
             pytest.fail("the with block must not be entered")
 
     for start in (drover.Client.start, enter):
-        client = drover.Client(empty_db_url)
+        client = drover.Client(empty_db_url, drover.Config(workers=idle_workers()))
         try:
             with pytest.raises(drover.SchemaMissing) as raised:
                 start(client)

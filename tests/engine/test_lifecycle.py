@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import psycopg_pool
 import pytest
-from jobdb import Conn, MakeClient, Poll, observe
+from jobdb import Conn, MakeClient, Poll, idle_workers, observe
 
 import drover
 
@@ -500,7 +500,7 @@ def test_stop_budget_bounds_the_call_when_a_running_job_was_taken_over(
 
 def _race_start_and_stop(pool: psycopg_pool.ConnectionPool[Any]) -> str:
     """Call start() and stop() on a fresh client at the same moment; check what came out."""
-    client = drover.Client(pool, drover.Config(poll_interval=0.05))
+    client = drover.Client(pool, drover.Config(workers=idle_workers(), poll_interval=0.05))
     barrier = threading.Barrier(2)
     results: dict[str, BaseException | None] = {}
 
@@ -873,7 +873,7 @@ def test_stop_closes_an_owned_pool(make_client: MakeClient) -> None:
 
 def test_stop_leaves_a_borrowed_pool_open(db_url: str) -> None:
     with _application_pool(db_url, "lifecycle-borrowed", max_size=2) as pool:
-        client = drover.Client(pool, drover.Config(poll_interval=0.05))
+        client = drover.Client(pool, drover.Config(workers=idle_workers(), poll_interval=0.05))
         client.start()
         client.stop(timeout=5)
         client.close()

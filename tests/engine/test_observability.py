@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 import pytest
+from jobdb import idle_workers
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
@@ -779,6 +780,7 @@ def pooled_client(db_url: str) -> Iterator[Callable[..., drover.Client]]:
         )
         pool.wait()
         fields.setdefault("ops_addr", EPHEMERAL)
+        fields.setdefault("workers", idle_workers())
         client = drover.Client(pool, drover.Config(**fields))
         made.append((client, pool))
         return client

@@ -40,6 +40,7 @@ from typing import Any, cast
 
 import psycopg
 import pytest
+from jobdb import idle_workers
 from psycopg import pq, sql
 from typer.testing import CliRunner
 
@@ -397,7 +398,9 @@ def fire_hostile_periodic(env: Env) -> Any:
         run_on_start=True,
     )
     client = env.client(
-        config=drover.Config(periodic_jobs=[entry], poll_interval=0.05, notify=False)
+        config=drover.Config(
+            workers=idle_workers(), periodic_jobs=[entry], poll_interval=0.05, notify=False
+        )
     )
     client.start()
     try:

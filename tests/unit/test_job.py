@@ -148,3 +148,62 @@ def test_job_state_order_matches_the_lifecycle() -> None:
         drover.JobState.DEAD,
     ]
     assert drover.JobState("dead") == "dead"
+
+
+class Email(drover.JobArgs, kind="unit_email"):
+    to: str
+    retries: int = 0
+    reply_to: str | None = pydantic.Field(default=None, alias="replyTo")
+
+
+def test_an_unknown_field_is_refused_naming_it_and_the_closest_field() -> None:
+    with pytest.raises(drover.InvalidJobArgs) as raised:
+        Email(to="a", retires=3)  # type: ignore[call-arg]
+    text = str(raised.value)
+    assert text.startswith("Email got an unknown field 'retires' (did you mean 'retries'?)")
+    assert "its fields are to, retries, replyTo" in text
+    assert 'extra="ignore"' in text
+    # A drover error, and a TypeError like Python's own unexpected keyword argument.
+    assert isinstance(raised.value, drover.DroverError) and isinstance(raised.value, TypeError)
+
+
+def test_several_unknown_fields_and_other_errors_are_all_named() -> None:
+    with pytest.raises(drover.InvalidJobArgs) as raised:
+        Email(retires=3, zzz=1)  # type: ignore[call-arg]
+    text = str(raised.value)
+    assert "unknown fields 'retires' (did you mean 'retries'?), 'zzz';" in text
+    assert text.endswith("Also: to: Field required")
+
+
+def test_other_validation_errors_stay_pydantics() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        Email(to=1)  # type: ignore[arg-type]
+
+
+def test_an_alias_is_a_known_field() -> None:
+    assert Email(to="a", replyTo="b").reply_to == "b"
+    with pytest.raises(drover.InvalidJobArgs, match="did you mean 'replyTo'"):
+        Email(to="a", reply_too="b")  # type: ignore[call-arg]
+
+
+def test_decoding_ignores_keys_the_class_does_not_have() -> None:
+    # A row written by an older producer: its `template` field was removed since.
+    decoded = Email.model_validate({"to": "a", "retries": 2, "template": "welcome"})
+    assert decoded == Email(to="a", retries=2)
+    with pytest.raises(pydantic.ValidationError, match="retries"):
+        Email.model_validate({"to": "a", "retries": "many", "template": "welcome"})
+    # JSON given by an operator (drover enqueue) is checked like a constructor call.
+    with pytest.raises(pydantic.ValidationError, match="Extra inputs are not permitted"):
+        Email.model_validate_json('{"to": "a", "retires": 2}')
+
+
+def test_extra_ignore_opts_out_and_extra_allow_keeps_them() -> None:
+    class Lenient(drover.JobArgs, kind="unit_lenient", extra="ignore"):
+        to: str
+
+    class Open(drover.JobArgs, kind="unit_open", extra="allow"):
+        to: str
+
+    assert Lenient(to="a", retires=3).model_dump() == {"to": "a"}  # type: ignore[call-arg]
+    assert Open(to="a", note=1).model_dump() == {"to": "a", "note": 1}  # type: ignore[call-arg]
+    assert Lenient.model_config["frozen"] is True  # the rest of drover's config is kept

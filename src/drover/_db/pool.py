@@ -9,6 +9,7 @@ out of it, for session state (LISTEN, a session advisory lock).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -110,6 +111,41 @@ class ConnectAttempts:
         return failed is not None and (ok is None or failed > ok)
 
 
+_OWNED_NAMES: set[str] = set()
+"""The names of the pools drover opened (psycopg_pool names a pool in its log records)."""
+_CONNECT_FAILURES = (
+    "error connecting in %r: %s",
+    "reconnection attempt in pool %r failed after %s sec",
+)
+"""psycopg_pool's WARNING records about a failed connection attempt, by their format."""
+
+
+class _ConnectFailuresAtDebug(logging.Filter):
+    """psycopg_pool's connection-failure warnings about drover's own pools, demoted to DEBUG.
+
+    A borrower of such a pool already fails with the server's reason as a
+    `drover.DatabaseError`, so the same failure should not also be printed
+    once per attempt, which is what Python's last-resort handler does with a
+    WARNING when the application configured no logging. The record becomes a
+    DEBUG record and goes on only if `psycopg.pool` is enabled for DEBUG: an
+    application that logs at DEBUG still sees every attempt. Records about the
+    application's own pools are left as they are.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Demote a matching record, dropping it unless DEBUG is enabled; pass the rest."""
+        if record.levelno != logging.WARNING or record.msg not in _CONNECT_FAILURES:
+            return True
+        args = record.args
+        if not isinstance(args, tuple) or not args or args[0] not in _OWNED_NAMES:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+logging.getLogger("psycopg.pool").addFilter(_ConnectFailuresAtDebug())
+
+
 class OwnedPool(ConnectionPool[Any]):
     """A pool drover opened itself: it records how its connection attempts end.
 
@@ -124,6 +160,7 @@ class OwnedPool(ConnectionPool[Any]):
         self.target = describe_target(conninfo)
         """``host:port/dbname``: how messages name the database (never the password)."""
         attempts = self.attempts
+        _OWNED_NAMES.add(str(kwargs.get("name") or "drover"))
 
         class RecordingConnection(psycopg.Connection[Any]):
             _counted = False

@@ -317,11 +317,12 @@ def periodic_list_command(ctx: typer.Context) -> None:
     with open_inspector(g) as inspector:
         entries = inspector.periodic()
         leader = next((e.leader for e in entries if e.leader), None)
+    # Without a leader nothing fires, and there is no leader's config to be missing from.
     human = out.table(
         ["ID", "SCHEDULE", "TIMEZONE", "KIND", "NEXT_FIRE", "LAST_FIRE", "LAST_JOB"],
         [
             (
-                e.id + ("" if e.current else " (not in the leader's config)"),
+                e.id + ("" if e.current or leader is None else " (not in the leader's config)"),
                 e.schedule,
                 e.timezone,
                 e.kind,
@@ -332,7 +333,15 @@ def periodic_list_command(ctx: typer.Context) -> None:
             for e in entries
         ],
     )
-    human += f"\n\nleader: {leader or 'none (no client holds the lock)'}"
+    if leader is not None:
+        human += f"\n\nleader: {leader}"
+    elif entries:
+        human += (
+            "\n\nleader: none: no client with periodic jobs is running, "
+            "so none of these fire until one starts"
+        )
+    else:
+        human += "\n\nleader: none: no client with periodic jobs is running"
     emit(g, human, {"leader": leader, "jobs": [out.periodic_dict(e) for e in entries]})
 
 
@@ -418,6 +427,8 @@ _VALUE_OPTIONS = {
     "--processes",
     "--max-jobs-per-child",
     "--max-memory-per-child",
+    "--log-level",
+    "--log-format",
 }
 
 

@@ -20,6 +20,8 @@ from drover.cli import output as out
 __all__ = [
     "Globals",
     "database_error",
+    "database_of",
+    "describe_object",
     "emit",
     "fail",
     "get_globals",
@@ -48,17 +50,48 @@ def usage(message: str) -> NoReturn:
     fail(message, code=2)
 
 
+def _module_hint(spec: str, module_name: str, attribute: str) -> str | None:
+    """What to type instead, when the module of ``spec`` is spelled as a file."""
+    path = module_name.replace("\\", "/")
+    if "/" not in path and not path.endswith(".py"):
+        return None
+    stem = path.removesuffix(".py").strip("/")
+    dotted = stem.replace("/", ".")
+    if "/" not in stem:
+        return f"{spec!r} names a file, not a module: drop the .py and use {dotted}:{attribute}"
+    directory, _, last = stem.rpartition("/")
+    return (
+        f"{spec!r} is a file path, but it takes a module path, as Python imports it: "
+        f"{dotted}:{attribute} from this directory, or {last}:{attribute} run from "
+        f"{directory}/ (or with {directory} on PYTHONPATH)"
+    )
+
+
 def load_object(spec: str, what: str) -> Any:
-    """Import ``module:attribute`` (dotted attributes allowed); usage errors name ``what``."""
+    """Import ``module:attribute`` (dotted attributes allowed); usage errors name ``what``.
+
+    A module spelled as a file (``app.py``, ``src/app.py``) is refused with the
+    module path to type instead; a file path is refused before anything is
+    imported.
+    """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         usage(f"{what} must look like module:attribute, not {spec!r}")
+    hint = _module_hint(spec, module_name, attribute)
+    if hint is not None and ("/" in module_name or "\\" in module_name):
+        usage(f"{what} {hint}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`, find the project's own modules
+    if hint is not None and os.path.isfile(module_name):
+        # app.py:client would import app and then look for a submodule named py.
+        usage(f"{what} {hint}")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        usage(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}")
+        message = f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        if hint is not None and isinstance(exc, ImportError):
+            message += f" ({what} {hint})"
+        usage(message)
     try:
         target: Any = module
         for part in attribute.split("."):
@@ -68,38 +101,91 @@ def load_object(spec: str, what: str) -> Any:
     return target
 
 
+def describe_object(value: object) -> str:
+    """What an APP spec turned out to name, for an error message (never calls it)."""
+    if isinstance(value, type):
+        name = f"{value.__module__}.{value.__qualname__}"
+        for base, label in (
+            (drover.JobArgs, "a drover.JobArgs class"),
+            (drover.Worker, "a drover.Worker class"),
+            (drover.Client, "the drover.Client class itself, not an instance of it"),
+        ):
+            if issubclass(value, base):
+                return f"{label} ({name})"
+        return f"a class ({name})"
+    if isinstance(value, drover.Workers):
+        return "a drover.Workers registry"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text}, of type {type(value).__qualname__}"
+
+
+def _is_factory(value: object) -> bool:
+    """A function (or other non-class callable) that an APP spec may name to build its target."""
+    return callable(value) and not isinstance(value, type)
+
+
+def _call_factory(spec: str, factory: Any) -> Any:
+    try:
+        return factory()
+    except drover.DroverError as exc:
+        fail(f"{spec} failed: {exc}")
+    except Exception as exc:  # the application's own factory: report it in one line
+        fail(f"{spec} failed: {type(exc).__name__}: {exc}")
+
+
 def load_client(spec: str) -> drover.Client:
-    """The Client an APP spec names: the attribute itself or what calling it returns."""
+    """The Client an APP spec names: the attribute itself or what calling it returns.
+
+    A class is never instantiated: ``app:SendEmail`` naming a ``JobArgs`` class
+    is refused saying what it is. A ``Workers`` registry is refused with how
+    to build the client that runs it.
+    """
     target = load_object(spec, "APP")
-    if not isinstance(target, drover.Client) and callable(target):
-        try:
-            target = target()
-        except drover.DroverError as exc:
-            fail(f"{spec} failed: {exc}")
-        except Exception as exc:  # the application's own factory: report it in one line
-            fail(f"{spec} failed: {type(exc).__name__}: {exc}")
-    if not isinstance(target, drover.Client):
-        usage(f"{spec} is not a drover.Client or a function returning one")
-    return target
+    found = target
+    if _is_factory(target) and not isinstance(target, drover.Client | drover.Workers):
+        target = _call_factory(spec, target)
+        found = None
+    if isinstance(target, drover.Client):
+        return target
+    what = describe_object(target)
+    if found is None:
+        what = f"a function returning {what}"
+    if isinstance(target, drover.Workers):
+        usage(
+            f"APP {spec} is {what}; APP names the drover.Client that runs it: "
+            "client = drover.Client(url, drover.Config(workers=workers))"
+        )
+    usage(f"APP {spec} is {what}; it must be a drover.Client or a function returning one")
 
 
 def load_workers(spec: str) -> drover.Workers:
     """The job kinds an ``--app`` spec names: a Workers registry, a Client's, or a factory's."""
     target = load_object(spec, "--app")
-    if not isinstance(target, drover.Client | drover.Workers) and callable(target):
-        try:
-            target = target()
-        except drover.DroverError as exc:
-            fail(f"{spec} failed: {exc}")
-        except Exception as exc:  # the application's own factory: report it in one line
-            fail(f"{spec} failed: {type(exc).__name__}: {exc}")
+    called = False
+    if _is_factory(target) and not isinstance(target, drover.Client | drover.Workers):
+        target = _call_factory(spec, target)
+        called = True
     if isinstance(target, drover.Client):
         workers = target.config.workers
         target.close()  # only its registry is wanted; its pool is not
         return workers
     if not isinstance(target, drover.Workers):
-        usage(f"{spec} is not a drover.Client, a drover.Workers or a function returning one")
+        what = describe_object(target)
+        if called:
+            what = f"a function returning {what}"
+        usage(
+            f"--app {spec} is {what}; it must be a drover.Client, a drover.Workers "
+            "or a function returning one"
+        )
     return target
+
+
+def database_of(client: drover.Client) -> str:
+    """`host:port/dbname` of the database a client uses, for messages (never the password)."""
+    conninfo = client.pool.conninfo
+    return describe_target(conninfo) if isinstance(conninfo, str) else "the database"
 
 
 def get_globals(ctx: typer.Context) -> Globals:

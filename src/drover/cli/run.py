@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -11,6 +12,7 @@ import drover
 from drover.cli import output as out
 from drover.cli.common import (
     database_error,
+    database_of,
     emit,
     fail,
     get_globals,
@@ -19,9 +21,12 @@ from drover.cli.common import (
     url_of,
     usage,
 )
+from drover.cli.logs import LOG_FORMAT_HELP, LOG_LEVEL_HELP, configure_logging, logging_choice
 from drover.cli.supervisor import Supervisor, child_command, run_child
 
 __all__ = ["bench_command", "demo_command", "worker_command"]
+
+_log = logging.getLogger("drover.cli")
 
 
 def _parse_queues(text: str) -> dict[str, int]:
@@ -43,6 +48,31 @@ def _process_count(text: str) -> int:
     return int(text)
 
 
+def _start_line(
+    app_spec: str, client: drover.Client, concurrency: int, queues: dict[str, int], processes: int
+) -> None:
+    database = database_of(client)
+    shown = ",".join(f"{q}={w}" for q, w in queues.items())
+    _log.info(
+        "drover %s worker starting: app %s, database %s, queues %s, concurrency %d, processes %d",
+        drover.__version__,
+        app_spec,
+        database,
+        shown,
+        concurrency,
+        processes,
+        extra={
+            "event": "worker_starting",
+            "version": drover.__version__,
+            "app": app_spec,
+            "database": database,
+            "queues": shown,
+            "concurrency": concurrency,
+            "processes": processes,
+        },
+    )
+
+
 def worker_command(
     ctx: typer.Context,
     app_spec: str = typer.Argument(..., metavar="APP", help="module:attribute of a Client."),
@@ -61,18 +91,41 @@ def worker_command(
     max_memory_per_child: int | None = typer.Option(
         None, "--max-memory-per-child", min=1, help="Replace a process above this many MB."
     ),
+    log_level: str | None = typer.Option(None, "--log-level", help=LOG_LEVEL_HELP),
+    log_format: str | None = typer.Option(None, "--log-format", help=LOG_FORMAT_HELP),
     supervised: bool = typer.Option(False, "--supervised", hidden=True),
 ) -> None:
     """Run a Client from your code until SIGINT/SIGTERM, then drain it.
 
-    With ``--processes N`` (or ``auto``, one per CPU) a supervisor runs N
-    worker processes, restarts any that dies, forwards SIGTERM/SIGINT for a
-    graceful drain and serves one ops port for all of them. With
-    ``--max-jobs-per-child`` / ``--max-memory-per-child`` a process drains and
-    is replaced once it reaches the limit.
+    Logs to standard error (a start line, failed and dead jobs, the
+    supervisor's events) unless your application configures logging itself;
+    `--log-level` and `--log-format` choose how. With `--processes N` (or
+    `auto`, one per CPU) a supervisor runs N worker processes, restarts any
+    that dies, forwards SIGTERM/SIGINT for a graceful drain and serves one ops
+    port for all of them. With `--max-jobs-per-child` /
+    `--max-memory-per-child` a process drains and is replaced once it reaches
+    the limit.
     """
+    choice = logging_choice(log_level, log_format)
     count = _process_count(processes)
+    parsed_queues = _parse_queues(queues) if queues is not None else None
     client = load_client(app_spec)
+    if not len(client.config.workers):
+        client.close()
+        usage(
+            f"APP {app_spec} is a client with no workers, so it has no job it could run: "
+            "register your workers in a drover.Workers and build the client with "
+            "drover.Client(url, drover.Config(workers=workers))"
+        )
+    configure_logging(choice)
+    if not supervised:
+        _start_line(
+            app_spec,
+            client,
+            concurrency if concurrency is not None else client.config.concurrency,
+            parsed_queues if parsed_queues is not None else dict(client.config.queues),
+            count,
+        )
     if not supervised and (count > 1 or max_jobs_per_child or max_memory_per_child):
         budget = (
             shutdown_timeout
@@ -80,7 +133,7 @@ def worker_command(
             else client.config.shutdown_timeout.total_seconds()
         )
         client.close()  # each process builds its own
-        child = ["worker", app_spec, "--supervised"]
+        child = ["worker", app_spec, "--supervised", *choice.argv()]
         for flag, value in (
             ("--concurrency", concurrency),
             ("--queues", queues),
@@ -101,8 +154,8 @@ def worker_command(
     changes: dict[str, Any] = {}
     if concurrency is not None:
         changes["concurrency"] = concurrency
-    if queues is not None:
-        changes["queues"] = _parse_queues(queues)
+    if parsed_queues is not None:
+        changes["queues"] = parsed_queues
     if ops_addr is not None:
         changes["ops_addr"] = ops_addr
     if shutdown_timeout is not None:
@@ -111,6 +164,7 @@ def worker_command(
         try:
             config = client.config.replace(**changes, metrics_registry=None)
         except drover.ConfigError as exc:
+            client.close()
             usage(str(exc))
         original = client
         client = drover.Client(original.pool, config)

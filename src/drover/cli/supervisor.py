@@ -52,7 +52,7 @@ _MAX_CRASHES = 5
 _FIRST_BACKOFF = 0.5
 _MAX_BACKOFF = 10.0
 
-_log = logging.getLogger("drover")
+_log = logging.getLogger("drover.supervisor")
 
 
 # --- the child ---------------------------------------------------------------------------------
@@ -117,6 +117,7 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
                     "worker process %d uses more than %d MB; draining it for a fresh one",
                     os.getpid(),
                     max_memory_mb,
+                    extra={"event": "process_memory_limit", "max_memory_mb": max_memory_mb},
                 )
                 recycled.set()
                 stop.set()
@@ -192,6 +193,12 @@ class _Merged(Collector):
 class Supervisor:
     """Runs ``processes`` copies of a worker command and keeps them running until told to stop.
 
+    Logging (on `drover.supervisor`): INFO when a process starts, is
+    recycled or is asked to stop; ERROR when one exits on its own (with the
+    back-off before its restart) or does not drain; CRITICAL when the
+    supervisor gives up. The children inherit its standard error, so their
+    own records appear there too.
+
     Thread model: :meth:`run` owns the children from the main thread; the ops
     listener reads them from its own threads (a dict read and HTTP calls to
     the children). A child that exits on its own is restarted: at once when
@@ -229,7 +236,12 @@ class Supervisor:
         proc = subprocess.Popen(self._command, env=env)
         child = _Child(slot, proc, status)
         self._children[slot] = child
-        _log.info("started worker process %d (slot %d)", proc.pid, slot)
+        _log.info(
+            "started worker process %d (slot %d)",
+            proc.pid,
+            slot,
+            extra={"event": "process_started", "child_pid": proc.pid, "slot": slot},
+        )
         return child
 
     def ready(self) -> tuple[bool, str]:
@@ -271,7 +283,15 @@ class Supervisor:
                     if code is None:
                         continue
                     if code == RECYCLE_EXIT:
-                        _log.info("worker process %d recycled", child.proc.pid)
+                        _log.info(
+                            "worker process %d reached its limit and drained; replacing it",
+                            child.proc.pid,
+                            extra={
+                                "event": "process_recycled",
+                                "child_pid": child.proc.pid,
+                                "slot": slot,
+                            },
+                        )
                         self._spawn(slot)
                         continue
                     now = time.monotonic()
@@ -283,7 +303,16 @@ class Supervisor:
                             f"{_CRASH_WINDOW:.0f} s (the last, pid {child.proc.pid}, exited "
                             f"{code}); giving up"
                         )
-                        _log.error("%s", self.failure)
+                        _log.critical(
+                            "%s",
+                            self.failure,
+                            extra={
+                                "event": "supervisor_gave_up",
+                                "child_pid": child.proc.pid,
+                                "exit_code": code,
+                                "crashes": len(self._crashes),
+                            },
+                        )
                         self._stopping.set()
                         break
                     if now - child.started > _CRASH_WINDOW:
@@ -293,6 +322,13 @@ class Supervisor:
                         child.proc.pid,
                         code,
                         backoff,
+                        extra={
+                            "event": "process_exited",
+                            "child_pid": child.proc.pid,
+                            "slot": slot,
+                            "exit_code": code,
+                            "restart_in": backoff,
+                        },
                     )
                     if self._stopping.wait(backoff):
                         break
@@ -313,6 +349,12 @@ class Supervisor:
                 self._dir.rmdir()
 
     def _stop_children(self) -> int:
+        _log.info(
+            "stopping %d worker processes; each has %gs to finish its jobs",
+            len(self._children),
+            self._shutdown_timeout,
+            extra={"event": "supervisor_stopping", "processes": len(self._children)},
+        )
         for child in self._children.values():
             with contextlib.suppress(ProcessLookupError):
                 child.proc.send_signal(signal.SIGTERM)
@@ -327,7 +369,15 @@ class Supervisor:
                 code = None
             if code not in (0, RECYCLE_EXIT):
                 problems.append(f"worker process {child.proc.pid} {_drain_outcome(code)}")
-                _log.error("%s", problems[-1])
+                _log.error(
+                    "%s",
+                    problems[-1],
+                    extra={
+                        "event": "process_drain_failed",
+                        "child_pid": child.proc.pid,
+                        "exit_code": code,
+                    },
+                )
         if problems and self.failure is None:
             # What the CLI prints, so an operator learns which process did not
             # drain and why without having configured logging.

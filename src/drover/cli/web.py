@@ -12,6 +12,7 @@ import typer
 
 from drover._address import parse_address
 from drover.cli.common import fail, get_globals, open_inspector, usage
+from drover.cli.logs import LOG_FORMAT_HELP, LOG_LEVEL_HELP, configure_logging, logging_choice
 from drover.errors import ConfigError
 
 __all__ = ["web_command"]
@@ -31,8 +32,14 @@ def web_command(
     listen: str = typer.Option("127.0.0.1:7180", "--listen", help="host:port to serve on."),
     refresh: float = typer.Option(5.0, "--refresh", help="Seconds between reloads; 0 disables."),
     read_only: bool = typer.Option(False, "--read-only", help="No buttons; mutations are 403."),
+    log_level: str | None = typer.Option(None, "--log-level", help=LOG_LEVEL_HELP),
+    log_format: str | None = typer.Option(None, "--log-format", help=LOG_FORMAT_HELP),
 ) -> None:
-    """Serve the status page (overview, jobs, retry/cancel, pause/resume) until SIGINT/SIGTERM."""
+    """Serve the status page (overview, jobs, retry/cancel, pause/resume) until SIGINT/SIGTERM.
+
+    Logs to standard error (`--log-level`, `--log-format`), as `drover worker` does.
+    """
+    choice = logging_choice(log_level, log_format)
     g = get_globals(ctx)
     if g.json:
         usage("--json is not valid with web")
@@ -48,6 +55,7 @@ def web_command(
         from drover.web import make_app
     except ImportError as exc:
         fail(f"drover web needs the web extra: pip install 'drover-queue[web]' ({exc})")
+    configure_logging(choice)
     with open_inspector(g) as inspector:
         app = make_app(inspector, refresh=refresh, read_only=read_only)
         try:

@@ -3,14 +3,38 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.module_loading import import_string
 
 import drover
 from drover.cli import main as drover_main
+from drover.cli.common import database_of
+from drover.cli.logs import LoggingChoice, configure_logging, parse_log_format, parse_log_level
 from drover.contrib.django.settings import conninfo
-from drover.contrib.django.worker import build_client
+from drover.contrib.django.task_args import TASK_KIND
+from drover.contrib.django.worker import build_client, workers
+
+_log = logging.getLogger("drover.cli")
+
+
+def _runs_django_tasks() -> bool:
+    """True when a backend in `settings.TASKS` is drover's (Django 6.0+), so tasks may come."""
+    try:
+        from drover.contrib.django.tasks import DroverTaskBackend
+    except ImportError:  # Django before 6.0 has no django.tasks
+        return False
+    for options in (getattr(settings, "TASKS", None) or {}).values():
+        try:
+            backend = import_string(str(options.get("BACKEND", "")))
+        except ImportError:
+            continue
+        if isinstance(backend, type) and issubclass(backend, DroverTaskBackend):
+            return True
+    return False
 
 
 class Command(BaseCommand):
@@ -19,7 +43,14 @@ class Command(BaseCommand):
     ``manage.py drover migrate|stats|jobs list|retry ID|web ...`` run the
     ``drover`` command with ``--database`` pointed at ``DROVER["DATABASE"]``.
     ``worker`` builds a client from ``settings.DROVER`` (its ``WORKERS``
-    registry plus Django tasks) and runs it until SIGINT or SIGTERM.
+    registry plus Django tasks) and runs it until SIGINT or SIGTERM. It
+    refuses to start (exit 2) when ``WORKERS`` registers nothing and no
+    ``TASKS`` backend is drover's: such a worker could only fail every job.
+    It logs to standard error as `drover worker` does (`--log-level`,
+    `--log-format`), unless Django's ``LOGGING`` setting puts a handler on
+    the root or the `drover` logger: then that configuration wins. Django's
+    own default configuration, which has handlers only on the `django`
+    loggers, does not count.
     """
 
     help = "drover on this project's database: worker, migrate, stats, jobs, retry, cancel, web"
@@ -46,13 +77,49 @@ class Command(BaseCommand):
         parser = argparse.ArgumentParser(prog="manage.py drover worker")
         parser.add_argument("--concurrency", type=int)
         parser.add_argument("--shutdown-timeout", type=float)
+        parser.add_argument("--log-level", help="DEBUG, INFO (default), WARNING or ERROR")
+        parser.add_argument("--log-format", help="text (default) or json")
         options = parser.parse_args(rest)
+        try:
+            choice = LoggingChoice(
+                parse_log_level(options.log_level), parse_log_format(options.log_format)
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc), returncode=2) from None
+        registry = workers()
+        if not set(registry.kinds()) - {TASK_KIND} and not _runs_django_tasks():
+            raise CommandError(
+                "this worker has nothing to run: DROVER['WORKERS'] registers no job kind and "
+                "no TASKS backend is drover.contrib.django.DroverTaskBackend. Set "
+                "DROVER['WORKERS'] to the dotted path of your drover.Workers (what "
+                "drover.Config(workers=...) receives outside Django)",
+                returncode=2,
+            )
         overrides: dict[str, Any] = {}
         if options.concurrency is not None:
             overrides["concurrency"] = options.concurrency
         if options.shutdown_timeout is not None:
             overrides["shutdown_timeout"] = options.shutdown_timeout
         client = build_client(**overrides)
+        configure_logging(choice)
+        config = client.config
+        queues = ",".join(f"{q}={w}" for q, w in config.queues.items())
+        database = database_of(client)
+        _log.info(
+            "drover %s worker starting under Django: database %s, queues %s, concurrency %d",
+            drover.__version__,
+            database,
+            queues,
+            config.concurrency,
+            extra={
+                "event": "worker_starting",
+                "version": drover.__version__,
+                "database": database,
+                "queues": queues,
+                "concurrency": config.concurrency,
+                "processes": 1,
+            },
+        )
         try:
             client.run()
         except drover.DrainIncomplete as exc:
