@@ -61,7 +61,7 @@ DROP DATABASE {name} WITH (FORCE);
 
 -- name: stats_kinds
 -- Per kind over the last %(minutes)s minutes (database clock): jobs that
--- completed and went dead in the window, attempts that failed in it (error
+-- completed and went dead in the window (cancelled rows are read and not counted), attempts that failed in it (error
 -- entries stamped in the window, whatever the job's state now), and the
 -- 50th and 95th percentile run time of the completed ones (their last
 -- attempt: claim to completion; jobs never claimed by a worker have no
@@ -73,7 +73,7 @@ DROP DATABASE {name} WITH (FORCE);
 WITH finished AS (
     SELECT j.kind, j.state, EXTRACT(EPOCH FROM j.finalized_at - j.attempted_at)::float8 AS run
     FROM drover_jobs j
-    WHERE j.state IN ('completed', 'dead')
+    WHERE j.state IN ({{states:terminal}})
       AND j.finalized_at >= now() - make_interval(mins => %(minutes)s)
 ), per_kind AS (
     SELECT kind,

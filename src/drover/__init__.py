@@ -8,9 +8,9 @@ commits. Delivery is at-least-once: handlers must be idempotent.
 from __future__ import annotations
 
 import logging
-from importlib.metadata import PackageNotFoundError, version
 
 from drover._durations import Duration
+from drover._version import VERSION as __version__
 from drover.client import Client
 from drover.config import Config
 from drover.context import JobContext, Lease
@@ -66,14 +66,6 @@ from drover.worker import Worker, Workers
 
 logging.getLogger("drover").addHandler(logging.NullHandler())
 
-# The distribution's name on PyPI; the import package and the command are ``drover``
-# (ADR 0019 says why they differ).
-_DISTRIBUTION = "drover-queue"
-
-try:
-    __version__ = version(_DISTRIBUTION)
-except PackageNotFoundError:  # a bare checkout on sys.path, not installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "AlreadyStarted",

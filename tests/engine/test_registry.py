@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jobdb import Conn, MakeClient, Poll, db_now, sample_row, wiring
+from jobdb import Conn, MakeClient, Poll, db_now, idle_workers, sample_row, wiring
 
 import drover
 from drover._db.store import Store
@@ -58,7 +58,7 @@ def _plant(conn: Conn, client_id: str, pid: int, *, expires_in: float) -> None:
 def test_a_started_client_registers_itself_and_a_clean_stop_removes_it(
     make_client: MakeClient, inspector: drover.Inspector, poll: Poll
 ) -> None:
-    workers = drover.Workers()
+    workers = idle_workers()
     client = make_client(workers=workers, concurrency=3, queues={"default": 1, "mail": 2})
     client.start()
     [row] = inspector.workers()  # written before start() returned
@@ -216,7 +216,7 @@ def _drover(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_drover_workers_lists_the_live_clients(db_url: str, make_client: MakeClient) -> None:
     empty = _drover(db_url, "workers")
     assert (empty.returncode, empty.stdout.strip()) == (0, "no live workers")
-    client = make_client(workers=drover.Workers(), queues={"default": 1, "mail": 1})
+    client = make_client(workers=idle_workers(), queues={"default": 1, "mail": 1})
     client.start()
     listed = _drover(db_url, "--json", "workers")
     assert listed.returncode == 0, listed.stderr

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "model: data, validation, no I/O",
         [
             "drover.errors",
+            "drover._version",
             "drover._durations",
             "drover._address",
             "drover.context",

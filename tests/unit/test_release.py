@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 import drover
+import drover._version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +83,7 @@ def test_the_distribution_name_is_drover_queue_and_import_and_command_stay_drove
     assert project["name"] == DISTRIBUTION
     assert project["scripts"]["drover"].startswith("drover.")
     assert importlib.metadata.version(DISTRIBUTION) == drover.__version__
+    assert DISTRIBUTION == drover._version.DISTRIBUTION
     assert (ROOT / "src" / "drover" / "__init__.py").exists()
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobdb import MakeClient
+from jobdb import MakeClient, idle_workers
 from serve import drover_web
 
 import drover
@@ -243,7 +243,7 @@ def test_the_workers_view_and_the_overview_show_live_clients(
         "SELECT 'report', 'completed', now(), now() - make_interval(secs => g / 10.0), 1 "
         "FROM generate_series(1, 30) g"
     )
-    client = make_client(workers=drover.Workers(), queues={"default": 1, "reports": 1})
+    client = make_client(workers=idle_workers(), queues={"default": 1, "reports": 1})
     client.start()
     with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "1") as (url, _):
         page.goto(url)

@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import secrets
 import socket
 from datetime import datetime
-from importlib.metadata import PackageNotFoundError, version
 
 from drover._db.clients import ClientEntry
 from drover._runtime.service import IntervalService
 from drover._runtime.wiring import Wiring
+from drover._version import VERSION
 
 __all__ = ["EXPIRY_INTERVALS", "Registry"]
 
 EXPIRY_INTERVALS = 3
 """A row not refreshed for this many of its client's intervals has expired."""
 UNREGISTER_DEADLINE = 2.0
-
-
-@functools.cache
-def _drover_version() -> str:
-    try:
-        return version("drover")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class Registry(IntervalService):
@@ -65,7 +56,7 @@ class Registry(IntervalService):
             client_id=wiring.client_id,
             host=socket.gethostname(),
             pid=os.getpid(),
-            version=_drover_version(),
+            version=VERSION,
             queues=tuple(wiring.config.queues),
             concurrency=wiring.config.concurrency,
         )
