@@ -1,7 +1,7 @@
 """drover: a PostgreSQL-backed job queue for Python.
 
 Jobs are rows in PostgreSQL. Insert them inside your own transaction with
-:meth:`Client.insert_tx` and they exist if and only if that transaction
+``Client.insert_tx`` and they exist if and only if that transaction
 commits. Delivery is at-least-once: handlers must be idempotent.
 """
 

@@ -10,7 +10,7 @@ __all__ = ["parse_address"]
 def parse_address(addr: str, what: str = "Config.ops_addr") -> tuple[str, int]:
     """``"127.0.0.1:9090"`` → ``("127.0.0.1", 9090)``; ``"[::1]:9090"`` for IPv6.
 
-    An empty host means loopback. Raises :class:`drover.ConfigError` naming
+    An empty host means loopback. Raises ``drover.ConfigError`` naming
     ``what`` when ``addr`` is not ``host:port`` with a port in 0..65535.
     """
     if not isinstance(addr, str):

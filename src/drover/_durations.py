@@ -11,11 +11,11 @@ from drover.errors import ConfigError
 __all__ = ["Duration", "DurationField", "to_seconds"]
 
 Duration: TypeAlias = timedelta | int | float
-"""A span of time: a :class:`datetime.timedelta` or a number of seconds."""
+"""A span of time: a ``datetime.timedelta`` or a number of seconds."""
 
 
 def to_seconds(value: Duration, name: str) -> float:
-    """Return ``value`` in seconds, or raise :class:`drover.ConfigError` naming ``name``.
+    """Return ``value`` in seconds, or raise ``drover.ConfigError`` naming ``name``.
 
     ``bool`` is refused even though it is an ``int``: ``timeout=True`` is a bug,
     not one second. NaN and infinities are refused; negatives are returned as
@@ -34,13 +34,13 @@ def to_seconds(value: Duration, name: str) -> float:
 
 
 class DurationField:
-    """A dataclass field that accepts a :data:`Duration` and stores a ``timedelta``.
+    """A dataclass field that accepts a ``Duration`` and stores a ``timedelta``.
 
     Declared once, as ``poll_interval: DurationField = DurationField(1.0)``:
     the generated ``__init__`` takes ``timedelta | int | float`` (or ``None``
     where the default is ``None``, meaning "derived from another field"), and
     reading the attribute gives a ``timedelta``. A bad value raises
-    :class:`drover.ConfigError` naming ``<Class>.<field>``. Range rules that
+    ``drover.ConfigError`` naming ``<Class>.<field>``. Range rules that
     involve other fields belong in the dataclass's ``__post_init__``.
     """
 

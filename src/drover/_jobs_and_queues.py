@@ -11,9 +11,9 @@ __all__ = ["JobsAndQueues"]
 
 
 class JobsAndQueues:
-    """``get_job``, ``pause_queue``, ``resume_queue`` and ``queue_states`` over a :class:`Store`.
+    """``get_job``, ``pause_queue``, ``resume_queue`` and ``queue_states`` over a ``Store``.
 
-    A base class of :class:`drover.Client` and :class:`drover.Inspector`, so
+    A base class of ``drover.Client`` and ``drover.Inspector``, so
     both check their arguments and answer alike. Thread-safe: each call
     borrows one pool connection for its statement.
     """
@@ -36,7 +36,7 @@ class JobsAndQueues:
         return row
 
     def pause_queue(self, name: str) -> QueueState:
-        """Stop every client from claiming jobs from ``name``, until :meth:`resume_queue`.
+        """Stop every client from claiming jobs from ``name``, until ``resume_queue``.
 
         Persisted in the database (``drover_queues``), so it applies to all
         clients on this database, including ones started later, from their next

@@ -1,9 +1,9 @@
 """Records that cross drover's layers: what is to be written, what was decided, what a write did.
 
-A leaf module (it imports only :mod:`drover.job`): the insert side builds
-:class:`JobInsertParams` and the database layer writes them; the engine
-decides an :class:`Outcome` and the database layer records it, reporting a
-:class:`Recorded` per outcome. Keeping these here lets every layer import them
+A leaf module (it imports only ``drover.job``): the insert side builds
+``JobInsertParams`` and the database layer writes them; the engine
+decides an ``Outcome`` and the database layer records it, reporting a
+``Recorded`` per outcome. Keeping these here lets every layer import them
 without importing another layer.
 
 Named tuples rather than frozen dataclasses where one is built per job: a
@@ -53,7 +53,7 @@ class UniformBatch(Sequence[JobInsertParams]):
     """Encoded items of one args class, none with insert options: the common batch.
 
     Holds the class's kind, queue and attempts once and the items' JSON texts,
-    instead of a :class:`JobInsertParams` per item (each one an object the
+    instead of a ``JobInsertParams`` per item (each one an object the
     garbage collector tracks). Indexing still gives ``JobInsertParams``, built
     on demand, for code that wants them.
     """
@@ -193,7 +193,7 @@ class MigrationStatus:
 
 @dataclass(frozen=True, slots=True)
 class PeriodicInfo:
-    """One periodic job as the database knows it (:meth:`drover.Inspector.periodic`).
+    """One periodic job as the database knows it (``drover.Inspector.periodic``).
 
     Written by the leader: the definition it registered (``schedule``,
     ``timezone``, ``kind``, ``queue``), the watermark (``fired_through``:

@@ -3,8 +3,8 @@
 The client validates input and configuration, builds its store (on its own
 pool or the application's), the metrics and the middleware chain, and starts
 and stops the engine and the ops server. It runs no SQL and no loops of its
-own: database work goes through its :class:`~drover._db.store.Store` (inserts
-in the caller's transaction through :mod:`drover._insert.tx`), background
+own: database work goes through its ``Store`` (inserts
+in the caller's transaction through ``drover._insert.tx``), background
 work through ``drover._runtime``.
 """
 
@@ -67,7 +67,7 @@ class Client(JobsAndQueues):
     ``pool_or_conninfo`` is either a ``psycopg_pool.ConnectionPool`` that the
     application owns (drover borrows connections and never closes it) or a
     conninfo string / URL, from which the client opens its own pool and closes
-    it on :meth:`stop` or :meth:`close`. ``config`` says how jobs run; a client
+    it on ``stop`` or ``close``. ``config`` says how jobs run; a client
     that only inserts needs none. ``max_jobs``, if given, is the most jobs the
     client ever claims (``drover worker --max-jobs-per-child`` sets it): once
     it has claimed that many it claims no more, and runs until stopped.
@@ -76,15 +76,15 @@ class Client(JobsAndQueues):
     connection: ``insert`` for one round trip (concurrent calls share one),
     ``insert_many`` for a handful whatever the batch's size. So a client can be
     shared by every thread of a web application. When no pool connection frees
-    up within the pool's timeout, the call raises :class:`drover.DatabaseError`.
+    up within the pool's timeout, the call raises ``drover.DatabaseError``.
 
-    Running jobs: :meth:`start` launches the job pool (``config.concurrency``
+    Running jobs: ``start`` launches the job pool (``config.concurrency``
     threads) and the background services: the fetcher, the completer, the
     heartbeat, the rescuer and the stats refresher, plus the listener
     (``config.notify``), the pruner (``config.retention``) and the periodic
     ticker (``config.periodic_jobs``) when configured, and the ops server
     (``config.ops_addr``); the first insert starts the notifier
-    (``config.notify``). :meth:`stop` drains them. A running job holds no
+    (``config.notify``). ``stop`` drains them. A running job holds no
     database connection, so the pool needs only a handful of connections
     whatever the concurrency. The lifecycle runs once per client.
     """
@@ -157,7 +157,7 @@ class Client(JobsAndQueues):
         """Insert one job, committed when this returns, and return the stored row.
 
         The database clock decides whether the job is ``available`` or
-        ``scheduled`` (see :class:`InsertOpts`). The job is committed, and so
+        ``scheduled`` (see ``InsertOpts``). The job is committed, and so
         visible to workers, when this returns.
 
         Safe to call from many threads at once, and cheaper that way: calls
@@ -192,7 +192,7 @@ class Client(JobsAndQueues):
         Django connection or cursor wrapper, or a SQLAlchemy ``Connection`` or
         ``Session`` (``postgresql+psycopg://``). drover opens its own cursor,
         never commits or rolls back, and changes no session settings. A
-        duplicate unique key raises :class:`drover.DuplicateJob` and leaves the
+        duplicate unique key raises ``drover.DuplicateJob`` and leaves the
         caller's transaction usable.
 
         Raises:
@@ -219,7 +219,7 @@ class Client(JobsAndQueues):
         A batch without unique keys is copied straight into the table, four
         round trips whatever its size; one with unique keys goes through a
         staging table (a few more). The rows are committed when this returns, and each
-        queue gets one wake-up after the commit (as for :meth:`insert`).
+        queue gets one wake-up after the commit (as for ``insert``).
         Safe to call from several threads; each call holds one pool
         connection.
 
@@ -236,7 +236,7 @@ class Client(JobsAndQueues):
         return rows
 
     def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
-        """Insert a batch inside the caller's open transaction (see :meth:`insert_tx`).
+        """Insert a batch inside the caller's open transaction (see ``insert_tx``).
 
         A batch with unique keys runs under a savepoint, so a collision writes
         nothing and leaves the caller's transaction usable; a batch without
@@ -385,7 +385,7 @@ class Client(JobsAndQueues):
         Raises:
             drover.ConfigError: the client has no workers (as `start`), before
                 any signal handler is installed.
-            drover.DrainIncomplete: as :meth:`stop`.
+            drover.DrainIncomplete: as ``stop``.
         """
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("Client.run() installs signal handlers and needs the main thread")
@@ -435,7 +435,7 @@ class Client(JobsAndQueues):
 
     @property
     def ops_address(self) -> tuple[str, int] | None:
-        """Deprecated: the old name of :attr:`ops_addr`."""
+        """Deprecated: the old name of ``ops_addr``."""
         warnings.warn(
             "Client.ops_address is deprecated; use Client.ops_addr",
             DeprecationWarning,
@@ -471,7 +471,7 @@ class Client(JobsAndQueues):
 
     @property
     def running(self) -> bool:
-        """True between a successful :meth:`start` and the beginning of :meth:`stop`."""
+        """True between a successful ``start`` and the beginning of ``stop``."""
         return self._phase is _Phase.STARTED
 
     def close(self) -> None:
@@ -481,10 +481,10 @@ class Client(JobsAndQueues):
         a connection, then up to 10 s for the thread) and ends. A pool passed
         in by the application is left open, and inserts on it after ``close``
         still work and notify inline; on the client's own pool they fail with
-        :class:`drover.DatabaseError`. Close the client before the pool you
+        ``drover.DatabaseError``. Close the client before the pool you
         gave it: a wake-up still pending when that pool closes is dropped. A
         client never closed sends its pending wake-ups at interpreter exit.
-        Closing a running client without :meth:`stop` strands its jobs until
+        Closing a running client without ``stop`` strands its jobs until
         their leases expire.
         """
         with self._close_lock:

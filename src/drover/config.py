@@ -40,14 +40,14 @@ def _default_logger() -> logging.Logger:
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Config:
-    """How a :class:`drover.Client` runs jobs. Immutable once built.
+    """How a ``drover.Client`` runs jobs. Immutable once built.
 
     Every duration accepts a ``timedelta`` or a number of seconds and reads
     back as a ``timedelta``. Every value is checked when the Config is built:
     an unknown field, a value of the wrong type or one out of range raises
-    :class:`drover.ConfigError` (an :class:`drover.InvalidArgument`) naming
+    ``drover.ConfigError`` (an ``drover.InvalidArgument``) naming
     the field, so a deploy mistake stops the process instead of running with
-    a value nobody chose. Build variants with :meth:`replace`.
+    a value nobody chose. Build variants with ``replace``.
 
     A Config holds no connections and starts nothing; the same Config may
     serve several clients, except that two clients cannot share one
@@ -55,7 +55,7 @@ class Config:
     """
 
     workers: Workers = dataclasses.field(default_factory=Workers)
-    """The :class:`drover.Workers` registry. A started client claims jobs of every
+    """The ``drover.Workers`` registry. A started client claims jobs of every
     kind on its queues; a kind with no worker fails (and retries), so rolling
     deploys heal. Processes that only insert should not start a client."""
 
@@ -81,7 +81,7 @@ class Config:
     """How often expired leases are swept (positive); ``None`` means the lease."""
 
     retry_policy: RetryPolicy = dataclasses.field(default_factory=ExponentialRetryPolicy)
-    """When a failed attempt runs again (:class:`drover.ExponentialRetryPolicy`)."""
+    """When a failed attempt runs again (``drover.ExponentialRetryPolicy``)."""
 
     middleware: Sequence[Middleware] = ()
     """Wraps every execution, outermost first. Copied into a tuple when the
@@ -91,8 +91,8 @@ class Config:
     """Where drover logs (the ``drover`` logger by default)."""
 
     shutdown_timeout: DurationField = DurationField(30.0)
-    """The drain budget :meth:`Client.run` and ``with client:`` give
-    :meth:`Client.stop` (zero or more)."""
+    """The drain budget ``Client.run`` and ``with client:`` give
+    ``Client.stop`` (zero or more)."""
 
     notify: bool = True
     """Inserts send a LISTEN/NOTIFY wake-up for their queue, and a started
@@ -128,7 +128,7 @@ class Config:
     """How often a started client prunes (positive)."""
 
     periodic_jobs: Sequence[PeriodicJob] = ()
-    """:class:`drover.PeriodicJob` entries to insert on their schedules. Every
+    """``drover.PeriodicJob`` entries to insert on their schedules. Every
     started client with entries competes to lead (one PostgreSQL advisory
     lock per database); the leader inserts the ticks, the others stand by
     and take over within one ``poll_interval`` of losing it. Empty: no
@@ -219,7 +219,7 @@ class Config:
     def replace(self, **changes: Any) -> Config:
         """A new Config with ``changes`` applied and everything checked again.
 
-        Unknown field names raise :class:`drover.ConfigError`, as in the constructor.
+        Unknown field names raise ``drover.ConfigError``, as in the constructor.
         """
         return dataclasses.replace(self, **changes)
 

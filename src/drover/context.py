@@ -1,10 +1,10 @@
 """The per-execution context a handler sees: cancellation, deadline and values.
 
-A :class:`JobContext` is created for every execution. Shutdown escalation
+A ``JobContext`` is created for every execution. Shutdown escalation
 cancels it; a timeout derives a child whose cancellation also fires at a
 deadline. Python cannot interrupt a running thread, so cancellation is
-cooperative: a handler polls :attr:`JobContext.cancelled` or blocks in
-:meth:`JobContext.wait` instead of ``time.sleep``.
+cooperative: a handler polls ``JobContext.cancelled`` or blocks in
+``JobContext.wait`` instead of ``time.sleep``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ class Lease:
     """The fence of one execution, read-only: which claim it holds and until when.
 
     Every write drover makes for this execution is accepted only while the
-    job is still ``running`` with this :attr:`attempt`. :attr:`leased_until`
+    job is still ``running`` with this ``attempt``. ``leased_until``
     is the database's expiry time, renewed by the heartbeat (``None`` outside
-    a worker). :attr:`lost` is set, once and for good, when this client learns
+    a worker). ``lost`` is set, once and for good, when this client learns
     it no longer holds the job: the heartbeat found the claim gone (rescued,
     re-claimed, cancelled), the lease ran out locally without a renewal (the
     database could not be reached for a whole lease), or shutdown handed the
@@ -36,7 +36,7 @@ class Lease:
     another execution may already be running.
 
     Thread safety: drover's threads change it (the heartbeat, shutdown), the
-    handler's thread reads it; :attr:`lost` is a ``threading.Event``.
+    handler's thread reads it; ``lost`` is a ``threading.Event``.
     """
 
     __slots__ = ("_attempt", "_job_id", "_leased_until", "_lock", "_lost", "_lost_reason")
@@ -83,7 +83,7 @@ class Lease:
 
     @property
     def lost_reason(self) -> str | None:
-        """Why :attr:`lost` was set, or ``None``."""
+        """Why ``lost`` was set, or ``None``."""
         return self._lost_reason
 
     # Called by drover's engine only (the claim that owns this lease).
@@ -114,13 +114,13 @@ class Lease:
 class JobContext:
     """Cancellation signal, optional deadline and a values dict for one execution.
 
-    Thread safety: :meth:`cancel` may be called from any thread (drover calls it
-    from the thread running ``Client.stop``); :attr:`cancelled` and :meth:`wait`
+    Thread safety: ``cancel`` may be called from any thread (drover calls it
+    from the thread running ``Client.stop``); ``cancelled`` and ``wait``
     may be used from the handler's thread at the same time. ``values`` is a
     plain dict meant to be filled by middleware before the worker runs; it is not
     synchronised.
 
-    A child made with :meth:`with_timeout` is cancelled when its parent is, or
+    A child made with ``with_timeout`` is cancelled when its parent is, or
     when its own deadline passes, whichever comes first; cancelling a child
     never cancels its parent.
     """
@@ -182,7 +182,7 @@ class JobContext:
         return max(0.0, self._deadline - time.monotonic())
 
     def wait(self, timeout: Duration | None = None) -> bool:
-        """Block until cancelled or ``timeout`` elapses; return :attr:`cancelled`.
+        """Block until cancelled or ``timeout`` elapses; return ``cancelled``.
 
         Use it in place of ``time.sleep`` so shutdown and deadlines interrupt the
         wait. ``None`` waits until cancellation (or the deadline, if any).
@@ -208,7 +208,7 @@ class JobContext:
         """Derive a child whose cancellation also fires ``timeout`` from now.
 
         A ``timeout`` of zero or less means no deadline of its own: the child
-        only follows its parent. The child shares :attr:`values`.
+        only follows its parent. The child shares ``values``.
         """
         seconds = to_seconds(timeout, "timeout")
         deadline = time.monotonic() + seconds if seconds > 0 else None

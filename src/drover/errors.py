@@ -1,9 +1,9 @@
 """drover's exception tree.
 
-Every error a caller can catch from drover derives from :class:`DroverError`;
+Every error a caller can catch from drover derives from ``DroverError``;
 drover never lets a bare psycopg or pydantic exception escape its public API.
 Where an error is also naturally a ``ValueError`` or ``TypeError`` it subclasses
-that too, so ``except ValueError`` keeps working::
+that too, so ``except ValueError`` keeps working:
 
     DroverError                      never raised directly
     ├── InvalidArgument              (ValueError, TypeError) a bad argument to a drover call
@@ -78,14 +78,14 @@ class InvalidArgument(DroverError, ValueError, TypeError):
 class ConfigError(InvalidArgument):
     """A configuration value drover refuses: unknown, of the wrong type, or out of range.
 
-    Raised when a :class:`drover.Config` (or a :class:`drover.Workers`
+    Raised when a ``drover.Config`` (or a ``drover.Workers``
     registry) is built, so a deploy mistake stops the process before it
     runs anything; drover never silently replaces a value it was given.
     """
 
 
 class InvalidJobArgs(DroverError, TypeError):
-    """The job arguments are not a :class:`drover.JobArgs` instance or cannot be encoded.
+    """The job arguments are not a ``drover.JobArgs`` instance or cannot be encoded.
 
     Raised before anything is written; the message names the kind (and, for a
     batch, the item index).
@@ -106,7 +106,7 @@ class NotInTransaction(DroverError):
     The insert would commit on its own, which defeats the point of inserting
     inside the caller's transaction. Open one (``with conn.transaction():``,
     Django's ``transaction.atomic()``, SQLAlchemy's ``session.begin()``) or use
-    :meth:`drover.Client.insert`.
+    ``drover.Client.insert``.
     """
 
 
@@ -182,7 +182,7 @@ class NotFound(DroverError, LookupError):
 class InvalidTransition(DroverError):
     """The job's state does not allow this operator action; nothing changed.
 
-    ``state`` is the state the job was in (a :class:`drover.JobState`).
+    ``state`` is the state the job was in (a ``drover.JobState``).
     """
 
     def __init__(self, message: str, *, state: object) -> None:

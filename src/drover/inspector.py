@@ -64,7 +64,7 @@ class QueueAge:
 
 @dataclass(frozen=True, slots=True)
 class Throughput:
-    """One minute of :meth:`Inspector.throughput` (``minute`` is its start, UTC)."""
+    """One minute of ``Inspector.throughput`` (``minute`` is its start, UTC)."""
 
     minute: datetime
     completed: int
@@ -131,9 +131,9 @@ class Inspector(JobsAndQueues):
 
     No worker pool and no start/stop. ``pool_or_conninfo`` is a
     ``psycopg_pool.ConnectionPool`` (borrowed, never closed) or a conninfo
-    string (a small pool is opened and closed by :meth:`close` / ``with``).
+    string (a small pool is opened and closed by ``close`` / ``with``).
     ``workers``, when given, is the registry of the application's job kinds:
-    :meth:`enqueue` then validates args of a known kind against its class
+    ``enqueue`` then validates args of a known kind against its class
     and applies the class's defaults.
     Thread-safe. Operator writes are conditioned on the job's state, so they
     are safe against a worker finishing the same job at the same moment: one
@@ -172,7 +172,7 @@ class Inspector(JobsAndQueues):
 
         Each carries whether it is paused (and since when), its count in each
         published state and the age of its oldest job claimable now. Read in
-        one connection; like :meth:`stats`, the counts are served by partial
+        one connection; like ``stats``, the counts are served by partial
         indexes and never scan finished jobs.
         """
         snapshot, states = self._store.queue_overview("list queues")
@@ -317,10 +317,10 @@ class Inspector(JobsAndQueues):
 
     @staticmethod
     def validate_enqueue(kind: object, args_json: object) -> tuple[str, str]:
-        """Check what :meth:`enqueue` would check, without a database: ``(kind, canonical_json)``.
+        """Check what ``enqueue`` would check, without a database: ``(kind, canonical_json)``.
 
         Raises:
-            drover.InvalidJobArgs: as :meth:`enqueue`.
+            drover.InvalidJobArgs: as ``enqueue``.
         """
         try:
             checked_kind = _check_name(kind, "kind", MAX_KIND_LENGTH)
@@ -349,10 +349,10 @@ class Inspector(JobsAndQueues):
 
         Validation happens before anything is written: an empty kind, args
         that are not JSON, contain a NUL character or exceed 1 MiB are
-        refused with :class:`drover.InvalidJobArgs`. When the Inspector was
+        refused with ``drover.InvalidJobArgs``. When the Inspector was
         given a ``workers`` registry that knows ``kind``, the args must also
         validate as that kind's args class (the pydantic message says why
-        not), are stored as :meth:`Client.insert` would store them, and the
+        not), are stored as ``Client.insert`` would store them, and the
         class's ``queue`` and ``max_attempts`` defaults apply where ``opts``
         leaves them unset; for an unknown kind any JSON value is accepted,
         with queue ``default`` and 25 attempts. Honours ``opts`` (queue,

@@ -123,7 +123,7 @@ def _accepted_names(cls: type[BaseModel]) -> list[str]:
 class JobArgs(BaseModel):
     """Base class for a job's arguments: a frozen pydantic model with a ``kind``.
 
-    Declare the kind, and optionally insert defaults, as class keywords::
+    Declare the kind, and optionally insert defaults, as class keywords:
 
         class SendEmail(drover.JobArgs, kind="send_email", queue="email", max_attempts=5):
             to: str
@@ -131,9 +131,9 @@ class JobArgs(BaseModel):
 
     ``kind`` names the job type in the database and selects the worker; it is
     checked when the class is defined (missing or empty raises
-    :class:`drover.InvalidJobArgs`, a ``TypeError``).
+    ``drover.InvalidJobArgs``, a ``TypeError``).
     A base class meant only to be subclassed passes ``abstract=True`` instead.
-    ``queue`` and ``max_attempts`` are defaults that :class:`InsertOpts` can
+    ``queue`` and ``max_attempts`` are defaults that ``InsertOpts`` can
     override per insert.
 
     Instances are validated when constructed and encoded to JSON on insert
@@ -295,11 +295,11 @@ class InsertOpts:
       ``scheduled``; ``None`` or a time in the past means now (``available``).
     - ``unique_key``: at most one non-terminal job (waiting or running) may hold a
       given ``(queue, kind, unique_key)``; a second insert raises
-      :class:`drover.DuplicateJob`. Empty means not unique.
+      ``drover.DuplicateJob``. Empty means not unique.
     - ``max_attempts``: executions allowed before the job is dead. ``None``
       means the args class's default, else 25.
 
-    Invalid values raise :class:`drover.InvalidInsertOpts` at construction.
+    Invalid values raise ``drover.InvalidInsertOpts`` at construction.
     """
 
     queue: str | None = None
@@ -359,7 +359,7 @@ MAX_JOB_ID = 2**63 - 1
 
 
 def check_job_id(job_id: object) -> int:
-    """``job_id`` if it can name a job (an int in 1..2**63-1), else :class:`InvalidArgument`."""
+    """``job_id`` if it can name a job (an int in 1..2**63-1), else ``InvalidArgument``."""
     if isinstance(job_id, bool) or not isinstance(job_id, int):
         raise InvalidArgument(f"job id must be an int, not {type(job_id).__name__}")
     if not 1 <= job_id <= MAX_JOB_ID:
@@ -395,7 +395,7 @@ class Job(Generic[ArgsT]):
 
     @property
     def lease_lost(self) -> threading.Event:
-        """Set when this worker learns it no longer holds the job (see :class:`drover.Lease`).
+        """Set when this worker learns it no longer holds the job (see ``drover.Lease``).
 
         A long handler checks it between steps and stops early: its outcome
         would be refused, and another execution may already be running.
@@ -418,7 +418,7 @@ class Job(Generic[ArgsT]):
         The update is fenced on ``(id, attempt, state = 'running')``. If this
         execution no longer holds the job (its lease lapsed and it was
         rescued, perhaps re-claimed or cancelled since; shutdown handed it
-        back), :class:`drover.LeaseLost` is raised and nothing of drover's is
+        back), ``drover.LeaseLost`` is raised and nothing of drover's is
         written: let it escape the transaction block so the handler's writes
         roll back too. That is what makes a handler whose side effects live in
         the same database effectively-once (ADR 0002).
@@ -428,9 +428,9 @@ class Job(Generic[ArgsT]):
         and the job left to the rescuer). Call it at most once per execution;
         after a commit, raising from the handler changes nothing.
 
-        Raises :class:`drover.InvalidArgument` for a job not claimed by a
-        worker, :class:`drover.NotInTransaction` for an autocommit connection
-        and :class:`drover.UnsupportedConnection` for anything else it cannot use.
+        Raises ``drover.InvalidArgument`` for a job not claimed by a
+        worker, ``drover.NotInTransaction`` for an autocommit connection
+        and ``drover.UnsupportedConnection`` for anything else it cannot use.
         """
         complete = self.context._complete_tx
         if complete is None:

@@ -3,7 +3,7 @@
 drover logs on the ``drover`` logger (which has a ``NullHandler``; the library never
 configures logging, though ``drover worker`` does when the application has not).
 Every record about a job names it in its text,
-so ``logging.basicConfig()`` alone shows which job it was::
+so ``logging.basicConfig()`` alone shows which job it was:
 
     WARNING:drover:job 42 (send_email, queue default, attempt 1/5) failed after 3.1 ms: ...
 
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 JOB = "job %d (%s, queue %s, attempt %d/%d)"
-"""How log text names a job; its arguments are :func:`job_args`. Formatted
+"""How log text names a job; its arguments are ``job_args``. Formatted
 lazily by ``logging``, so a disabled level costs no string building."""
 
 _current: contextvars.ContextVar[JobRow | None] = contextvars.ContextVar(
@@ -67,7 +67,7 @@ def job_scope(row: JobRow) -> Iterator[None]:
 
 
 def job_args(row: JobRow) -> tuple[int, str, str, int, int]:
-    """The arguments of :data:`JOB` for ``row``."""
+    """The arguments of ``JOB`` for ``row``."""
     return row.id, row.kind, row.queue, row.attempt, row.max_attempts
 
 
@@ -93,8 +93,8 @@ def log_job(
     exc_info: bool = False,
     **fields: Any,
 ) -> None:
-    """Log a record about ``row``: ``message`` names it with :data:`JOB`, whose arguments
-    come first, then ``args``; the extra keys are :func:`job_fields` plus ``fields``."""
+    """Log a record about ``row``: ``message`` names it with ``JOB``, whose arguments
+    come first, then ``args``; the extra keys are ``job_fields`` plus ``fields``."""
     if log.isEnabledFor(level):
         log.log(
             level,

@@ -1,8 +1,8 @@
 """Middleware: functions that wrap every execution, whatever the job kind.
 
-A :data:`Handler` takes the job's context and its raw row (args still JSON) and
-returns on success or raises on failure. A :data:`Middleware` takes the next
-handler and returns a handler that wraps it::
+A ``Handler`` takes the job's context and its raw row (args still JSON) and
+returns on success or raises on failure. A ``Middleware`` takes the next
+handler and returns a handler that wraps it:
 
     def audit(next_handler: drover.Handler) -> drover.Handler:
         def handle(ctx: drover.JobContext, row: drover.JobRow) -> None:

@@ -1,7 +1,7 @@
 """Schema migrations: bring a database's drover schema up to date, and report where it stands.
 
 drover's schema is a series of numbered SQL files shipped with the package.
-:func:`migrate` applies the pending ones; :func:`migration_status` reports
+``migrate`` applies the pending ones; ``migration_status`` reports
 which are applied. ``drover migrate`` and ``manage.py migrate`` (with the
 Django app) call the same code.
 """

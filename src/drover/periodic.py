@@ -24,7 +24,7 @@ class PeriodicJob:
       across deploys: a new id starts a new history. Two entries may insert
       the same kind.
     - ``schedule``: a cron expression or ``@every <duration>``
-      (see :class:`drover.Schedule`), evaluated in ``timezone``.
+      (see ``drover.Schedule``), evaluated in ``timezone``.
     - ``args`` and ``opts``: what each tick inserts. ``opts`` may set the
       queue and ``max_attempts``; its ``unique_key`` and ``scheduled_at`` are
       replaced per tick (the key is ``f"{id}/{fire time in UTC, ISO 8601}"``
@@ -33,7 +33,7 @@ class PeriodicJob:
       leader (at start, and after a failover), in addition to the schedule.
 
     Every field is checked when the entry is built; a bad one raises
-    :class:`drover.InvalidArgument` naming the entry. Immutable.
+    ``drover.InvalidArgument`` naming the entry. Immutable.
     """
 
     __slots__ = ("args", "id", "opts", "run_on_start", "schedule")

@@ -1,4 +1,4 @@
-"""Queue records shared by :class:`drover.Client` and :class:`drover.Inspector`."""
+"""Queue records shared by ``drover.Client`` and ``drover.Inspector``."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class QueueState:
 class QueueSummary:
     """One queue as an operator sees it: paused or not, its backlog, its oldest wait.
 
-    Listed by :meth:`drover.Inspector.queues` for every queue that has a
+    Listed by ``drover.Inspector.queues`` for every queue that has a
     waiting, running or dead job, or a pause record. ``counts`` has every
     state the depth gauges publish (available, scheduled, retryable,
     running, dead), zeros included; ``oldest_age_seconds`` is the age of the

@@ -21,7 +21,7 @@ class RetryPolicy(Protocol):
     timezone-aware time. It is called from pool threads and the rescuer at the
     same time, so it must be thread-safe. A time in the past means now. If it
     raises or returns something that is not an aware datetime, drover logs the
-    problem and falls back to :class:`ExponentialRetryPolicy`.
+    problem and falls back to ``ExponentialRetryPolicy``.
     """
 
     def next_retry(self, job: JobRow) -> datetime:
@@ -50,5 +50,5 @@ class ExponentialRetryPolicy:
         return timedelta(seconds=base * factor)
 
     def next_retry(self, job: JobRow) -> datetime:
-        """Now plus :meth:`backoff` for the attempt that failed."""
+        """Now plus ``backoff`` for the attempt that failed."""
         return datetime.now(UTC) + self.backoff(job.attempt)

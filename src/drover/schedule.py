@@ -133,7 +133,7 @@ class Schedule:
       firing at whole multiples of the duration since the Unix epoch in UTC,
       whatever ``timezone`` says, so every client computes the same instants.
 
-    Invalid input raises :class:`drover.InvalidArgument` saying what is
+    Invalid input raises ``drover.InvalidArgument`` saying what is
     wrong; nothing is evaluated lazily. Immutable and thread-safe.
     """
 

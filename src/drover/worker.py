@@ -24,7 +24,7 @@ class Worker(abc.ABC, Generic[A]):
     """Base class for the code that runs one kind of job.
 
     Subclass it with the args type as the parameter; drover reads the type
-    from the base class, so the registry needs nothing else::
+    from the base class, so the registry needs nothing else:
 
         class SendEmailWorker(drover.Worker[SendEmail]):
             def work(self, job: drover.Job[SendEmail]) -> None:
@@ -117,9 +117,9 @@ def _is_args_class(obj: object) -> bool:
 class Workers:
     """The registry of workers a client runs, keyed by job kind.
 
-    Register class-based workers with :meth:`add` and functions with
-    :meth:`register`. Registering a second worker for a kind raises
-    :class:`drover.ConfigError` at once. Registration is thread-safe, but a
+    Register class-based workers with ``add`` and functions with
+    ``register``. Registering a second worker for a kind raises
+    ``drover.ConfigError`` at once. Registration is thread-safe, but a
     registry is meant to be filled before the client starts.
     """
 

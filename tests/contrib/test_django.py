@@ -267,6 +267,11 @@ def test_a_missing_schema_names_manage_py_migrate(empty_db_url: str) -> None:
     assert "drover's schema is missing from" in worker.stderr
     assert "run `python manage.py migrate`" in worker.stderr
     assert "drover migrate" not in worker.stderr and "Traceback" not in worker.stderr
+    for command in (["stats"], ["jobs", "list"]):  # drover's CLI, run through manage.py
+        passed = manage(empty_db_url, "drover", *command, timeout=60)
+        assert passed.returncode == 1, passed.stderr
+        assert "run `python manage.py migrate` first" in passed.stderr
+        assert "drover migrate" not in passed.stderr
     report = django_script(
         empty_db_url,
         """

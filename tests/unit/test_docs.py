@@ -65,6 +65,18 @@ def test_no_docstring_mentions_an_issue_number() -> None:
             assert not issue.search(line), f"{path.relative_to(ROOT)}:{number}: {line}"
 
 
+def test_docstrings_use_markdown_not_sphinx_roles() -> None:
+    # The API reference renders docstrings as Markdown (mkdocstrings): a Sphinx
+    # role such as :meth:`x` or an RST "::" literal marker shows up verbatim.
+    role = re.compile(r":(?:py:)?(?:meth|class|func|attr|exc|data|mod|obj|const):`")
+    literal = re.compile(r"(^|\S)::$")
+    for path in sorted((ROOT / "src" / "drover").rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.relative_to(ROOT)}:{number}: {line}"
+            assert not role.search(line), where
+            assert not literal.search(line.rstrip()), where
+
+
 def test_pages_name_no_private_module() -> None:
     private = re.compile(r"\bdrover\._|src/drover/_")
     for page in pages():

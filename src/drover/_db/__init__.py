@@ -1,8 +1,8 @@
 """The database layer: the only part of drover that executes SQL.
 
-:class:`drover._db.store.Store` is its door for everything that runs on
+``drover._db.store.Store`` is its door for everything that runs on
 drover's own connections (the client, the Inspector, the background
-services, the test helpers); :mod:`drover._db.caller` runs drover's
+services, the test helpers); ``drover._db.caller`` runs drover's
 statements inside a caller's open transaction (``insert_tx``,
 ``complete_tx``, the framework integrations). Everything returns drover
 types and raises drover exceptions.

@@ -30,7 +30,7 @@ def translate(action: str) -> Iterator[None]:
     """Re-raise psycopg errors raised inside the block as drover errors.
 
     ``action`` says what drover was doing ("insert job", "migrate") and leads
-    the message. A missing drover table or type becomes :class:`SchemaMissing`.
+    the message. A missing drover table or type becomes ``SchemaMissing``.
     """
     try:
         yield

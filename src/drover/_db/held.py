@@ -35,7 +35,7 @@ class HeldConnection:
 
     Not thread-safe: one loop thread owns it. Leaving the block with an
     exception returns the connection to the pool, which rolls back or
-    discards it; :meth:`release` returns it when the loop goes idle. On a
+    discards it; ``release`` returns it when the loop goes idle. On a
     pool that does not autocommit (a caller's own pool), each round is
     committed as it ends, as a plain borrow would.
     """
@@ -105,7 +105,7 @@ class HeldSession:
     """The statements a busy loop runs on its held connection: claims, or outcome batches.
 
     Not thread-safe: one loop thread owns it. A failed statement returns the
-    connection to the pool (the next round borrows another); :meth:`release`
+    connection to the pool (the next round borrows another); ``release``
     returns it when the loop goes idle.
     """
 

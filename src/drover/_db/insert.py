@@ -1,7 +1,7 @@
 """Job queries: the Python side of ``sql/queries/jobs.sql``.
 
 Every function takes the connection to run on and returns drover types (built
-by :mod:`drover._db.rows`). None of them commits, rolls back or changes
+by ``drover._db.rows``). None of them commits, rolls back or changes
 session settings: the caller (the client, or the application for
 ``insert_tx``) owns the transaction.
 """
@@ -42,7 +42,7 @@ def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
 def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> JobRow:
     """Insert one job; one statement, one round trip, the wake-up included when ``notify``.
 
-    Raises :class:`DuplicateJob` without aborting the transaction when the
+    Raises ``DuplicateJob`` without aborting the transaction when the
     unique key is taken (the query skips the row instead of raising).
     """
     with translate(f"insert job kind {params.kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
@@ -104,9 +104,9 @@ def job_insert_many(
     """Insert an encoded batch with COPY; rows come back in input order, ids ascending.
 
     A batch with no unique key is copied straight into ``drover_jobs`` (see
-    :func:`_copy_direct`). A batch with unique keys goes through a staging table
+    ``_copy_direct``). A batch with unique keys goes through a staging table
     so that a collision, with an existing job or within the batch, writes
-    nothing and raises :class:`DuplicateJob`; with ``caller_tx`` that runs
+    nothing and raises ``DuplicateJob``; with ``caller_tx`` that runs
     under a savepoint, so the caller's transaction stays usable.
     """
     batch = encoded.params

@@ -30,7 +30,7 @@ def _applied(conn: Connection) -> tuple[AppliedMigration, ...]:
 
 
 def read_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
-    """What :func:`drover.migrations.migration_status` reports (it creates no table)."""
+    """What ``drover.migrations.migration_status`` reports (it creates no table)."""
     migrations = load_migrations()
     with borrow(source, "read migration status") as conn, translate("read migration status"):
         was_idle = conn.info.transaction_status == pq.TransactionStatus.IDLE
@@ -42,7 +42,7 @@ def read_status(source: PoolOrConninfo | Connection) -> MigrationStatus:
 
 
 def require_current_schema(conn: Connection, target: str, action: str) -> None:
-    """Raise :class:`drover.SchemaMissing` unless every migration is applied on ``conn``.
+    """Raise ``drover.SchemaMissing`` unless every migration is applied on ``conn``.
 
     The message names `target` (`host:port/db`), both versions when the
     schema is behind, and the remedy (`drover migrate`; see `SchemaMissing.with_remedy`).
@@ -85,7 +85,7 @@ def _apply_next(conn: Connection, migrations: tuple[Migration, ...]) -> Migratio
 
 
 def apply_pending(source: PoolOrConninfo | Connection) -> list[Migration]:
-    """:func:`drover.migrations.migrate`: each pending migration in its own transaction."""
+    """``drover.migrations.migrate``: each pending migration in its own transaction."""
     migrations = load_migrations()
     applied: list[Migration] = []
     with borrow(source, "migrate") as conn:

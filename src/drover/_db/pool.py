@@ -151,7 +151,7 @@ class OwnedPool(ConnectionPool[Any]):
 
     psycopg_pool connects in background threads and only logs why an attempt
     failed; a borrower would wait out the whole pool timeout and learn only
-    that no connection came. Recording the attempts lets :func:`borrow` fail
+    that no connection came. Recording the attempts lets ``borrow`` fail
     as soon as the server refuses, with the server's reason.
     """
 
@@ -301,7 +301,7 @@ def pool_from(source: object, *, who: str, max_size: int) -> tuple[ConnectionPoo
     """``(pool, owned)``: the caller's pool as is, or a new one opened from a conninfo string.
 
     A conninfo string is parsed first, so a malformed one is an
-    :class:`drover.InvalidArgument` here (without the password), not a
+    ``drover.InvalidArgument`` here (without the password), not a
     connection failure later.
     """
     if isinstance(source, str):

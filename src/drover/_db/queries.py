@@ -62,7 +62,7 @@ def _strip_comments(block: str) -> LiteralString:
 def expand_state_sets(sql: LiteralString, source: str) -> LiteralString:
     """Replace each ``{{states:<name>}}`` with that set's quoted states, comma-separated.
 
-    The sets are :data:`drover.job.STATE_SETS`, so a predicate such as
+    The sets are ``drover.job.STATE_SETS``, so a predicate such as
     ``state IN ({{states:waiting}})`` always lists the states Python means.
     """
 
@@ -80,7 +80,7 @@ def expand_state_sets(sql: LiteralString, source: str) -> LiteralString:
 
 def expand_job_columns(sql: LiteralString) -> LiteralString:
     """Replace each ``{{job_columns}}`` (or ``{{job_columns:j}}``, qualified by ``j``)
-    with :data:`drover._db.rows.JOB_COLUMNS`: what every query returning jobs returns."""
+    with ``drover._db.rows.JOB_COLUMNS``: what every query returning jobs returns."""
 
     def columns(match: re.Match[str]) -> str:
         prefix = f"{match.group(1)}." if match.group(1) else ""

@@ -1,8 +1,8 @@
-"""Turning what the database returns (or what drover sent it) into :class:`drover.JobRow`.
+"""Turning what the database returns (or what drover sent it) into ``drover.JobRow``.
 
 These functions run no SQL. The columns a query returns for a job are
-declared once here (:data:`JOB_COLUMNS`, in ``JobRow``'s field order) and
-spelled into the SQL files as ``{{job_columns}}`` by :mod:`drover._db.queries`,
+declared once here (``JOB_COLUMNS``, in ``JobRow``'s field order) and
+spelled into the SQL files as ``{{job_columns}}`` by ``drover._db.queries``,
 so a row is built by position without the two ever drifting apart. A claim
 or a bulk insert builds one row per job, hence ``tuple.__new__`` and the
 decoder's ``raw_decode`` (ADR 0016).
@@ -126,7 +126,7 @@ def new_rows(
     args_json: Sequence[str],
     created_at: datetime,
 ) -> list[JobRow]:
-    """:func:`new_row` for a run of jobs of one kind and queue, inserted due now."""
+    """``new_row`` for a run of jobs of one kind and queue, inserted due now."""
     new = _tuple_new
     decode = decode_sent_json
     return [
@@ -153,7 +153,7 @@ def new_rows(
 
 
 def row_from_db(values: Sequence[Any]) -> JobRow:
-    """Build a JobRow from the :data:`JOB_COLUMNS` a job query returns."""
+    """Build a JobRow from the ``JOB_COLUMNS`` a job query returns."""
     return _tuple_new(
         JobRow,
         (

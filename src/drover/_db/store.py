@@ -1,14 +1,14 @@
 """The Store: drover's one door to the database for everything that runs on its own connections.
 
-A :class:`Store` owns a connection pool (one drover opened, or the
+A ``Store`` owns a connection pool (one drover opened, or the
 application's) and offers the operations drover runs on it: inserts in
 transactions of their own, reads and operator actions, the engine's fenced
 writes and sweeps, and the connections a busy loop keeps
-(:meth:`Store.held`) or a service needs for itself (:meth:`Store.listen`,
-:meth:`Store.lead`). The client, the Inspector, the background services and
+(``Store.held``) or a service needs for itself (``Store.listen``,
+``Store.lead``). The client, the Inspector, the background services and
 the test helpers use only this; none of them sees a pool or a connection.
 Work inside a caller's transaction is not the Store's: see
-:mod:`drover._db.caller`.
+``drover._db.caller``.
 
 Every one-shot operation borrows one connection for its statements and
 returns it at once (committed by autocommit, or by the pool's context
@@ -73,7 +73,7 @@ class Store:
         """A store on the caller's pool as is, or on a new pool opened from a conninfo string.
 
         A conninfo string is parsed first, so a malformed one is an
-        :class:`drover.InvalidArgument` naming ``who`` (without the
+        ``drover.InvalidArgument`` naming ``who`` (without the
         password), not a connection failure later.
         """
         pool, owned = pool_from(source, who=who, max_size=max_size)
@@ -111,7 +111,7 @@ class Store:
     # --- schema -----------------------------------------------------------------------------
 
     def require_current_schema(self, action: str) -> None:
-        """Raise :class:`drover.SchemaMissing` unless every migration is applied."""
+        """Raise ``drover.SchemaMissing`` unless every migration is applied."""
         with borrow(self._pool, action) as conn:
             require_current_schema(conn, self.target, action)
 
@@ -178,7 +178,7 @@ class Store:
             return admin.job_lease_holder(conn, job_id)
 
     def cancel_job(self, job_id: int) -> JobRow:
-        """Cancel a waiting or dead job (see :func:`drover._db.admin.job_operator_transition`)."""
+        """Cancel a waiting or dead job (see ``drover._db.admin.job_operator_transition``)."""
         with borrow(self._pool, "cancel job") as conn:
             return admin.job_operator_transition(conn, job_id, admin.CANCEL)
 
@@ -225,7 +225,7 @@ class Store:
             return stats.queue_stats(conn)
 
     def queue_overview(self, action: str) -> tuple[QueueStats, list[QueueState]]:
-        """:meth:`queue_stats` and :meth:`queue_states`, read on one connection."""
+        """``queue_stats`` and ``queue_states``, read on one connection."""
         with borrow(self._pool, action) as conn:
             return stats.queue_stats(conn), queues.queue_list(conn)
 

@@ -1,4 +1,4 @@
-"""The statements behind :mod:`drover.testing` (``sql/queries/testing.sql``)."""
+"""The statements behind ``drover.testing`` (``sql/queries/testing.sql``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Periodic jobs' ticks and leadership: the Python side of ``sql/queries/periodic.sql``.
 
-:class:`Leadership` runs on the ticker's dedicated connection (autocommit),
-which holds the leadership lock; :func:`periodic_list` and
-:func:`lock_holders` run on any connection.
+``Leadership`` runs on the ticker's dedicated connection (autocommit),
+which holds the leadership lock; ``periodic_list`` and
+``lock_holders`` run on any connection.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ class Leadership:
         record_leader(self._conn, client_id, host, pid)
 
     def define(self, **entry: str) -> datetime:
-        """Register an entry (see :func:`define`); return its watermark."""
+        """Register an entry (see ``define``); return its watermark."""
         return define(self._conn, **entry)
 
     def fire_tick(

@@ -30,9 +30,9 @@ The flag is False only where the caller allows autocommit (Django outside
 
 
 def caller(obj: object, api: str = "insert_tx") -> Resolve:
-    """The :data:`Resolve` of an object handed to ``api``: a psycopg connection or cursor,
+    """The ``Resolve`` of an object handed to ``api``: a psycopg connection or cursor,
     a Django connection or cursor, a SQLAlchemy connection or session, which must be
-    inside a transaction (see :func:`drover._db.caller.resolve_connection`)."""
+    inside a transaction (see ``drover._db.caller.resolve_connection``)."""
     return lambda: (resolve_connection(obj, api), True)
 
 

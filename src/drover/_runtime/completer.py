@@ -1,7 +1,7 @@
 """Records outcomes in batches: many jobs per round trip, each still fenced.
 
 The completer is also where a claim leaves this client's books: every claim
-ends in :meth:`Completer.settle` (or, at shutdown, :meth:`Completer.hand_back`),
+ends in ``Completer.settle`` (or, at shutdown, ``Completer.hand_back``),
 and only the completer untracks it, once its outcome is written, refused,
 discarded or given up on.
 """

@@ -3,8 +3,8 @@
 Used by the pool threads for handler outcomes, by the rescuer for expired
 leases, by shutdown for hand-backs and by ``drover.testing``, so every path
 writes the same shapes. Deciding and logging are apart: the functions here
-return a :class:`Decision` (the outcome to write, and what to log about it)
-and :func:`report` logs it.
+return a ``Decision`` (the outcome to write, and what to log about it)
+and ``report`` logs it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ _fallback_policy = ExponentialRetryPolicy()
 
 
 class Note(NamedTuple):
-    """A log record about a job: level, event, message (naming it with :data:`JOB`), fields."""
+    """A log record about a job: level, event, message (naming it with ``JOB``), fields."""
 
     level: int
     event: str
@@ -153,7 +153,7 @@ def failed(
     the job cancelled; a Snooze schedules it again with the attempt refunded;
     otherwise the failure is recorded and the job is dead once its attempts are
     used up, or at once when no retry can help (stored args that do not
-    validate: :class:`drover.ArgsDecodeError`), else retryable at the policy's
+    validate: ``drover.ArgsDecodeError``), else retryable at the policy's
     time.
     """
     signal = find_signal(exc) if exc is not None else None

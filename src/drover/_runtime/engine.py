@@ -33,13 +33,13 @@ __all__ = ["Engine"]
 class Engine:
     """The machinery behind a started client.
 
-    :attr:`services` lists the background loops in start order: the
+    ``services`` lists the background loops in start order: the
     completer, the heartbeat, the rescuer, the stats refresher, the pruner,
     the listener and the ticker (when configured), and last the fetcher, so
     nothing is claimed before everything that handles a claim runs. The job
-    pool's ``concurrency`` threads start before them all. :meth:`start`
+    pool's ``concurrency`` threads start before them all. ``start``
     starts them in that order and, if one fails to start, stops those
-    already running; :meth:`stop` stops them in reverse order, draining
+    already running; ``stop`` stops them in reverse order, draining
     after the intake services (see its docstring). ``max_jobs`` caps the
     claims this engine ever makes.
     """

@@ -56,7 +56,7 @@ class Fetcher(ThreadService):
     weighted order, one round trip per queue until the slots are filled. Each
     claimed job is tracked in flight *before* it is dispatched, so the
     heartbeat covers it and shutdown sees it. A round that claims nothing
-    sleeps ``poll_interval``, cut short by :meth:`wake` or stop. Claim errors
+    sleeps ``poll_interval``, cut short by ``wake`` or stop. Claim errors
     are logged and the loop carries on after one poll interval.
     """
 

@@ -47,7 +47,7 @@ class Claim:
     """A claim held by this client, from the claim until its outcome is recorded.
 
     The engine's side of one execution: the row as claimed, the context the
-    handler sees (whose :class:`~drover.Lease` is the read-only view of this
+    handler sees (whose ``Lease`` is the read-only view of this
     claim), whether the handler has returned, the local lease deadline and the
     bookkeeping of a ``complete_tx``. Only drover's threads change it.
     """
@@ -193,7 +193,7 @@ class Slots:
     life: a supervised worker process recycled after N jobs claims exactly N,
     not N plus whatever one more claim round brought in. Slots freed unused
     (``unused=True``) return to the budget; a finished job's do not.
-    Once the budget is spent, :meth:`take_all` waits as if every slot were busy.
+    Once the budget is spent, ``take_all`` waits as if every slot were busy.
     """
 
     def __init__(self, size: int, budget: int | None = None) -> None:

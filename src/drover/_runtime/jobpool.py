@@ -31,7 +31,7 @@ class JobPool:
 
     The fetcher claims only for idle slots, so a thread is free for every
     claim dispatched here: nothing waits in the queue while the database
-    already calls it running. :meth:`end` stops the threads: each idle one
+    already calls it running. ``end`` stops the threads: each idle one
     ends at once, one inside an abandoned handler ends when the handler
     returns.
     """

@@ -33,7 +33,7 @@ class Notifier(ThreadService):
     held without waiting for a flush, the inserts keep committing in groups,
     and one notification serves every insert of the moment.
 
-    Guarantee: every call to :meth:`committed` is followed by a NOTIFY for
+    Guarantee: every call to ``committed`` is followed by a NOTIFY for
     each of its queues that *starts after the call*, so a listener woken by
     it sees the committed rows. Queues named while a round is in flight wait
     for the next round; rounds are at least 10 ms apart, so a busy client
@@ -41,7 +41,7 @@ class Notifier(ThreadService):
     inserted just after a round waits up to 10 ms for its wake-up).
     The thread starts with the first call. A failed round is logged at ERROR
     and its queues are dropped (workers still find the jobs by polling).
-    :meth:`stop` sends what is pending before the thread ends; a call after
+    ``stop`` sends what is pending before the thread ends; a call after
     ``stop`` notifies inline. A notifier nobody stops is stopped at interpreter
     exit, so the last inserts of a process are announced too.
     """

@@ -17,7 +17,7 @@ class StatsRefresher(IntervalService):
 
     Scrapes only read the published snapshot, so scrape rate never adds
     database load. A failed refresh changes nothing and is logged at WARNING;
-    :meth:`fresh` then turns false once two intervals pass without a success,
+    ``fresh`` then turns false once two intervals pass without a success,
     which is what ``/readyz`` reports.
     """
 

@@ -14,10 +14,10 @@ class ThreadService(abc.ABC):
     """One named daemon thread, a stop event it sleeps on, and a join on stop.
 
     ``start`` and ``stop`` are idempotent; ``stop`` tolerates a service that was
-    never started. Subclasses implement :meth:`_loop`, which must return soon
+    never started. Subclasses implement ``_loop``, which must return soon
     after ``self._stopping`` is set, and must never let an exception escape.
     If one does (or the loop returns before it was asked to stop), the base
-    class logs it at CRITICAL, records it in :attr:`died` and calls the
+    class logs it at CRITICAL, records it in ``died`` and calls the
     ``on_death`` hook, so the client can report it (``/readyz``, a metric)
     instead of running on without the loop.
     """
@@ -38,7 +38,7 @@ class ThreadService(abc.ABC):
         self.died: str | None = None
         """Why the loop ended on its own (an exception's description), else None."""
         self.on_death: Callable[[str], None] | None = None
-        """Called once with the service's name, on the dying thread, after :attr:`died` is set."""
+        """Called once with the service's name, on the dying thread, after ``died`` is set."""
 
     @property
     def thread_name(self) -> str:
@@ -49,7 +49,7 @@ class ThreadService(abc.ABC):
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        """Start the thread; a no-op if it was started before or :meth:`stop` was called."""
+        """Start the thread; a no-op if it was started before or ``stop`` was called."""
         with self._lock:
             if self._thread is not None or self._stopping.is_set():
                 return
@@ -121,7 +121,7 @@ class ThreadService(abc.ABC):
 
 
 class IntervalService(ThreadService):
-    """Runs :meth:`run_once` every ``interval`` seconds until stopped.
+    """Runs ``run_once`` every ``interval`` seconds until stopped.
 
     An exception from ``run_once`` is logged and the next interval tries again.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import os
 import sys
@@ -18,6 +19,7 @@ from drover._db.errors import redact
 from drover.cli import output as out
 
 __all__ = [
+    "MIGRATE_COMMAND",
     "Globals",
     "database_error",
     "database_of",
@@ -33,6 +35,13 @@ __all__ = [
     "url_of",
     "usage",
 ]
+
+MIGRATE_COMMAND: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "drover_migrate_command", default="drover migrate"
+)
+"""The command a schema error tells the user to run. `manage.py drover ...` sets
+it to Django's own (`python manage.py migrate`), which also records drover's
+Django migration; a context variable, so concurrent callers never see another's."""
 
 
 @dataclass
@@ -232,12 +241,15 @@ def open_inspector(g: Globals, workers: drover.Workers | None = None) -> Iterato
     except drover.DatabaseError as exc:
         database_error(url, exc)
     if not status.applied:
-        fail(f"drover's schema is missing from {describe_target(url)}: run `drover migrate` first")
+        fail(
+            f"drover's schema is missing from {describe_target(url)}: "
+            f"run `{MIGRATE_COMMAND.get()}` first"
+        )
     if status.pending:
         latest = status.pending[-1].version
         fail(
             f"the database schema is at version {status.current_version} but this drover "
-            f"needs {latest}: run `drover migrate`"
+            f"needs {latest}: run `{MIGRATE_COMMAND.get()}`"
         )
     inspector = drover.Inspector(url, workers=workers)
     try:

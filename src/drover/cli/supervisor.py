@@ -71,7 +71,7 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
 
     A child claims at most ``max_jobs`` jobs; once it has run them all (or
     exceeds ``max_memory_mb`` of resident memory) it stops and drains, then
-    exits :data:`RECYCLE_EXIT` so the supervisor starts a fresh process. The
+    exits ``RECYCLE_EXIT`` so the supervisor starts a fresh process. The
     ops port is bound on an ephemeral loopback port and written to the file
     named by ``$DROVER_SUPERVISED_STATUS``.
     """
@@ -199,16 +199,16 @@ class Supervisor:
     supervisor gives up. The children inherit its standard error, so their
     own records appear there too.
 
-    Thread model: :meth:`run` owns the children from the main thread; the ops
+    Thread model: ``run`` owns the children from the main thread; the ops
     listener reads them from its own threads (a dict read and HTTP calls to
     the children). A child that exits on its own is restarted: at once when
-    it was recycled (:data:`RECYCLE_EXIT`), after an exponential back-off
+    it was recycled (``RECYCLE_EXIT``), after an exponential back-off
     (0.5 s doubling to 10 s) when it crashed. Five crashes of the children
     within 60 s make the supervisor give up: it stops the rest and exits 1
     with the reason. On SIGTERM/SIGINT every child is sent SIGTERM and
     given ``shutdown_timeout`` plus 10 s to drain before it is killed. The
     exit status is 0 when every child drained, 1 otherwise, with
-    :attr:`failure` naming each process that did not and why.
+    ``failure`` naming each process that did not and why.
     """
 
     def __init__(

@@ -50,7 +50,7 @@ def insert(
 
     Nothing is committed here: the job commits or rolls back with the caller's
     transaction, nested savepoints (``begin_nested()``) included. A duplicate
-    unique key raises :class:`drover.DuplicateJob` and leaves the transaction
+    unique key raises ``drover.DuplicateJob`` and leaves the transaction
     usable. With ``notify`` (the default) listening workers are woken when the
     transaction commits.
 
@@ -84,8 +84,8 @@ def complete(
     """Complete a running job in the session's (or connection's) transaction.
 
     ``job.complete_tx`` on SQLAlchemy: the handler's ORM writes and the job's
-    completion commit or roll back together (see :meth:`drover.Job.complete_tx`).
-    Let :class:`drover.LeaseLost` escape ``session.begin()`` (or roll back) so
+    completion commit or roll back together (see ``drover.Job.complete_tx``).
+    Let ``drover.LeaseLost`` escape ``session.begin()`` (or roll back) so
     the writes go with it.
 
     Raises:

@@ -1,7 +1,7 @@
 """Fault injection, kept apart from the library: nothing else in ``drover`` imports it.
 
-:mod:`drover.faults.harness` is the reusable part (a throwaway cluster, a
-loopback proxy, the history model and its checker); :mod:`drover.faults.suite`
+``drover.faults.harness`` is the reusable part (a throwaway cluster, a
+loopback proxy, the history model and its checker); ``drover.faults.suite``
 is drover's own workload and orchestrator, ``python -m drover.faults`` (see
 docs/reliability.md and ADR 0014).
 """

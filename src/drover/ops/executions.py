@@ -55,7 +55,7 @@ class Executions(Collector):
     """``drover_jobs_completed_total``, ``drover_jobs_failed_total``,
     ``drover_job_duration_seconds`` (per queue) and ``drover_jobs_executing``.
 
-    :meth:`begin` and :meth:`end` bracket one execution on the calling
+    ``begin`` and ``end`` bracket one execution on the calling
     thread. Configured queues (and each queue on its first execution) show
     zeros from the first scrape.
     """
@@ -81,13 +81,13 @@ class Executions(Collector):
         return tally
 
     def begin(self) -> _ThreadTally:
-        """An execution starts on this thread; pass the result to :meth:`end`."""
+        """An execution starts on this thread; pass the result to ``end``."""
         tally = self._tally()
         tally.executing += 1
         return tally
 
     def end(self, tally: _ThreadTally, queue: str, ok: bool, seconds: float) -> None:
-        """The execution :meth:`begin` started ended (``ok``: its handler returned)."""
+        """The execution ``begin`` started ended (``ok``: its handler returned)."""
         counts = tally.queues.get(queue)
         if counts is None:
             counts = tally.queues[queue] = _QueueTally(len(self._les))

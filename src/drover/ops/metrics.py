@@ -191,7 +191,7 @@ class Metrics:
     def middleware(self, next_handler: Handler) -> Handler:
         """Count, time and track every execution (installed by the client, inside Logging).
 
-        The tally is the running thread's own (see :class:`Executions`): no
+        The tally is the running thread's own (see ``Executions``): no
         lock is taken per job.
         """
         executions = self._executions

@@ -1,6 +1,6 @@
 """Test helpers: see what a test enqueued and work those jobs in the test's own thread.
 
-On a real database, like the rest of drover::
+On a real database, like the rest of drover:
 
     def test_sign_up_sends_a_welcome(drover_client, drover_jobs):   # the pytest plugin
         sign_up(drover_client, "ada@example.com")
@@ -9,7 +9,7 @@ On a real database, like the rest of drover::
         assert worked.state is drover.JobState.COMPLETED
 
 Outside pytest, ``with drover.testing.inline(client) as jobs:`` gives the same
-helper. A :class:`Jobs` sees only jobs inserted after it was made (ids above
+helper. A ``Jobs`` sees only jobs inserted after it was made (ids above
 its watermark), so tests sharing a database do not see, or run, each other's
 jobs.
 """
@@ -37,7 +37,7 @@ _LEASE_SECONDS = 300.0
 
 @dataclass(frozen=True, slots=True)
 class Worked:
-    """One attempt :meth:`Jobs.drain` ran: the job as claimed, and where it went."""
+    """One attempt ``Jobs.drain`` ran: the job as claimed, and where it went."""
 
     job: JobRow
     """The row as claimed (``attempt`` is this attempt's number)."""
@@ -66,8 +66,8 @@ def _matches(row: JobRow, kind: str | None, queue: str | None, args: object) -> 
 class Jobs:
     """The jobs a test inserted, with assertions, and a way to run them synchronously.
 
-    ``client`` is the :class:`drover.Client` under test (it need not be
-    started; :meth:`drain` uses its workers, middleware and retry policy).
+    ``client`` is the ``drover.Client`` under test (it need not be
+    started; ``drain`` uses its workers, middleware and retry policy).
     Everything reads the database, so jobs inserted with ``insert_tx`` count
     once their transaction has committed.
     """
@@ -201,7 +201,7 @@ def _describe(wanted: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def inline(client: Client) -> Iterator[Jobs]:
-    """A :class:`Jobs` for the block: it sees what the block inserts and runs it on ``drain()``.
+    """A ``Jobs`` for the block: it sees what the block inserts and runs it on ``drain()``.
 
     Nothing runs on its own: call ``jobs.drain()`` where the test wants the
     work done, then assert on the database.

@@ -6,11 +6,11 @@ Fixtures, all on the real database your tests use:
   else ``$DROVER_TEST_DATABASE_URL``, else ``$DATABASE_URL``; a test asking for
   drover fixtures without one is skipped with a message saying so.
 - ``drover_migrated``: the URL, after ``drover.migrate`` (once per session).
-- ``drover_config``: the :class:`drover.Config` for ``drover_client``
+- ``drover_config``: the ``drover.Config`` for ``drover_client``
   (override it in your ``conftest.py`` to pass your ``Workers``).
-- ``drover_client``: a :class:`drover.Client` on that database, not started,
+- ``drover_client``: a ``drover.Client`` on that database, not started,
   closed after the test.
-- ``drover_jobs``: a :class:`drover.testing.Jobs` for the jobs the test inserts.
+- ``drover_jobs``: a ``drover.testing.Jobs`` for the jobs the test inserts.
 
 Nothing connects until a test asks for one of these.
 """

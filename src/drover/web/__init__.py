@@ -1,4 +1,4 @@
-"""drover's status page: :func:`make_app` builds a WSGI application over an Inspector.
+"""drover's status page: ``make_app`` builds a WSGI application over an Inspector.
 
 Needs the ``web`` extra (``pip install 'drover-queue[web]'``: Jinja2, Werkzeug and,
 for ``drover web``, Waitress).

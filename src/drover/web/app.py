@@ -1,4 +1,4 @@
-"""The status page as a plain WSGI application over an :class:`drover.Inspector`."""
+"""The status page as a plain WSGI application over an ``drover.Inspector``."""
 
 from __future__ import annotations
 
@@ -200,7 +200,7 @@ def flash_text(args: Any) -> str | None:
 
 
 class StatusPage:
-    """The WSGI application :func:`make_app` returns.
+    """The WSGI application ``make_app`` returns.
 
     Thread-safe: it holds no per-request state, and the Inspector it reads
     through is thread-safe. Every request borrows one Inspector connection at

@@ -2,7 +2,7 @@
 
 Add ``"drover.contrib.django"`` to ``INSTALLED_APPS``; ``manage.py migrate``
 then applies drover's schema to the database ``settings.DROVER["DATABASE"]``
-names (``default``). Settings::
+names (``default``). Settings:
 
     DROVER = {
         "DATABASE": "default",            # the alias drover's tables live in
@@ -11,7 +11,7 @@ names (``default``). Settings::
     }
 
 ``insert`` joins the request's transaction; ``manage.py drover worker`` runs
-the workers (and Django tasks sent to :class:`DroverTaskBackend`); every other
+the workers (and Django tasks sent to ``DroverTaskBackend``); every other
 ``manage.py drover ...`` command is the ``drover`` CLI pointed at the Django
 database.
 """

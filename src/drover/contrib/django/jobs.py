@@ -75,9 +75,9 @@ def complete(job: Job[Any], using: str | None = None) -> None:
 
     ``job.complete_tx`` on the Django connection: the handler's model writes
     and the job's completion commit or roll back together (see
-    :meth:`drover.Job.complete_tx`). Call it inside ``atomic()`` (in
+    ``drover.Job.complete_tx``). Call it inside ``atomic()`` (in
     autocommit there is no transaction to share) and let
-    :class:`drover.LeaseLost` escape the block so the writes roll back.
+    ``drover.LeaseLost`` escape the block so the writes roll back.
 
     Raises:
         drover.LeaseLost: this execution no longer holds the job.

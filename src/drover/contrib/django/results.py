@@ -33,7 +33,7 @@ def _json(value: Any) -> Any:
 
 
 def result_for(job_id: int, *, status: str | None = None) -> TaskResult:
-    """The :class:`TaskResult` of the task stored as job ``job_id``.
+    """The ``TaskResult`` of the task stored as job ``job_id``.
 
     drover states map to Django's statuses: waiting → READY, running →
     RUNNING, completed → SUCCESSFUL, cancelled or dead → FAILED (a retryable

@@ -1,6 +1,6 @@
 """A Django Tasks backend (``django.tasks``, Django 6.0+) that stores tasks as drover jobs.
 
-::
+Configured like this:
 
     TASKS = {
         "default": {

@@ -1,10 +1,10 @@
 """The fault harness: what any workload needs to be tested under faults.
 
-A throwaway PostgreSQL cluster on a loopback TCP port (:mod:`.cluster`), a
-loopback proxy that cuts or blackholes connections (:mod:`.proxy`), the
+A throwaway PostgreSQL cluster on a loopback TCP port (``.cluster``), a
+loopback proxy that cuts or blackholes connections (``.proxy``), the
 history model that handlers and the database are recorded into
-(:mod:`.history`), and the checker that judges a history (:mod:`.checker`).
-None of it knows drover's own test workload: :mod:`drover.faults.suite` does.
+(``.history``), and the checker that judges a history (``.checker``).
+None of it knows drover's own test workload: ``drover.faults.suite`` does.
 """
 
 from __future__ import annotations

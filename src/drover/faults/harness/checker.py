@@ -1,8 +1,8 @@
 """The history checker: did drover keep its delivery contract under the faults the run injected?
 
-:func:`check` reads a :class:`~drover.faults.harness.history.History` (the database's
-final rows plus what the processes recorded) and returns a :class:`Report`:
-counters, recovery and drain figures, and one :class:`Violation` per broken
+``check`` reads a ``History`` (the database's
+final rows plus what the processes recorded) and returns a ``Report``:
+counters, recovery and drain figures, and one ``Violation`` per broken
 invariant (docs/reliability.md §3.1). Pure Python, no database.
 
 The checker never demands a history record for something the database
@@ -12,7 +12,7 @@ and the row alone decides. What it does demand of the history is limited to
 what a fault cannot erase: an effect row is committed before the handler
 returns, and a rescue is written by the rescuer, not by the dead process.
 
-Violation codes (:data:`CODES`):
+Violation codes (``CODES``):
 
 ``LOST``
     A job not in a terminal state after the final drain, or history records of
@@ -88,7 +88,7 @@ _MAX_VIOLATIONS_IN_JSON = 100
 
 @dataclass(frozen=True)
 class Violation:
-    """One broken invariant: a code from :data:`CODES`, the job (None if not a job's), and why."""
+    """One broken invariant: a code from ``CODES``, the job (None if not a job's), and why."""
 
     code: str
     job: int | None
@@ -101,7 +101,7 @@ class Violation:
 
 @dataclass
 class Report:
-    """What :func:`check` found: counters, figures and violations.
+    """What ``check`` found: counters, figures and violations.
 
     ``states`` and ``faults`` count jobs by final state and faults by kind;
     ``lost``, ``wrong_outcome``, ``phantom``, ``stale_accepted`` and
@@ -114,7 +114,7 @@ class Report:
     a killed or stopped process; samples overlapping a database/network-wide
     fault are counted in ``recovery_confounded`` and left out of the figures
     (the lease bound is for a process fault alone). ``drains`` counts drains
-    with a budget; ``history`` is what was checked (for :meth:`summary`).
+    with a budget; ``history`` is what was checked (for ``summary``).
     """
 
     jobs: int = 0
@@ -302,7 +302,7 @@ def _p99(samples: list[float]) -> float:
 
 
 class _Checker:
-    """One pass over a history; fills a :class:`Report`."""
+    """One pass over a history; fills a ``Report``."""
 
     def __init__(self, history: History) -> None:
         self.h = history

@@ -42,7 +42,7 @@ def _free_port() -> int:
 
 
 class Cluster:
-    """One throwaway cluster: :meth:`start`, :meth:`stop` (fast or immediate), :meth:`close`.
+    """One throwaway cluster: ``start``, ``stop`` (fast or immediate), ``close``.
 
     As root (CI), the server runs as the system user ``embedded_postgres``
     (created if missing), since PostgreSQL refuses to run as root. Not

@@ -6,12 +6,12 @@ per line, whose ``ev`` field names the record type:
 =========== ===================================================================
 ``ev``      record
 =========== ===================================================================
-``job``     :class:`JobFinal`: a job row after the run (the database snapshot)
-``effect``  :class:`Effect`: one committed side effect of a handler
-``start``   :class:`Start`: a handler began (a worker's own history file)
-``refused`` :class:`Refused`: drover refused a stale claim's fenced write
-``fault``   :class:`Fault`: what the nemesis did, and when
-``params``  :class:`Params`: the run's lease, intervals and mode (optional)
+``job``     ``JobFinal``: a job row after the run (the database snapshot)
+``effect``  ``Effect``: one committed side effect of a handler
+``start``   ``Start``: a handler began (a worker's own history file)
+``refused`` ``Refused``: drover refused a stale claim's fenced write
+``fault``   ``Fault``: what the nemesis did, and when
+``params``  ``Params``: the run's lease, intervals and mode (optional)
 =========== ===================================================================
 
 Any other ``ev`` (``process``, say) and any field a record type does not
@@ -22,7 +22,7 @@ dropped. Any other malformed line is an error naming the file and line.
 
 Times are float seconds since the epoch (``time.time()``): every process
 and the database server run on one machine, so their clocks agree. Nothing
-here touches a database; the checker (:mod:`drover.faults.harness.checker`) reads
+here touches a database; the checker (``drover.faults.harness.checker``) reads
 only this data.
 """
 
@@ -188,7 +188,7 @@ class History:
     params: Params
 
     def canonical(self) -> History:
-        """This history, jobs by id and every list in time order (as :func:`load_history` gives)."""
+        """This history, jobs by id and every list in time order (as ``load_history`` gives)."""
         return History(
             jobs={job_id: self.jobs[job_id] for job_id in sorted(self.jobs)},
             effects=sorted(self.effects, key=_effect_key),
@@ -247,7 +247,7 @@ def dump_history(history: History, directory: Path) -> None:
     The database's truth (jobs, effects) goes to ``db.jsonl``, each worker's
     starts and refusals to ``worker-<pid>.jsonl``, the faults to
     ``orchestrator.jsonl`` and the params to ``params.jsonl``. Files of the
-    same names are replaced; :func:`load_history` reads it all back.
+    same names are replaced; ``load_history`` reads it all back.
     """
     directory.mkdir(parents=True, exist_ok=True)
     h = history.canonical()
@@ -367,11 +367,11 @@ def _params(f: _Fields) -> Params:
 
 
 def load_history(directory: Path, params: Params | None = None) -> History:
-    """Read every ``*.jsonl`` file in ``directory`` into a :class:`History`.
+    """Read every ``*.jsonl`` file in ``directory`` into a ``History``.
 
     ``params`` given here win; otherwise the directory must hold a ``params``
-    record (as :func:`dump_history` writes). Lists come back in time order,
-    jobs by id (see :meth:`History.canonical`). Raises ``ValueError`` for a
+    record (as ``dump_history`` writes). Lists come back in time order,
+    jobs by id (see ``History.canonical``). Raises ``ValueError`` for a
     malformed record, a job recorded twice, conflicting params records or
     missing params, and ``FileNotFoundError`` if ``directory`` does not exist.
     """

@@ -51,9 +51,9 @@ class TcpProxy:
 
     ``via(url)`` rewrites a libpq URL or conninfo to go through the proxy.
 
-    Thread safety: :meth:`set_mode` and :meth:`cut` may be called from any
+    Thread safety: ``set_mode`` and ``cut`` may be called from any
     thread while connections flow; they take effect on the proxy's next
-    select round (within ``_TICK`` seconds). :meth:`close` stops the thread
+    select round (within ``_TICK`` seconds). ``close`` stops the thread
     and closes every socket. Usable as a context manager.
     """
 

@@ -1,8 +1,8 @@
 """drover's own fault-injection suite: its workload of jobs and the orchestrator that runs it.
 
-:mod:`.workload` is the worker process (a seeded mix of fast, slow, flaky,
+``.workload`` is the worker process (a seeded mix of fast, slow, flaky,
 snoozing, cancelling and poison jobs, each recording its side effects);
-:mod:`.run` starts the cluster, the proxy and the workers, injects faults
+``.run`` starts the cluster, the proxy and the workers, injects faults
 (the nemesis) and checks the history with the harness's checker.
 """
 

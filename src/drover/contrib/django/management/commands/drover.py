@@ -12,7 +12,7 @@ from django.utils.module_loading import import_string
 
 import drover
 from drover.cli import main as drover_main
-from drover.cli.common import database_of
+from drover.cli.common import MIGRATE_COMMAND, database_of
 from drover.cli.logs import LoggingChoice, configure_logging, parse_log_format, parse_log_level
 from drover.contrib.django.settings import conninfo
 from drover.contrib.django.task_args import TASK_KIND
@@ -66,7 +66,11 @@ class Command(BaseCommand):
             self._worker(arguments[1:])
             return
         try:
-            drover_main(["--database", conninfo(), *arguments])
+            token = MIGRATE_COMMAND.set("python manage.py migrate")
+            try:
+                drover_main(["--database", conninfo(), *arguments])
+            finally:
+                MIGRATE_COMMAND.reset(token)
         except SystemExit as exit_:
             if exit_.code not in (0, None):
                 raise CommandError(
