@@ -310,3 +310,24 @@ def test_inspector_and_metrics_show_the_schedule_and_the_leader(
     assert registry.get_sample_value("drover_periodic_leader") == 0.0
     with drover.Inspector(db_url) as inspector:
         assert all(e.leader is None and not e.current for e in inspector.periodic())
+
+
+def test_dedicated_connections_carry_their_role_in_application_name(
+    make_client: MakeClient, conn: Conn, poll: Poll
+) -> None:
+    # The client opens its own pool (named "drover"); the LISTEN connection and
+    # the scheduler's lock connection are opened apart from it and must say so
+    # in pg_stat_activity, not inherit the pool's name.
+    client = _client(make_client, _beat())
+    poll(lambda: _scheduler(client).leading, message="the ticker leads")
+
+    def names() -> set[str]:
+        rows = conn.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    poll(
+        lambda: {"drover", "drover-listener", "drover-scheduler"} <= names(),
+        message="the pool's, the listener's and the scheduler's connections, each by name",
+    )

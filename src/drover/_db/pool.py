@@ -333,7 +333,10 @@ def dedicated_connect(pool: ConnectionPool[Any], action: str, role: str) -> Conn
     extra = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
     kwargs = {**(extra or {}), "autocommit": True}
     conninfo = check_conninfo(conninfo)
-    if "application_name" not in kwargs and not names_application(conninfo):
+    # A pool drover opened carries drover's own default name, not the caller's:
+    # the dedicated connection gets its role's name instead.
+    drovers_default = isinstance(pool, OwnedPool) and kwargs.get("application_name") == "drover"
+    if drovers_default or ("application_name" not in kwargs and not names_application(conninfo)):
         kwargs["application_name"] = f"drover-{role}"
     with translate(action):
         return psycopg.connect(conninfo, **kwargs)
