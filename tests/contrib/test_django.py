@@ -410,3 +410,20 @@ def test_the_worker_reports_a_wrong_setting_as_a_check_not_a_traceback(tmp_path:
     worker = _manage_with(env, "drover", "worker")
     assert worker.returncode == 1, worker.stderr
     assert "(drover.E005)" in worker.stderr and "Traceback" not in worker.stderr
+
+
+def test_djangos_common_options_work_after_the_drover_command(tmp_path: Path) -> None:
+    # `--settings` after `drover worker` is honoured (this module names a broken
+    # WORKERS, the default settings a good one) and never reaches drover's parser.
+    env = _settings_module(tmp_path, "given", 'DROVER = {"WORKERS": "shop.jobz.workers"}')
+    del env["DJANGO_SETTINGS_MODULE"]
+    worker = _manage_with(env, "drover", "worker", "--settings", "settings_given", "--traceback")
+    assert worker.returncode == 1, worker.stderr
+    assert "(drover.E005)" in worker.stderr and "unrecognized" not in worker.stderr
+    # Passed through to the drover CLI: the database named by DATABASE_URL is
+    # unreachable (exit 1), which shows the options were not a usage error (2).
+    env = _settings_module(tmp_path, "fine", "")
+    del env["DJANGO_SETTINGS_MODULE"]
+    stats = _manage_with(env, "drover", "stats", "--settings=settings_fine", "--no-color")
+    assert stats.returncode == 1, stats.stderr
+    assert "No such option" not in stats.stderr and "cannot use the database" in stats.stderr

@@ -37,6 +37,27 @@ def _runs_django_tasks() -> bool:
     return False
 
 
+# Django's options for every command. Django applies --settings and --pythonpath
+# before any command runs, wherever they stand; given after `drover ...` they
+# reach this command's free-form arguments, so they are dropped here rather
+# than handed to drover's own parser, which would call them unknown.
+_DJANGO_VALUED = ("--settings", "--pythonpath", "--verbosity")
+_DJANGO_FLAGS = ("--traceback", "--no-color", "--force-color", "--skip-checks")
+
+
+def _without_django_options(arguments: list[str]) -> list[str]:
+    kept: list[str] = []
+    rest = iter(arguments)
+    for argument in rest:
+        if argument in _DJANGO_FLAGS or argument.startswith(tuple(f"{o}=" for o in _DJANGO_VALUED)):
+            continue
+        if argument in _DJANGO_VALUED:
+            next(rest, None)
+            continue
+        kept.append(argument)
+    return kept
+
+
 class Command(BaseCommand):
     """``manage.py drover worker [--concurrency N]`` runs the workers; anything else is the CLI.
 
@@ -59,7 +80,7 @@ class Command(BaseCommand):
         parser.add_argument("arguments", nargs=argparse.REMAINDER, help="a drover command")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        arguments: list[str] = list(options["arguments"])
+        arguments = _without_django_options(list(options["arguments"]))
         if not arguments:
             raise CommandError("give a drover command: worker, migrate, stats, jobs, web, ...")
         if arguments[0] == "worker":
