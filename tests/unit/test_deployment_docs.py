@@ -124,7 +124,7 @@ def test_the_image_runs_the_worker_and_the_migration_with_drover_as_pid_1() -> N
     assert address.startswith("0.0.0.0:")
     assert only(steps, "EXPOSE").text == str(port_of(address))
     assert only(steps, "USER").text.isdigit()  # runAsNonRoot can check a numeric user
-    assert "drover" in (DEPLOY / "requirements.txt").read_text().split()
+    assert "drover-queue" in (DEPLOY / "requirements.txt").read_text().split()
 
 
 def test_the_images_healthcheck_asks_healthz_on_the_workers_port() -> None:

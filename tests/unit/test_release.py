@@ -113,3 +113,18 @@ def test_every_documented_install_names_the_distribution_not_pypis_drover() -> N
 def test_the_release_workflow_names_the_pypi_project() -> None:
     text = (ROOT / ".github" / "workflows" / "release.yml").read_text()
     assert f'"{DISTRIBUTION}" project' in text
+
+
+def test_requirements_files_name_the_distribution() -> None:
+    # A requirements line "drover" installs PyPI's unrelated project.
+    files = [
+        p
+        for p in ROOT.rglob("requirements*.txt")
+        if ".venv" not in p.parts and ".nox" not in p.parts
+    ]
+    assert files  # examples/deploy has one
+    for path in files:
+        for line in path.read_text().splitlines():
+            name = re.split(r"[\s\[<>=!~;]", line.strip(), maxsplit=1)[0]
+            if name.lower().startswith("drover"):
+                assert name == DISTRIBUTION, f"{path.relative_to(ROOT)}: {line}"

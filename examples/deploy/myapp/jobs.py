@@ -18,10 +18,10 @@ import os
 
 import drover
 
-# drover never configures logging; a worker process should, so that its records
-# (jobs started, failed, retried, dead; the shutdown drain) reach the journal or
-# the container's log.
-logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+# No logging set-up here: `drover worker` configures logging on standard error
+# when the application has not (text or --log-format json), so its records (jobs
+# started, failed, retried, dead; the shutdown drain) reach the journal or the
+# container's log. An application that configures logging itself keeps its own.
 log = logging.getLogger("myapp.jobs")
 
 
