@@ -356,6 +356,22 @@ def test_jobs_list_newest_first_with_filters_and_limit(db_url: str, conn: Conn) 
     assert body_ids(ok(cli(db_url, "jobs", "list", "--queue", "nowhere"))) == []
 
 
+def test_jobs_list_by_kind_and_args(db_url: str, conn: Conn) -> None:
+    ada = put(conn, "dead", kind="send_email", args={"to": "ada", "n": 1})
+    put(conn, "dead", kind="send_email", args={"to": "bob"})
+    other = put(conn, "dead", kind="resize", args={"to": "ada"})
+    assert body_ids(ok(cli(db_url, "jobs", "list", "--kind", "resize"))) == [other]
+    by_args = ok(cli(db_url, "jobs", "list", "--args", '{"to": "ada"}'))
+    assert body_ids(by_args) == [other, ada]
+    both = ok(cli(db_url, "jobs", "list", "--kind", "send_email", "--args", '{"to": "ada"}'))
+    assert body_ids(both) == [ada]
+    for bad, message in (
+        ("{to: ada}", "--args is not valid JSON"),
+        ("[1]", "must be a JSON object"),
+    ):
+        assert message in refused(cli(db_url, "jobs", "list", "--args", bad), 2)
+
+
 def test_jobs_list_json(db_url: str, conn: Conn) -> None:
     assert json.loads(ok(cli(db_url, "jobs", "list", "--json"))) == []
     first = put(conn, "dead", args={"to": "ada"}, errors=ERRORS, attempt=25)

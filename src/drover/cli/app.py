@@ -7,6 +7,7 @@ or log line ever contains the connection password.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -107,19 +108,37 @@ def jobs_list_command(
     ctx: typer.Context,
     queue: str | None = typer.Option(None, "--queue", help="Only this queue."),
     state: str | None = typer.Option(None, "--state", help="Only this state."),
+    kind: str | None = typer.Option(None, "--kind", help="Only this kind."),
+    args_contain: str | None = typer.Option(
+        None,
+        "--args",
+        help='Only jobs whose args contain this JSON object, e.g. \'{"to": "ada@example.com"}\'.',
+    ),
     limit: int = typer.Option(100, "--limit", help="At most this many (1..1000)."),
 ) -> None:
     """Jobs, newest first."""
     g = get_globals(ctx)
     if not 1 <= limit <= 1000:
         usage(f"--limit must be between 1 and 1000, not {limit}")
+    if kind is not None and not kind.strip():
+        usage("--kind must not be empty")
+    contained: dict[str, object] | None = None
+    if args_contain is not None:
+        try:
+            contained = json.loads(args_contain)
+        except ValueError as exc:
+            usage(f"--args is not valid JSON ({exc})")
+        if not isinstance(contained, dict):
+            usage(f"--args must be a JSON object, not {type(contained).__name__}")
     if state is not None and state not in {s.value for s in drover.JobState}:
         known = ", ".join(s.value for s in drover.JobState)
         usage(f"unknown --state {state!r}; use one of: {known}")
     if queue is not None:
         _check_queue(queue)
     with open_inspector(g) as inspector:
-        rows = inspector.list_jobs(queue=queue, state=state, limit=limit)
+        rows = inspector.list_jobs(
+            queue=queue, state=state, limit=limit, kind=kind, args_contain=contained
+        )
     human = out.table(
         ["ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "SCHEDULED_AT", "CREATED_AT"],
         [
