@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from drover.context import JobContext
-from drover.errors import describe_failure
+from drover.errors import Snooze, describe_failure
 from drover.job import JobRow
 from drover.middleware import Handler, Middleware
 
@@ -184,9 +184,11 @@ def Logging(logger: logging.Logger | None = None) -> Middleware:
 
     INFO ``job 42 (kind, queue q, attempt 1/25) started`` (event
     ``job_started``); then INFO ``... finished in 3.1 ms`` (``job_finished``)
-    or, when the handler raised (snooze and cancel included), WARNING ``...
-    failed after 3.1 ms: <error>`` (``job_failed``, with ``error``). Both
-    carry ``duration_ms``. What happens next
+    or, when the handler raised (cancel included), WARNING ``...
+    failed after 3.1 ms: <error>`` (``job_failed``, with ``error``). A handler
+    that raised ``Snooze`` gets INFO ``... snoozed after 3.1 ms: job snoozed
+    for 0:01:00`` (``job_finished``, with ``error``): asking to run later is not
+    a failure. All carry ``duration_ms``. What happens next
     (retry, dead, cancelled, snoozed) is logged separately, once, by the
     disposition. The client installs this outermost with its own logger; adding
     it to ``Config.middleware`` as well would log twice. When INFO is disabled
@@ -202,6 +204,24 @@ def Logging(logger: logging.Logger | None = None) -> Middleware:
             started = time.perf_counter()
             try:
                 next_handler(ctx, row)
+            except Snooze as exc:
+                # A snooze is the handler asking to run later (a polling job
+                # snoozes every time): not a failure, so not a WARNING.
+                if verbose:
+                    duration = round((time.perf_counter() - started) * 1000, 3)
+                    error = describe_failure(exc)
+                    log.info(
+                        JOB + " snoozed after %s ms: %s",
+                        *job_args(row),
+                        duration,
+                        error,
+                        extra={
+                            **job_fields(row, "job_finished"),
+                            "duration_ms": duration,
+                            "error": error,
+                        },
+                    )
+                raise
             except BaseException as exc:
                 if log.isEnabledFor(logging.WARNING):
                     duration = round((time.perf_counter() - started) * 1000, 3)

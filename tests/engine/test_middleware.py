@@ -170,7 +170,7 @@ def test_default_log_format_names_the_job_once_without_a_doubled_prefix(
         pytest.param(ValueError("last"), 1, "dead", "ValueError: last",
                      (DEAD, logging.ERROR), "ValueError: last", id="dead-at-error"),
         pytest.param(drover.Snooze(3600), 25, "scheduled", "job snoozed for 1:00:00",
-                     (SNOOZED, logging.INFO), None, id="snooze"),
+                     (SNOOZED, logging.INFO), None, id="snooze-at-info"),
         pytest.param(drover.Cancel("no"), 25, "cancelled", "job cancelled by handler: no",
                      (CANCELLED, logging.WARNING), "job cancelled by handler: no", id="cancel"),
     ],
@@ -187,7 +187,8 @@ def test_a_failed_execution_logs_start_failure_and_its_disposition_once(
     disposition: tuple[str, int],
     disposition_error: str | None,
 ) -> None:
-    # Signals (snooze, cancel) are a failed execution for logging, too.
+    # A cancel is a failed execution for logging, too; a snooze is not (it is
+    # how a polling job waits), so it ends at INFO.
     caplog.set_level(logging.INFO, logger="drover")
     workers = drover.Workers()
     _failing_worker(workers, raised)
@@ -195,7 +196,10 @@ def test_a_failed_execution_logs_start_failure_and_its_disposition_once(
     job = client.insert(Task(), drover.InsertOpts(max_attempts=max_attempts))
     row = await_job_state(poll, conn, job.id, state)
     records = _job_records(caplog, job.id)
-    assert _shape(records) == [(STARTED, logging.INFO), (FAILED, logging.WARNING), disposition]
+    ended = (
+        (FINISHED, logging.INFO) if isinstance(raised, drover.Snooze) else (FAILED, logging.WARNING)
+    )
+    assert _shape(records) == [(STARTED, logging.INFO), ended, disposition]
     _, failed, decided = records
     _assert_job_fields(failed, job.id)
     assert getattr(failed, "error", None) == error
