@@ -529,6 +529,11 @@ def test_the_job_list_shows_truncated_args_searches_them_and_shows_when_jobs_die
     assert died is not None and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", died.group(1))
     bad = get(browser, "/jobs?args=[1]")
     assert bad.status_code == 400 and "args must be a JSON object, not list" in bad.text
+    # "Retry all dead <kind> jobs" acts on the whole kind: not offered under an args filter.
+    every = get(browser, "/jobs?kind=report&state=dead").text
+    assert "/jobs/retry-dead" in every
+    narrowed = get(browser, '/jobs?kind=report&state=dead&args={"to": "ada@example.com"}').text
+    assert "/jobs/retry-dead" not in narrowed and f'href="/jobs/{ada}"' in narrowed
 
 
 def test_bulk_retry_and_cancel_change_the_selected_jobs_in_one_request(
