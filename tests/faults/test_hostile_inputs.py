@@ -1215,6 +1215,13 @@ API_CASES: list[Case] = [
         says=("Client: the database URL cannot be parsed",),
     ),
     Case(
+        "client-sqlalchemy-driver-url",
+        "dsn",
+        lambda env: env.client(f"postgresql+psycopg://u:{SENTINEL}@h/x"),
+        drover.InvalidArgument,
+        says=("names a SQLAlchemy driver (postgresql+psycopg://)", "drop '+psycopg'"),
+    ),
+    Case(
         "client-empty",
         "dsn",
         lambda env: env.client(""),

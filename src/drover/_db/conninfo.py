@@ -15,6 +15,13 @@ def check_conninfo(conninfo: str, *, connect_timeout: int = 5) -> str:
     if "\x00" in conninfo:
         # libpq would stop reading at the NUL and connect to what came before.
         raise ValueError("the database URL contains a NUL character")
+    scheme, plus, driver = conninfo.partition("://")[0].partition("+")
+    if plus and scheme in ("postgresql", "postgres"):
+        # SQLAlchemy's dialect+driver form; libpq knows only postgresql://.
+        raise ValueError(
+            f"the database URL names a SQLAlchemy driver ({scheme}+{driver}://): drover "
+            f"takes a libpq URL, so write it as {scheme}://... (drop '+{driver}')"
+        )
     try:
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
