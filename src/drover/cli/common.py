@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import importlib
 import os
+import posixpath
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,15 +65,17 @@ def _module_hint(spec: str, module_name: str, attribute: str) -> str | None:
     path = module_name.replace("\\", "/")
     if "/" not in path and not path.endswith(".py"):
         return None
-    stem = path.removesuffix(".py").strip("/")
+    stem = posixpath.normpath(path).removesuffix(".py")  # ./app.py is app
     dotted = stem.replace("/", ".")
     if "/" not in stem:
         return f"{spec!r} names a file, not a module: drop the .py and use {dotted}:{attribute}"
     directory, _, last = stem.rpartition("/")
+    elsewhere = f"{last}:{attribute} run from {directory}/ (or with {directory} on PYTHONPATH)"
+    if stem.startswith(("/", "../")):  # not below this directory: no dotted path from here
+        return f"{spec!r} is a file path, but it takes a module path: {elsewhere}"
     return (
         f"{spec!r} is a file path, but it takes a module path, as Python imports it: "
-        f"{dotted}:{attribute} from this directory, or {last}:{attribute} run from "
-        f"{directory}/ (or with {directory} on PYTHONPATH)"
+        f"{dotted}:{attribute} from this directory, or {elsewhere}"
     )
 
 
@@ -85,7 +88,9 @@ def load_object(spec: str, what: str) -> Any:
     """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        usage(f"{what} must look like module:attribute, not {spec!r}")
+        message = f"{what} must look like module:attribute, not {spec!r}"
+        hint = _module_hint(spec, module_name, attribute or "<name>") if module_name else None
+        usage(f"{message} ({what} {hint})" if hint else message)
     hint = _module_hint(spec, module_name, attribute)
     if hint is not None and ("/" in module_name or "\\" in module_name):
         usage(f"{what} {hint}")
