@@ -272,6 +272,7 @@ def test_a_missing_schema_names_manage_py_migrate(empty_db_url: str) -> None:
         assert passed.returncode == 1, passed.stderr
         assert "run `python manage.py migrate` first" in passed.stderr
         assert "drover migrate" not in passed.stderr
+        assert "CommandError" not in passed.stderr  # drover's one line, not a second
     report = django_script(
         empty_db_url,
         """

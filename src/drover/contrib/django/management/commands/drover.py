@@ -94,9 +94,9 @@ class Command(BaseCommand):
                 MIGRATE_COMMAND.reset(token)
         except SystemExit as exit_:
             if exit_.code not in (0, None):
-                raise CommandError(
-                    f"drover {arguments[0]} failed", returncode=int(exit_.code or 1)
-                ) from None
+                # drover has printed its one-line error; a CommandError would add a
+                # second ("CommandError: drover stats failed"). Keep its exit code.
+                raise SystemExit(int(exit_.code or 1)) from None
 
     def _worker(self, rest: list[str]) -> None:
         parser = argparse.ArgumentParser(prog="manage.py drover worker")
