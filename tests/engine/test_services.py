@@ -66,8 +66,10 @@ def test_a_dead_service_thread_makes_the_client_unready_and_is_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     entered = threading.Event()
+    go = threading.Event()  # the rescuer dies only once the client was seen ready
 
     def run_once(self: Rescuer) -> int:
+        go.wait(10)
         entered.set()
         raise Fatal("rescuer bug")
 
@@ -77,6 +79,7 @@ def test_a_dead_service_thread_makes_the_client_unready_and_is_counted(
     assert _deaths(registry, "rescuer") == 0.0
     client.start()
     poll(lambda: client.ready() == (True, "ok"), message="client ready before the death")
+    go.set()
     assert entered.wait(10)
     poll(lambda: client.ready()[0] is False, message="readiness to report the dead rescuer")
     assert client.ready() == (False, "service died: rescuer")
