@@ -45,7 +45,7 @@ class Config:
     Every duration accepts a ``timedelta`` or a number of seconds and reads
     back as a ``timedelta``. Every value is checked when the Config is built:
     an unknown field, a value of the wrong type or one out of range raises
-    ``drover.ConfigError`` (an ``drover.InvalidArgument``) naming
+    ``drover.ConfigError`` (a ``drover.InvalidArgument``) naming
     the field, so a deploy mistake stops the process instead of running with
     a value nobody chose. Build variants with ``replace``.
 

@@ -1,4 +1,4 @@
-"""The status page as a plain WSGI application over an ``drover.Inspector``."""
+"""The status page as a plain WSGI application over a ``drover.Inspector``."""
 
 from __future__ import annotations
 
