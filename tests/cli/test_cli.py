@@ -51,6 +51,7 @@ JOB_KEYS = [
     "created_at",
     "finalized_at",
     "unique_key",
+    "priority",
 ]
 HOSTILE = [
     "'; DROP TABLE drover_jobs; --",
