@@ -105,7 +105,6 @@ def test_a_job_behind_a_100k_backlog_at_a_higher_priority_is_claimed_next(
     assert (claimed.id, claimed.priority) == (urgent.id, 1)
 
 
-@pytest.mark.slow
 def test_a_job_behind_a_100k_backlog_at_a_higher_priority_is_the_next_one_started(
     client: drover.Client, make_client: MakeClient
 ) -> None:
@@ -152,7 +151,6 @@ def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-@pytest.mark.slow
 def test_the_claim_reads_a_bounded_part_of_the_index_on_a_large_table(conn: Conn) -> None:
     # 100 000 due jobs at priority 0, then 50 000 not due for a day at the top
     # priority: a plain ORDER BY over the index would step over all 50 000 of

@@ -183,9 +183,7 @@ def _copy_direct(
                 if "\\" in args_json:
                     args_json = args_json.replace("\\", "\\\\")
                 if not timed:
-                    lines.append(
-                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\n"
-                    )
+                    lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\n")
                     continue
                 # The rule of job_insert, on the clock of this transaction: a
                 # missing or past time means now, only a later time is scheduled.

@@ -266,9 +266,8 @@ def enqueue_command(
     priority: int | None = typer.Option(
         None,
         "--priority",
-        min=MIN_PRIORITY,
-        max=MAX_PRIORITY,
-        help="From -100 to 100, higher claimed first (default: the kind's class default, else 0).",
+        help=f"From {MIN_PRIORITY} to {MAX_PRIORITY}, higher claimed first "
+        "(default: the kind's class default, else 0).",
     ),
     app_spec: str | None = typer.Option(
         None,
