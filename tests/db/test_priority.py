@@ -66,8 +66,8 @@ def test_the_claim_takes_higher_priority_first_then_due_time_then_id(conn: Conn)
     high_second_id = _put(conn, 9, "-1 hour")
     # Same priority and due time: the lower id first.
     conn.execute(
-        "UPDATE drover_jobs SET scheduled_at = (SELECT scheduled_at FROM drover_jobs WHERE id = %s) "
-        "WHERE id = %s",
+        "UPDATE drover_jobs "
+        "SET scheduled_at = (SELECT scheduled_at FROM drover_jobs WHERE id = %s) WHERE id = %s",
         (high_second_id, high_first_id),
     )
     # Not due yet, at the top priority: neither claimed nor in the way.
