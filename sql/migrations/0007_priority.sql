@@ -9,11 +9,14 @@ ALTER TABLE drover_jobs ADD CONSTRAINT drover_jobs_priority_range
 
 -- The claim walks the distinct priorities of a queue's waiting jobs from the
 -- highest down, and within each one takes the due jobs oldest first (see
--- job_claim), so the fetch index leads with (queue, priority). It replaces
+-- job_claim), so the fetch index leads with (queue, priority). Ascending: the
+-- walk reads it backwards, so it meets each priority at its newest job (not
+-- at its oldest, where the entries of jobs just claimed wait for vacuum),
+-- and the claim reads each priority forwards. It replaces
 -- drover_jobs_fetch_v2_idx, whose (queue, scheduled_at, id) order the claim
 -- no longer reads. Built without CONCURRENTLY (migrations run in a
 -- transaction): on a large existing table it blocks writes to drover_jobs
 -- while it builds (ADR 0024).
-CREATE INDEX drover_jobs_fetch_v3_idx ON drover_jobs (queue, priority DESC, scheduled_at, id)
+CREATE INDEX drover_jobs_fetch_v3_idx ON drover_jobs (queue, priority, scheduled_at, id)
     WHERE state IN ('available', 'retryable', 'scheduled');
 DROP INDEX drover_jobs_fetch_v2_idx;

@@ -85,7 +85,7 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         "(state, finalized_at) WHERE (finalized_at IS NOT NULL)" in idx["drover_jobs_finalized_idx"]
     )
     fetch = idx["drover_jobs_fetch_v3_idx"]
-    assert "(queue, priority DESC, scheduled_at, id)" in fetch
+    assert "(queue, priority, scheduled_at, id)" in fetch
     assert "'available'" in fetch and "'retryable'" in fetch and "'scheduled'" in fetch
     assert "running" not in fetch
     assert "(leased_until, id)" in idx["drover_jobs_lease_idx"]
