@@ -140,6 +140,7 @@ def sample_row(**changes: Any) -> drover.JobRow:
         created_at=now,
         finalized_at=None,
         unique_key=None,
+        priority=0,
     )
     return row._replace(**changes)
 

@@ -13,9 +13,9 @@
 -- the arbiter index cannot match, so this is a plain INSERT that returns only
 -- what drover cannot know (the id and the clock); drover builds the rest of
 -- the row from what it sent. Positional parameters: kind, queue, args,
--- max_attempts, notify.
-INSERT INTO drover_jobs (kind, queue, args, max_attempts)
-VALUES (%s, %s, %s::jsonb, %s)
+-- max_attempts, priority, notify.
+INSERT INTO drover_jobs (kind, queue, args, max_attempts, priority)
+VALUES (%s, %s, %s::jsonb, %s, %s)
 RETURNING id, created_at, CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;
 
 -- name: job_insert
@@ -25,14 +25,15 @@ RETURNING id, created_at, CASE WHEN %s::boolean THEN pg_notify('drover', queue):
 -- aborted by a duplicate. With notify set, the same statement queues a
 -- wake-up for the job's queue, delivered when the transaction commits.
 -- Positional parameters: scheduled_at, kind, queue, args, max_attempts,
--- unique_key, notify.
+-- unique_key, priority, notify.
 WITH due AS (
     SELECT GREATEST(COALESCE(%s::timestamptz, now()), now()) AS at
 )
-INSERT INTO drover_jobs (kind, queue, args, max_attempts, scheduled_at, state, unique_key)
+INSERT INTO drover_jobs (kind, queue, args, max_attempts, scheduled_at, state, unique_key,
+                         priority)
 SELECT %s, %s, %s::jsonb, %s, due.at,
        CASE WHEN due.at > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
-       %s
+       %s, %s::smallint
 FROM due
 ON CONFLICT (queue, kind, unique_key)
     WHERE unique_key IS NOT NULL
@@ -44,9 +45,9 @@ RETURNING id, created_at, state::text, scheduled_at,
 -- name: job_insert_rows
 -- Single-row inserts of concurrent callers, combined into one statement and
 -- one transaction (see drover._inserter). The jobs arrive as one JSON array
--- of [kind, queue, args, max_attempts, scheduled_at, unique_key] arrays: one
--- parameter that drover builds from JSON it already holds, far cheaper than
--- six array parameters. Ids are drawn first, so each input position learns
+-- of [kind, queue, args, max_attempts, scheduled_at, unique_key, priority]
+-- arrays: one parameter that drover builds from JSON it already holds, far
+-- cheaper than seven array parameters. Ids are drawn first, so each input position learns
 -- its id; a position whose unique key lost comes back with a NULL id (the
 -- rules of job_insert, row by row; of two equal keys in one statement the
 -- earlier position wins).
@@ -54,14 +55,16 @@ WITH r AS MATERIALIZED (
     SELECT nextval('drover_jobs_id_seq') AS id, e.ord,
            e.v->>0 AS kind, e.v->>1 AS queue, e.v->2 AS args,
            (e.v->>3)::integer AS max_attempts, e.v->>5 AS unique_key,
+           (e.v->>6)::smallint AS priority,
            GREATEST(COALESCE((e.v->>4)::timestamptz, now()), now()) AS at
     FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(v, ord)
 ), inserted AS (
-    INSERT INTO drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state, unique_key)
+    INSERT INTO drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state, unique_key,
+                             priority)
     OVERRIDING SYSTEM VALUE
     SELECT id, kind, queue, args, max_attempts, at,
            CASE WHEN at > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
-           unique_key
+           unique_key, priority
     FROM r
     ORDER BY ord
     ON CONFLICT (queue, kind, unique_key)
@@ -89,13 +92,13 @@ SELECT now(),
 -- name: job_insert_batch_direct
 -- COPY writes identity values it is given (no OVERRIDING clause needed); the
 -- defaults give every row state available and scheduled_at = created_at.
-COPY drover_jobs (id, kind, queue, args, max_attempts) FROM STDIN;
+COPY drover_jobs (id, kind, queue, args, max_attempts, priority) FROM STDIN;
 
 -- name: job_insert_batch_direct_timed
 -- As job_insert_batch_direct, for a batch where some item has a time:
 -- drover computes each row's due time and state from the clock read by
 -- job_insert_batch_reserve, with the same rule as job_insert.
-COPY drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state) FROM STDIN;
+COPY drover_jobs (id, kind, queue, args, max_attempts, priority, scheduled_at, state) FROM STDIN;
 
 -- name: job_insert_batch_stage
 -- A per-transaction staging table for COPY. Ids are drawn from the jobs
@@ -111,23 +114,26 @@ CREATE TEMP TABLE IF NOT EXISTS drover_insert_batch (
     args         jsonb       NOT NULL,
     max_attempts integer     NOT NULL,
     scheduled_at timestamptz,
-    unique_key   text
+    unique_key   text,
+    priority     smallint    NOT NULL
 ) ON COMMIT DROP;
 TRUNCATE drover_insert_batch;
 
 -- name: job_insert_batch_copy
-COPY drover_insert_batch (ord, kind, queue, args, max_attempts, scheduled_at, unique_key)
+COPY drover_insert_batch (ord, kind, queue, args, max_attempts, scheduled_at, unique_key,
+                         priority)
 FROM STDIN;
 
 -- name: job_insert_batch_apply
 -- Same dueness rule and unique-key handling as job_insert. Rows skipped by
 -- ON CONFLICT are simply missing from the result; the caller compares counts.
 WITH inserted AS (
-    INSERT INTO drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state, unique_key)
+    INSERT INTO drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state, unique_key,
+                             priority)
     OVERRIDING SYSTEM VALUE
     SELECT b.id, b.kind, b.queue, b.args, b.max_attempts, due.at,
            CASE WHEN due.at > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
-           b.unique_key
+           b.unique_key, b.priority
     FROM drover_insert_batch b
     CROSS JOIN LATERAL (
         SELECT GREATEST(COALESCE(b.scheduled_at, now()), now()) AS at

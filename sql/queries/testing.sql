@@ -2,7 +2,8 @@
 
 -- name: job_claim_after
 -- job_claim restricted to ids above a watermark (the jobs one test inserted),
--- across every queue, oldest due first. The same lease and attempt rules.
+-- across every queue, in job_claim's order: the highest priority first, then
+-- the oldest due time, then the lowest id. The same lease and attempt rules.
 UPDATE drover_jobs j
 SET state = 'running',
     attempt = j.attempt + 1,
@@ -15,7 +16,7 @@ WHERE j.id = ANY (ARRAY(
       AND id > %(after)s
       AND scheduled_at <= now()
       AND (%(queues)s::text[] IS NULL OR queue = ANY (%(queues)s::text[]))
-    ORDER BY scheduled_at, id
+    ORDER BY priority DESC, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))

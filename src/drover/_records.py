@@ -47,30 +47,36 @@ class JobInsertParams(NamedTuple):
     max_attempts: int
     scheduled_at: datetime | None
     unique_key: str | None
+    priority: int
 
 
 class UniformBatch(Sequence[JobInsertParams]):
     """Encoded items of one args class, none with insert options: the common batch.
 
-    Holds the class's kind, queue and attempts once and the items' JSON texts,
+    Holds the class's kind, queue, attempts and priority once and the items' JSON texts,
     instead of a ``JobInsertParams`` per item (each one an object the
     garbage collector tracks). Indexing still gives ``JobInsertParams``, built
     on demand, for code that wants them.
     """
 
-    __slots__ = ("args_json", "kind", "max_attempts", "queue")
+    __slots__ = ("args_json", "kind", "max_attempts", "priority", "queue")
 
-    def __init__(self, kind: str, queue: str, max_attempts: int, args_json: list[str]) -> None:
+    def __init__(
+        self, kind: str, queue: str, max_attempts: int, priority: int, args_json: list[str]
+    ) -> None:
         self.kind = kind
         self.queue = queue
         self.max_attempts = max_attempts
+        self.priority = priority
         self.args_json = args_json
 
     def __len__(self) -> int:
         return len(self.args_json)
 
     def _params(self, args_json: str) -> JobInsertParams:
-        return JobInsertParams(self.kind, self.queue, args_json, self.max_attempts, None, None)
+        return JobInsertParams(
+            self.kind, self.queue, args_json, self.max_attempts, None, None, self.priority
+        )
 
     @overload
     def __getitem__(self, index: int) -> JobInsertParams: ...

@@ -18,6 +18,7 @@ from drover._jobs_and_queues import JobsAndQueues
 from drover._records import JobInsertParams, KindStats, PeriodicInfo, WorkerInfo
 from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
 from drover.job import (
+    DEFAULT_PRIORITY,
     MAX_KIND_LENGTH,
     PUBLISHED_STATES,
     InsertOpts,
@@ -353,10 +354,11 @@ class Inspector(JobsAndQueues):
         given a ``workers`` registry that knows ``kind``, the args must also
         validate as that kind's args class (the pydantic message says why
         not), are stored as ``Client.insert`` would store them, and the
-        class's ``queue`` and ``max_attempts`` defaults apply where ``opts``
-        leaves them unset; for an unknown kind any JSON value is accepted,
-        with queue ``default`` and 25 attempts. Honours ``opts`` (queue,
-        time, unique key, attempts) and wakes listening workers.
+        class's ``queue``, ``max_attempts`` and ``priority`` defaults apply
+        where ``opts`` leaves them unset; for an unknown kind any JSON value is
+        accepted, with queue ``default``, 25 attempts and priority 0. Honours
+        ``opts`` (queue, time, unique key, attempts, priority) and wakes
+        listening workers.
         """
         checked_kind, canonical = self.validate_enqueue(kind, args_json)
         if opts is not None and not isinstance(opts, InsertOpts):
@@ -373,6 +375,7 @@ class Inspector(JobsAndQueues):
                 max_attempts=opts.max_attempts or DEFAULT_MAX_ATTEMPTS,
                 scheduled_at=opts.scheduled_at,
                 unique_key=opts.unique_key or None,
+                priority=DEFAULT_PRIORITY if opts.priority is None else opts.priority,
             )
         return self._store.insert(params, notify=True)
 

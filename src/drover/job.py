@@ -15,11 +15,28 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
 
-__all__ = ["InsertItem", "InsertOpts", "Job", "JobArgs", "JobRow", "JobState", "check_job_id"]
+__all__ = [
+    "DEFAULT_PRIORITY",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
+    "InsertItem",
+    "InsertOpts",
+    "Job",
+    "JobArgs",
+    "JobRow",
+    "JobState",
+    "check_job_id",
+]
 
 MAX_QUEUE_LENGTH = 128
 MAX_KIND_LENGTH = 255
 MAX_UNIQUE_KEY_LENGTH = 1024
+MIN_PRIORITY = -100
+"""The lowest priority a job can have: claimed after every other due job of its queue."""
+MAX_PRIORITY = 100
+"""The highest priority a job can have: claimed before every other due job of its queue."""
+DEFAULT_PRIORITY = 0
+"""The priority of a job whose args class and insert options name none."""
 _EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 _LATEST = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -100,6 +117,17 @@ def _check_max_attempts(value: object, what: str) -> int:
     return value
 
 
+def _check_priority(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValueError(
+            f"{what} must be between {MIN_PRIORITY} and {MAX_PRIORITY} "
+            f"(higher runs first), not {value}"
+        )
+    return value
+
+
 def _unknown_keys(exc: ValidationError) -> list[str]:
     """The top-level keys an `extra="forbid"` model refused, in the order given."""
     return [
@@ -133,8 +161,11 @@ class JobArgs(BaseModel):
     checked when the class is defined (missing or empty raises
     ``drover.InvalidJobArgs``, a ``TypeError``).
     A base class meant only to be subclassed passes ``abstract=True`` instead.
-    ``queue`` and ``max_attempts`` are defaults that ``InsertOpts`` can
-    override per insert.
+    ``queue``, ``max_attempts`` and ``priority`` are defaults that
+    ``InsertOpts`` can override per insert. ``priority`` is an int from -100
+    to 100 (default 0): within a queue, due jobs of a higher priority are
+    claimed first. A value out of range or not an int raises
+    ``drover.InvalidJobArgs`` when the class is defined.
 
     Instances are validated when constructed and encoded to JSON on insert
     (the JSON ``model_dump_json()`` gives); a worker validates the stored JSON
@@ -198,6 +229,7 @@ class JobArgs(BaseModel):
     kind: ClassVar[str]
     default_queue: ClassVar[str | None] = None
     default_max_attempts: ClassVar[int | None] = None
+    default_priority: ClassVar[int | None] = None
 
     def __init_subclass__(
         cls,
@@ -205,6 +237,7 @@ class JobArgs(BaseModel):
         kind: str | None = None,
         queue: str | None = None,
         max_attempts: int | None = None,
+        priority: int | None = None,
         abstract: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -220,6 +253,8 @@ class JobArgs(BaseModel):
                 cls.default_max_attempts = _check_max_attempts(
                     max_attempts, f"{cls.__qualname__} max_attempts"
                 )
+            if priority is not None:
+                cls.default_priority = _check_priority(priority, f"{cls.__qualname__} priority")
         except (TypeError, ValueError) as exc:
             raise InvalidJobArgs(str(exc)) from None
         if abstract:
@@ -281,6 +316,8 @@ class JobRow(NamedTuple):
     created_at: datetime
     finalized_at: datetime | None
     unique_key: str | None
+    priority: int = DEFAULT_PRIORITY
+    """From -100 to 100; within a queue, due jobs of a higher priority are claimed first."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,6 +335,12 @@ class InsertOpts:
       ``drover.DuplicateJob``. Empty means not unique.
     - ``max_attempts``: executions allowed before the job is dead. ``None``
       means the args class's default, else 25.
+    - ``priority``: an int from -100 to 100, higher first. Within a queue
+      the claim takes the due job of the highest priority, then the earliest
+      due time, then the lowest id. ``None`` means the args class's
+      ``priority=`` default, else 0. A priority orders the claim only: it
+      does not pre-empt a running job, and a queue's workers still run jobs
+      of every priority.
 
     Invalid values raise ``drover.InvalidInsertOpts`` at construction.
     """
@@ -306,6 +349,7 @@ class InsertOpts:
     scheduled_at: datetime | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -348,6 +392,8 @@ class InsertOpts:
                 _check_utf8(self.unique_key, "InsertOpts.unique_key")
             if self.max_attempts is not None:
                 _check_max_attempts(self.max_attempts, "InsertOpts.max_attempts")
+            if self.priority is not None:
+                _check_priority(self.priority, "InsertOpts.priority")
         except (TypeError, ValueError) as exc:
             raise InvalidInsertOpts(str(exc)) from None
 

@@ -118,6 +118,7 @@ def tick_opts(job: PeriodicJob, fire: datetime) -> InsertOpts:
     return InsertOpts(
         queue=job.opts.queue,
         max_attempts=job.opts.max_attempts,
+        priority=job.opts.priority,
         scheduled_at=fire,
         unique_key=tick_key(job.id, fire),
     )

@@ -51,6 +51,7 @@ JOB_KEYS = [
     "created_at",
     "finalized_at",
     "unique_key",
+    "priority",
 ]
 HOSTILE = [
     "'; DROP TABLE drover_jobs; --",
@@ -147,7 +148,7 @@ def expected_job(conn: Conn, job_id: int) -> dict[str, Any]:
     """The job as ``--json`` must print it, read independently from the table."""
     row = conn.execute(
         "SELECT id, kind, queue, state::text, attempt, max_attempts, args, errors, "
-        "  scheduled_at, leased_until, created_at, finalized_at, unique_key "
+        "  scheduled_at, leased_until, created_at, finalized_at, unique_key, priority "
         "FROM drover_jobs WHERE id = %s",
         (job_id,),
     ).fetchone()
@@ -450,6 +451,7 @@ def test_jobs_get_shows_args_and_errors_with_tracebacks(db_url: str, conn: Conn)
         "attempt:      2/25",
     ]
     assert "unique_key:   welcome:ada" in lines
+    assert "priority:     0" in lines
     assert any(line.startswith("finalized_at: ") and line.endswith("Z") for line in lines)
     args_at = lines.index("args:")
     assert json.loads("\n".join(lines[args_at + 1 : lines.index("errors (2):")])) == {
@@ -632,6 +634,26 @@ def test_enqueue_inserts_with_kind_queue_and_args(db_url: str, conn: Conn) -> No
         "default",
         {},
     )
+
+
+def test_enqueue_priority_as_a_subprocess(db_url: str, conn: Conn) -> None:
+    result = run("enqueue", "--kind", "urgent", "--priority", "-7", "--json", url=db_url)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["priority"] == -7 and document == expected_job(conn, document["id"])
+    stored = conn.execute("SELECT priority FROM drover_jobs WHERE id = %s", (document["id"],))
+    assert stored.fetchone() == (-7,)
+    shown = run("jobs", "get", str(document["id"]), url=db_url)
+    assert "priority:     -7" in shown.stdout.splitlines()
+    before = table_snapshot(conn)
+    for bad in ("101", "-101"):
+        refused_run = run("enqueue", "--kind", "urgent", "--priority", bad, url=db_url)
+        assert refused_run.returncode == 2, refused_run.stderr
+        assert "--priority: InsertOpts.priority must be between -100 and 100" in refused_run.stderr
+        assert f"not {bad}" in refused_run.stderr
+    not_a_number = run("enqueue", "--kind", "urgent", "--priority", "high", url=db_url)
+    assert not_a_number.returncode == 2 and "'--priority'" in not_a_number.stderr
+    assert table_snapshot(conn) == before
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from test_django import PROJECT, _count, _env, django_script, manage
 
+import drover
+
 Poll = Callable[..., Any]
 
 django = pytest.importorskip("django")
@@ -65,7 +67,7 @@ def test_enqueue_stores_a_ready_job_in_the_callers_transaction(project_db: str) 
     assert report["job_ids"] == [report["id"]]  # the rolled-back enqueue left nothing
     assert report["queues"] == ["mail"] and report["kinds"] == ["django_task"]
     assert report["attempts"] == 0 and report["backend"] == "default"
-    assert report["supports"] == [True, True, False]
+    assert report["supports"] == [True, True, True]
 
 
 def test_what_drover_cannot_honour_is_djangos_invalid_task(project_db: str) -> None:
@@ -80,7 +82,7 @@ def test_what_drover_cannot_honour_is_djangos_invalid_task(project_db: str) -> N
 
         errors = {}
         for name, make in {
-            "priority": lambda: shout.using(priority=10),
+            "priority": lambda: shout.using(priority=101),
             "queue": lambda: shout.using(queue_name="nowhere"),
             "naive": lambda: shout.using(run_after=datetime(2030, 1, 1)),
         }.items():
@@ -99,11 +101,41 @@ def test_what_drover_cannot_honour_is_djangos_invalid_task(project_db: str) -> N
         print(json.dumps(errors))
         """,
     )
-    assert report["priority"] == "Backend does not support setting priority of tasks."
+    assert report["priority"] == "priority must be a whole number between -100 and 100."
     assert report["queue"] == "Queue 'nowhere' is not valid for backend."
     assert report["naive"] == "run_after must be an aware datetime."
     assert report["missing-nope"] == report["missing-999999"] == "TaskResultDoesNotExist"
     assert report["deferred_state"] == "scheduled"
+
+
+def test_task_priority_is_the_jobs_priority_one_to_one(project_db: str) -> None:
+    report = django_script(
+        project_db,
+        """
+        from django.tasks import default_task_backend
+        from django.tasks.base import DEFAULT_TASK_PRIORITY, TASK_MAX_PRIORITY, TASK_MIN_PRIORITY
+        from shop.tasks import shout
+        from drover._db.rows import row_from_db
+        import drover
+
+        ids = {
+            "default": shout.enqueue("plain").id,
+            "top": shout.using(priority=TASK_MAX_PRIORITY).enqueue("top").id,
+            "bottom": shout.using(priority=TASK_MIN_PRIORITY).enqueue("bottom").id,
+            "ten": shout.using(priority=10).enqueue("ten").id,
+        }
+        with drover.Inspector(os.environ["DATABASE_URL"]) as inspector:
+            stored = {name: inspector.get_job(int(i)).priority for name, i in ids.items()}
+        print(json.dumps({
+            "stored": stored,
+            "range": [TASK_MIN_PRIORITY, TASK_MAX_PRIORITY, DEFAULT_TASK_PRIORITY],
+            "supports": default_task_backend.supports_priority,
+        }))
+        """,
+    )
+    assert report["range"] == [drover.job.MIN_PRIORITY, drover.job.MAX_PRIORITY, 0]
+    assert report["stored"] == {"default": 0, "top": 100, "bottom": -100, "ten": 10}
+    assert report["supports"] is True
 
 
 def test_the_worker_runs_tasks_and_get_result_reports_them(project_db: str, poll: Poll) -> None:

@@ -85,6 +85,18 @@ def test_drain_works_the_tests_jobs_in_this_thread_through_the_workers(
     assert jobs.drain() == []  # the retry is due later
 
 
+def test_drain_runs_jobs_in_the_claims_order_highest_priority_first(
+    make_client: MakeClient,
+) -> None:
+    seen: list[str] = []
+    client = make_client(workers=_workers(seen))
+    with inline(client) as jobs:
+        for to, priority in [("low", -5), ("plain", 0), ("top", 90), ("plain-2", 0), ("mid", 3)]:
+            client.insert(Welcome(to=to), drover.InsertOpts(priority=priority))
+        jobs.drain()
+    assert seen == ["top", "mid", "plain", "plain-2", "low"]
+
+
 def test_drain_runs_jobs_that_handlers_insert(make_client: MakeClient) -> None:
     workers = drover.Workers()
     holder: list[drover.Client] = []

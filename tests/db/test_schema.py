@@ -31,6 +31,7 @@ EXPECTED_COLUMNS = {
     "unique_key": ("text", "YES", None),
     "leased_by": ("text", "YES", None),
     "attempted_at": ("timestamp with time zone", "YES", None),
+    "priority": ("smallint", "NO", "0"),
 }
 
 
@@ -73,18 +74,18 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
     idx = _indexes(conn)
     assert set(idx) == {
         "drover_jobs_pkey",
-        "drover_jobs_fetch_v2_idx",
+        "drover_jobs_fetch_v3_idx",
         "drover_jobs_lease_idx",
         "drover_jobs_dead_idx",
         "drover_jobs_unique_active_idx",
         "drover_jobs_finalized_idx",
     }
-    assert "drover_jobs_fetch_idx" not in idx
+    assert "drover_jobs_fetch_idx" not in idx and "drover_jobs_fetch_v2_idx" not in idx
     assert (
         "(state, finalized_at) WHERE (finalized_at IS NOT NULL)" in idx["drover_jobs_finalized_idx"]
     )
-    fetch = idx["drover_jobs_fetch_v2_idx"]
-    assert "(queue, scheduled_at, id)" in fetch
+    fetch = idx["drover_jobs_fetch_v3_idx"]
+    assert "(queue, priority, scheduled_at, id)" in fetch
     assert "'available'" in fetch and "'retryable'" in fetch and "'scheduled'" in fetch
     assert "running" not in fetch
     assert "(leased_until, id)" in idx["drover_jobs_lease_idx"]

@@ -99,7 +99,7 @@ def _index_states(conn: Conn, index: str) -> set[str]:
 
 
 def test_partial_index_predicates_in_the_database_match_the_sets(conn: Conn) -> None:
-    assert _index_states(conn, "drover_jobs_fetch_v2_idx") == {s.value for s in job.WAITING_STATES}
+    assert _index_states(conn, "drover_jobs_fetch_v3_idx") == {s.value for s in job.WAITING_STATES}
     assert _index_states(conn, "drover_jobs_unique_active_idx") == {
         s.value for s in job.ACTIVE_STATES
     }

@@ -18,7 +18,7 @@ class SendEmail(drover.JobArgs, kind="send_email", queue="email", max_attempts=5
     subject: str = "hello"
 
 
-class Resize(drover.JobArgs, kind="resize"):
+class Resize(drover.JobArgs, kind="resize", priority=-5):
     image_id: int
 
 
@@ -59,9 +59,10 @@ def inserts(client: drover.Client, conn: psycopg.Connection[tuple[object, ...]])
     )
     client.insert_tx(conn, SendEmail(to="b"))
     rows: list[drover.JobRow] = client.insert_many(
-        [SendEmail(to="c"), (Resize(image_id=2), drover.InsertOpts(queue="bulk"))]
+        [SendEmail(to="c"), (Resize(image_id=2), drover.InsertOpts(queue="bulk", priority=9))]
     )
-    print(rows)
+    priority: int = rows[0].priority
+    print(rows, priority)
     client.insert_many_tx(conn, [Resize(image_id=3)])
     SendEmail(to=1)  # type: ignore[arg-type]
     SendEmail(tx="x")  # type: ignore[call-arg]

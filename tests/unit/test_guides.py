@@ -107,11 +107,11 @@ def test_every_api_name_in_the_guide_exists(page: Path) -> None:
 def test_a_name_that_does_not_exist_is_caught() -> None:
     text = (
         "`drover.Chord`, `drover.contrib.django.delay_on_commit`, `Config.rate_limit`, "
-        "`InsertOpts.priority`, `job.retry`, and the real `drover.Cancel` and `Config.queues`"
+        "`InsertOpts.rate_limit`, `job.retry`, and the real `drover.Cancel` and `Config.queues`"
     )
     assert unresolved(text) == [
         "Config.rate_limit",
-        "InsertOpts.priority",
+        "InsertOpts.rate_limit",
         "drover.Chord",
         "drover.contrib.django.delay_on_commit",
         "job.retry",

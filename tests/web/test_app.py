@@ -165,6 +165,9 @@ def test_job_detail_shows_args_errors_traces_and_the_lease_holder(
     assert "&#34;to&#34;: &#34;ada@example.com&#34;" in page.text  # pretty-printed JSON, escaped
     assert "ValueError: boom" in page.text and "Traceback (most recent call last)" in page.text
     assert "held by abc123 (pid 7 on host)" in page.text
+    assert "<dt>Priority</dt><dd>0</dd>" in page.text
+    conn.execute("UPDATE drover_jobs SET priority = -42 WHERE id = %s", (job,))
+    assert "<dt>Priority</dt><dd>-42</dd>" in get(browser, f"/jobs/{job}").text
     assert get(browser, "/jobs/99999").status_code == 404
 
 

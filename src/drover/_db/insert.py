@@ -49,7 +49,14 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
         if params.scheduled_at is None and params.unique_key is None:
             cur.execute(
                 query("job_insert_now"),
-                (params.kind, params.queue, params.args_json, params.max_attempts, notify),
+                (
+                    params.kind,
+                    params.queue,
+                    params.args_json,
+                    params.max_attempts,
+                    params.priority,
+                    notify,
+                ),
             )
             id_, created_at, _ = cur.fetchone()  # type: ignore[misc]
             return new_row(params, id_, created_at)
@@ -62,6 +69,7 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
                 params.args_json,
                 params.max_attempts,
                 params.unique_key,
+                params.priority,
                 notify,
             ),
         )
@@ -86,7 +94,7 @@ def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[
     document = ",".join(
         f"[{quote(p.kind)},{quote(p.queue)},{p.args_json},{p.max_attempts},"
         f"{'null' if p.scheduled_at is None else quote(p.scheduled_at.isoformat())},"
-        f"{'null' if p.unique_key is None else quote(p.unique_key)}]"
+        f"{'null' if p.unique_key is None else quote(p.unique_key)},{p.priority}]"
         for p in batch
     )
     with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
@@ -175,18 +183,19 @@ def _copy_direct(
                 if "\\" in args_json:
                     args_json = args_json.replace("\\", "\\\\")
                 if not timed:
-                    lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\n")
+                    lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\n")
                     continue
                 # The rule of job_insert, on the clock of this transaction: a
                 # missing or past time means now, only a later time is scheduled.
                 at = p.scheduled_at
                 if at is None or at <= now:
                     lines.append(
-                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{stamp}\tavailable\n"
+                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\t"
+                        f"{stamp}\tavailable\n"
                     )
                 else:
                     lines.append(
-                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t"
+                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\t"
                         f"{at.isoformat()}\tscheduled\n"
                     )
             copy.write("".join(lines))
@@ -215,7 +224,7 @@ def _copy_uniform(
 ) -> list[JobRow]:
     # _copy_direct's untimed case for one kind and queue, from the JSON texts.
     head = f"\t{_copy_text(batch.kind)}\t{_copy_text(batch.queue)}\t"
-    tail = f"\t{batch.max_attempts}\n"
+    tail = f"\t{batch.max_attempts}\t{batch.priority}\n"
     rows: list[JobRow] = []
     with cur.copy(query("job_insert_batch_direct")) as copy:
         for start in range(0, len(batch), _COPY_CHUNK):
@@ -231,7 +240,9 @@ def _copy_uniform(
             ]
             copy.write("".join(lines))
             # Built while the server is still busy with the rows just sent.
-            rows += new_rows(batch.kind, batch.queue, batch.max_attempts, chunk_ids, texts, now)
+            rows += new_rows(
+                batch.kind, batch.queue, batch.max_attempts, batch.priority, chunk_ids, texts, now
+            )
     return rows
 
 
@@ -263,6 +274,7 @@ def _insert_many_staged(
                             p.max_attempts,
                             p.scheduled_at,
                             p.unique_key,
+                            p.priority,
                         )
                     )
             cur.execute(query("job_insert_batch_apply"))

@@ -43,6 +43,7 @@ JOB_COLUMNS = (
     "created_at",
     "finalized_at",
     "unique_key",
+    "priority",
 )
 """What every job query returns, in ``JobRow``'s field order; jsonb and enums as text
 (Django registers its own loaders for jsonb on its connections)."""
@@ -122,6 +123,7 @@ def new_rows(
     kind: str,
     queue: str,
     max_attempts: int,
+    priority: int,
     ids: Sequence[int],
     args_json: Sequence[str],
     created_at: datetime,
@@ -146,6 +148,7 @@ def new_rows(
                 created_at,
                 None,
                 None,
+                priority,
             ),
         )
         for id_, text in zip(ids, args_json, strict=True)
@@ -170,6 +173,7 @@ def row_from_db(values: Sequence[Any]) -> JobRow:
             values[10],
             values[11],
             values[12],
+            values[13],
         ),
     )
 
@@ -203,5 +207,6 @@ def new_row(
             created_at,
             None,
             params.unique_key,
+            params.priority,
         ),
     )

@@ -8,15 +8,16 @@ from typing import Any
 
 from drover._records import EncodedBatch, JobInsertParams, UniformBatch
 from drover.errors import InvalidJobArgs
-from drover.job import InsertOpts, JobArgs
+from drover.job import DEFAULT_PRIORITY, InsertOpts, JobArgs
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_QUEUE", "encode_batch", "encode_insert"]
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 25
 
-# (kind, queue, max_attempts) an args class inserts with when no InsertOpts says otherwise.
-_Defaults = tuple[str, str, int]
+# (kind, queue, max_attempts, priority) an args class inserts with when no InsertOpts
+# says otherwise.
+_Defaults = tuple[str, str, int, int]
 
 
 # Per args class, once it has been checked: classes are few and long-lived.
@@ -38,6 +39,7 @@ def _class_defaults(cls: type, where: str) -> _Defaults:
         kind,
         cls.default_queue or DEFAULT_QUEUE,
         cls.default_max_attempts or DEFAULT_MAX_ATTEMPTS,
+        DEFAULT_PRIORITY if cls.default_priority is None else cls.default_priority,
     )
     return known
 
@@ -81,9 +83,9 @@ def _dump(args: JobArgs, kind: str, where: str) -> str:
 
 
 def _apply(defaults: _Defaults, args_json: str, opts: object, where: str) -> JobInsertParams:
-    kind, queue, max_attempts = defaults
+    kind, queue, max_attempts, priority = defaults
     if opts is None:
-        return JobInsertParams(kind, queue, args_json, max_attempts, None, None)
+        return JobInsertParams(kind, queue, args_json, max_attempts, None, None, priority)
     if not isinstance(opts, InsertOpts):
         raise InvalidJobArgs(
             f"{where}insert options must be a drover.InsertOpts, not {type(opts).__qualname__}"
@@ -95,6 +97,7 @@ def _apply(defaults: _Defaults, args_json: str, opts: object, where: str) -> Job
         opts.max_attempts or max_attempts,
         opts.scheduled_at,
         opts.unique_key or None,
+        priority if opts.priority is None else opts.priority,
     )
 
 
@@ -177,8 +180,10 @@ def encode_batch(items: object) -> EncodedBatch:
                     texts.append(args_json)
                     continue
                 encoded = _spill(first, texts)
-            kind, queue, max_attempts = defaults
-            encoded.append(new(JobInsertParams, (kind, queue, args_json, max_attempts, None, None)))
+            kind, queue, max_attempts, priority = defaults
+            encoded.append(
+                new(JobInsertParams, (kind, queue, args_json, max_attempts, None, None, priority))
+            )
     except InvalidJobArgs as exc:
         # Only a failure pays for formatting the position into the message.
         raise InvalidJobArgs(f"item {index}: {exc}") from None
@@ -186,13 +191,17 @@ def encode_batch(items: object) -> EncodedBatch:
         return EncodedBatch(encoded, queues, unique, timed)
     if first is None:
         return EncodedBatch([], queues, unique, timed)
-    kind, queue, max_attempts = first[1]
-    return EncodedBatch(UniformBatch(kind, queue, max_attempts, texts), queues, unique, timed)
+    kind, queue, max_attempts, priority = first[1]
+    return EncodedBatch(
+        UniformBatch(kind, queue, max_attempts, priority, texts), queues, unique, timed
+    )
 
 
 def _spill(first: tuple[type, _Defaults] | None, texts: list[str]) -> list[JobInsertParams]:
     """The uniform items read so far, as one JobInsertParams each."""
     if first is None:
         return []
-    kind, queue, max_attempts = first[1]
-    return [JobInsertParams(kind, queue, text, max_attempts, None, None) for text in texts]
+    kind, queue, max_attempts, priority = first[1]
+    return [
+        JobInsertParams(kind, queue, text, max_attempts, None, None, priority) for text in texts
+    ]

@@ -30,6 +30,7 @@ from drover.cli.common import (
 from drover.cli.run import bench_command, demo_command, worker_command
 from drover.cli.web import web_command
 from drover.cli.workers import workers_command
+from drover.job import MAX_PRIORITY, MIN_PRIORITY
 from drover.queues import check_queue_name
 
 __all__ = ["app", "main"]
@@ -281,11 +282,17 @@ def enqueue_command(
     max_attempts: int | None = typer.Option(
         None, "--max-attempts", min=1, max=2**31 - 1, help="Executions before the job is dead."
     ),
+    priority: int | None = typer.Option(
+        None,
+        "--priority",
+        help=f"From {MIN_PRIORITY} to {MAX_PRIORITY}, higher claimed first "
+        "(default: the kind's class default, else 0).",
+    ),
     app_spec: str | None = typer.Option(
         None,
         "--app",
         help="module:attribute of your Client or Workers: known kinds get their args "
-        "validated and their class's queue and max_attempts defaults.",
+        "validated and their class's queue, max_attempts and priority defaults.",
     ),
 ) -> None:
     """Insert a job by kind with JSON args."""
@@ -310,9 +317,13 @@ def enqueue_command(
         known = ", ".join(workers.kinds()) or "none"
         usage(f"--app {app_spec} has no worker for kind {kind!r} (it knows: {known})")
     try:
-        opts = drover.InsertOpts(queue=queue, scheduled_at=scheduled_at, max_attempts=max_attempts)
+        opts = drover.InsertOpts(
+            queue=queue, scheduled_at=scheduled_at, max_attempts=max_attempts, priority=priority
+        )
     except drover.InvalidInsertOpts as exc:
         flag = "--at" if "scheduled_at" in str(exc) else "--max-attempts"
+        if "priority" in str(exc):
+            flag = "--priority"
         usage(f"{flag}: {exc}")
     with open_inspector(g, workers) as inspector:
         try:

@@ -50,6 +50,7 @@ def job_dict(row: JobRow) -> dict[str, Any]:
         "created_at": timestamp(row.created_at),
         "finalized_at": timestamp(row.finalized_at),
         "unique_key": row.unique_key,
+        "priority": row.priority,
     }
 
 
@@ -109,6 +110,7 @@ def job_block(row: JobRow) -> str:
         f"queue:        {row.queue}",
         f"state:        {row.state.value}",
         f"attempt:      {row.attempt}/{row.max_attempts}",
+        f"priority:     {row.priority}",
         f"scheduled_at: {timestamp(row.scheduled_at)}",
         f"created_at:   {timestamp(row.created_at)}",
     ]

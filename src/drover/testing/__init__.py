@@ -161,7 +161,7 @@ class Jobs:
             )
             if not rows:
                 break
-            for row in sorted(rows, key=lambda r: (r.scheduled_at, r.id)):
+            for row in sorted(rows, key=lambda r: (-r.priority, r.scheduled_at, r.id)):
                 claim = Claim(row)
                 error: BaseException | None = None
                 try:

@@ -15,10 +15,10 @@ Configured like this:
 exists only if the surrounding ``atomic()`` commits), and ``manage.py drover
 worker`` runs it. What drover honours: ``queue_name`` (the drover queue),
 ``run_after`` (the job's due time), ``takes_context`` (the context carries the
-result and its attempt count), async task functions, and ``get_result`` (from
-the job row and the stored return value). What it cannot: a ``priority`` other
-than the default, refused by Django's own ``InvalidTask`` (drover orders by
-due time, not priority).
+result and its attempt count), async task functions, ``priority`` (the job's
+priority, one to one: Django's range, -100 to 100 with higher more important
+and 0 the default, is drover's) and ``get_result`` (from the job row and the
+stored return value).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class DroverTaskBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False
+    supports_priority = True
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> TaskResult:
         """Insert the call as a drover job in the current transaction; return its READY result."""
@@ -61,6 +61,9 @@ class DroverTaskBackend(BaseTaskBackend):
                 queue=task.queue_name,
                 scheduled_at=task.run_after,
                 max_attempts=self.options.get("max_attempts"),
+                # Django checked it is in TASK_MIN_PRIORITY..TASK_MAX_PRIORITY
+                # (-100..100), drover's own range: the value maps one to one.
+                priority=task.priority,
             ),
         )
         result = result_for(row.id)
