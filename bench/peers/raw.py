@@ -33,6 +33,9 @@ REQUIRES = None
 TABLES = ["drover_jobs", "drover_queues"]
 KIND = "bench_noop"
 
+# The reference has no priorities: every job it inserts has the default 0, and
+# `priority = 0` lets the claim walk the fetch index (queue, priority,
+# scheduled_at, id) in order, as drover's did before priorities.
 # The picked ids go to the UPDATE as an array rather than a joined CTE: once
 # psycopg prepares the statement, PostgreSQL's generic plan for the join form
 # can pick a sequential scan of the whole table per claim (see sql/queries/
@@ -43,7 +46,7 @@ UPDATE drover_jobs j SET state = 'running', attempt = j.attempt + 1,
 WHERE j.id = ANY (ARRAY(
     SELECT id FROM drover_jobs
     WHERE state IN ('available', 'retryable', 'scheduled') AND queue = 'default'
-      AND scheduled_at <= now()
+      AND priority = 0 AND scheduled_at <= now()
     ORDER BY scheduled_at, id LIMIT %s FOR UPDATE SKIP LOCKED
 ))
 RETURNING j.id, j.attempt, j.args::text
