@@ -26,6 +26,7 @@ from drover.errors import (
     InvalidArgument,
     InvalidInsertOpts,
     InvalidJobArgs,
+    InvalidLimit,
     InvalidTransition,
     JobSignal,
     LeaseLost,
@@ -48,6 +49,7 @@ from drover.inspector import (
     WorkerInfo,
 )
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
+from drover.limits import Limit, LimitKey, LimitState
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
 from drover.migrations import (
@@ -88,6 +90,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidInsertOpts",
     "InvalidJobArgs",
+    "InvalidLimit",
     "InvalidTransition",
     "Job",
     "JobArgs",
@@ -99,6 +102,9 @@ __all__ = [
     "KindStats",
     "Lease",
     "LeaseLost",
+    "Limit",
+    "LimitKey",
+    "LimitState",
     "Logging",
     "Middleware",
     "Migration",

@@ -31,7 +31,7 @@ from drover._jobs_and_queues import JobsAndQueues
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
-from drover.config import Config
+from drover.config import Config, declared_limits
 from drover.errors import (
     AlreadyStarted,
     ConfigError,
@@ -308,6 +308,8 @@ class Client(JobsAndQueues):
                 # missing schema fails start() with its real cause, before any
                 # thread starts.
                 self._store.require_current_schema("start")
+                # This code's limits hold for every client from its next claim.
+                self._store.declare_limits(declared_limits(self._config))
                 # Built and launched under the lock, so a stop() racing this start
                 # either sees NEW (and refuses) or a fully running engine.
                 engine = Engine(
@@ -317,6 +319,7 @@ class Client(JobsAndQueues):
                     metrics=self._metrics,
                     client_id=self._id,
                     max_jobs=self._max_jobs,
+                    released=self._committed,
                 )
                 engine.start()
             except BaseException:

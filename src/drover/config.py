@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from drover._address import parse_address
 from drover._durations import DurationField
 from drover.errors import ConfigError, InvalidInsertOpts
+from drover.limits import Limit, LimitKey
 from drover.middleware import Middleware
 from drover.periodic import PeriodicJob
 from drover.queues import check_queue_name
@@ -21,7 +22,7 @@ from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Workers
 
-__all__ = ["Config"]
+__all__ = ["Config", "declared_limits"]
 
 MIN_LEASE = timedelta(milliseconds=1)
 MAX_DURATION = timedelta(days=3650)
@@ -319,3 +320,19 @@ def _middleware(middleware: object) -> tuple[Middleware, ...]:
         if item is None or not callable(item):
             raise ConfigError(f"Config.middleware[{index}] is {item!r}, not a callable")
     return chain
+
+
+def declared_limits(config: Config) -> list[tuple[LimitKey, Limit]]:
+    """Every limit this configuration's code declares: on its workers' args classes.
+
+    A starting client writes them (``Store.declare_limits``), so the limits
+    of the kinds it runs hold for every client of the database.
+    """
+    found: dict[LimitKey, Limit] = {}
+    for kind in config.workers.kinds():
+        entry = config.workers.get(kind)
+        if entry is None:
+            continue
+        for limit in entry[0].declared_limits:
+            found[LimitKey("kind", kind, limit.partition_by)] = limit
+    return list(found.items())

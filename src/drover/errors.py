@@ -50,6 +50,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidInsertOpts",
     "InvalidJobArgs",
+    "InvalidLimit",
     "InvalidTransition",
     "JobSignal",
     "LeaseLost",
@@ -81,6 +82,16 @@ class ConfigError(InvalidArgument):
     Raised when a ``drover.Config`` (or a ``drover.Workers``
     registry) is built, so a deploy mistake stops the process before it
     runs anything; drover never silently replaces a value it was given.
+    """
+
+
+class InvalidLimit(InvalidArgument):
+    """A `drover.Limit` (or an operator's override) that cannot be enforced.
+
+    A limit of 0 or less, a period that is not a positive duration of at most
+    a day, a partition field that is not an identifier (or, on a
+    `JobArgs` class, not one of its fields). Raised where the limit is
+    written, before anything reaches the database.
     """
 
 

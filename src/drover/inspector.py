@@ -28,6 +28,7 @@ from drover.job import (
     _check_name,
     check_job_id,
 )
+from drover.limits import Limit, LimitKey, LimitState, Period, parse_limit_key
 from drover.queues import QueueSummary, check_queue_name
 from drover.worker import Workers
 
@@ -440,6 +441,63 @@ class Inspector(JobsAndQueues):
         if queue is not None:
             check_queue_name(queue)
         return self._store.retry_dead(checked_kind, queue)
+
+    def limits(self) -> list[LimitState]:
+        """Every cluster-wide limit, by scope and target, with what it is using now.
+
+        Each carries the effective values the claim enforces, what code
+        declared and what an operator overrode, the scope's running jobs, its
+        starts in the current rate window, and how many partitions are full.
+        One statement; the use is a snapshot, already changing as jobs run.
+        """
+        return self._store.limits()
+
+    def set_limit(
+        self,
+        key: str | LimitKey,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: Period | None = None,
+    ) -> LimitState:
+        """Override a limit for every client, from their next claim; returns it as stored.
+
+        `key` names the scope: `"kind:charge"`, `"kind:charge[tenant_id]"`
+        (per value of that args field) or `"queue:images"`. Only the values
+        given change (the others keep their override or declaration); a limit
+        no code declared is created. The override outlives restarts (a
+        client's declaration at start keeps it) until `clear_limit`. Every
+        listening client's fetcher is woken, so jobs a raised limit releases
+        start at once.
+
+        Raises:
+            drover.InvalidLimit: a bad key, no value given, a value of 0 or
+                less, or a period that is not a duration of at most a day.
+        """
+        parsed = parse_limit_key(key)
+        checked = Limit(
+            concurrency=concurrency, rate=rate, per=per, partition_by=parsed.partition_by
+        )
+        self._store.set_limit(
+            parsed, checked.concurrency, checked.rate, None if per is None else checked.per
+        )
+        return next(s for s in self._store.limits() if s.key == parsed)
+
+    def clear_limit(self, key: str | LimitKey) -> bool:
+        """Drop an operator's override: the declared values apply again, from the next claim.
+
+        A limit that no code declared is removed. Returns False when the limit
+        had no override (nothing changed). Wakes every listening fetcher.
+        """
+        return self._store.clear_limit(parse_limit_key(key))
+
+    def delete_limit(self, key: str | LimitKey) -> bool:
+        """Remove a limit, declared or not, from the next claim on; False when there was none.
+
+        A client whose code still declares the limit writes it again when it
+        next starts: remove it from the code too.
+        """
+        return self._store.delete_limit(parse_limit_key(key))
 
     def close(self) -> None:
         """Close the pool if the Inspector opened it; idempotent."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import enum
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar
@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
+from drover.limits import Limit, limits_tuple
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -230,6 +231,8 @@ class JobArgs(BaseModel):
     default_queue: ClassVar[str | None] = None
     default_max_attempts: ClassVar[int | None] = None
     default_priority: ClassVar[int | None] = None
+    declared_limits: ClassVar[tuple[Limit, ...]] = ()
+    """Cluster-wide limits on this kind (class keyword `limits=`), inherited by subclasses."""
 
     def __init_subclass__(
         cls,
@@ -238,11 +241,14 @@ class JobArgs(BaseModel):
         queue: str | None = None,
         max_attempts: int | None = None,
         priority: int | None = None,
+        limits: Limit | Sequence[Limit] | None = None,
         abstract: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init_subclass__(**kwargs)
         try:
+            if limits is not None:
+                cls.declared_limits = limits_tuple(limits, f"{cls.__qualname__} limits")
             if kind is not None:
                 cls.kind = _check_name(kind, f"{cls.__qualname__} kind", MAX_KIND_LENGTH)
             if queue is not None:
@@ -264,6 +270,26 @@ class JobArgs(BaseModel):
             raise InvalidJobArgs(
                 f"{cls.__qualname__} needs a job kind: "
                 f'class {cls.__name__}(drover.JobArgs, kind="...")'
+            )
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        # Runs once pydantic has built the fields, which __init_subclass__
+        # cannot see: a limit's partition field must be one of them.
+        super().__pydantic_init_subclass__(**kwargs)
+        _check_partition_fields(cls)
+
+
+def _check_partition_fields(cls: type[JobArgs]) -> None:
+    fields = set(cls.model_fields)
+    for limit in cls.declared_limits:
+        field = limit.partition_by
+        if field is not None and field not in fields:
+            close = difflib.get_close_matches(field, sorted(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidJobArgs(
+                f"{cls.__qualname__} limits: partition_by={field!r} is not one of its fields"
+                f"{hint}; its fields are {', '.join(sorted(fields)) or 'none'}"
             )
 
 

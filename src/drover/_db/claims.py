@@ -22,6 +22,7 @@ from drover.job import JobRow, JobState
 __all__ = [
     "job_claim",
     "job_claim_expired",
+    "job_claim_limited",
     "job_extend_leases",
     "job_record_outcomes",
 ]
@@ -31,16 +32,33 @@ def job_claim(
     conn: Connection, queue: str, limit: int, lease_seconds: float, holder: str | None = None
 ) -> list[JobRow]:
     """Claim up to ``limit`` due jobs from ``queue``, sorted by id, for ``holder``."""
+    return job_claim_limited(conn, queue, limit, lease_seconds, holder)[0]
+
+
+def job_claim_limited(
+    conn: Connection, queue: str, limit: int, lease_seconds: float, holder: str | None = None
+) -> tuple[list[JobRow], frozenset[int]]:
+    """Claim as ``job_claim`` does; also the ids claimed under a concurrency limit.
+
+    Without limits for the queue this is one statement. When a limit applies,
+    that statement claims nothing and says so (a row of NULLs), and the claim
+    goes through the limited one: two round trips (ADR 0025).
+    """
     if not 0 < limit <= 2**31 - 1:
         raise ValueError(f"claim limit must be in 1..2147483647, not {limit}")
+    params = {"queue": queue, "limit": limit, "lease_seconds": lease_seconds, "holder": holder}
+    limited: frozenset[int] = frozenset()
     with translate(f"claim jobs from queue {queue!r}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(
-            query("job_claim"),
-            {"queue": queue, "limit": limit, "lease_seconds": lease_seconds, "holder": holder},
-        )
-        rows = [row_from_db(r) for r in cur.fetchall()]
+        cur.execute(query("job_claim"), params)
+        found = cur.fetchall()
+        if found and found[-1][0] is None:
+            cur.execute(query("job_claim_limited"), params)
+            found = cur.fetchall()
+            limited = frozenset(r[0] for r in found if r[-1])
+            found = [r[:-1] for r in found]
+        rows = [row_from_db(r) for r in found]
     rows.sort(key=lambda r: r.id)
-    return rows
+    return rows, limited
 
 
 def _int_array(values: Sequence[int]) -> str:

@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from drover._db import Connection
-from drover._db.claims import job_claim, job_record_outcomes
+from drover._db.claims import job_claim_limited, job_record_outcomes
 from drover._db.errors import translate
 from drover._db.pool import ConnectionPool, borrow_connection
 from drover._records import Outcome, Recorded
@@ -99,6 +99,8 @@ class Claimed(NamedTuple):
     sent: float
     """Taken once the connection was in hand, just before the claim was sent: the
     database's lease runs from a later instant, so ``sent + lease`` never outlives it."""
+    limited: frozenset[int] = frozenset()
+    """Ids claimed under a cluster-wide concurrency limit: their outcomes free capacity."""
 
 
 class HeldSession:
@@ -116,7 +118,8 @@ class HeldSession:
         """Claim up to ``limit`` due jobs of ``queue`` (sorted by id) for ``holder``."""
         with self._held as conn:
             sent = time.monotonic()
-            return Claimed(job_claim(conn, queue, limit, lease_seconds, holder), sent)
+            rows, limited = job_claim_limited(conn, queue, limit, lease_seconds, holder)
+            return Claimed(rows, sent, limited)
 
     def record_outcomes(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         """Write a batch of outcomes, each fenced on its claim; one result per outcome."""

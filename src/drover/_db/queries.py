@@ -80,7 +80,8 @@ def expand_state_sets(sql: LiteralString, source: str) -> LiteralString:
 
 def expand_job_columns(sql: LiteralString) -> LiteralString:
     """Replace each ``{{job_columns}}`` (or ``{{job_columns:j}}``, qualified by ``j``)
-    with ``drover._db.rows.JOB_COLUMNS``: what every query returning jobs returns."""
+    with ``drover._db.rows.JOB_COLUMNS``: what every query returning jobs returns;
+    and ``{{job_nulls}}`` with one NULL per column."""
 
     def columns(match: re.Match[str]) -> str:
         prefix = f"{match.group(1)}." if match.group(1) else ""
@@ -88,7 +89,9 @@ def expand_job_columns(sql: LiteralString) -> LiteralString:
 
     # The replacement text is drover's own column list, never input.
     expanded: LiteralString = _JOB_COLUMNS.sub(columns, sql)
-    return expanded
+    # A row of as many NULLs: job_claim's "take the limited claim" marker.
+    nulls: LiteralString = ", ".join(["NULL"] * len(JOB_COLUMNS))
+    return expanded.replace("{{job_nulls}}", nulls)
 
 
 def _expand(sql: LiteralString, source: str) -> LiteralString:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -30,6 +30,7 @@ from drover._db import (
     claims,
     clients,
     insert,
+    limits,
     queues,
     retention,
     stats,
@@ -56,6 +57,7 @@ from drover._records import (
     WriteResult,
 )
 from drover.job import JobRow, JobState
+from drover.limits import Limit, LimitKey, LimitState
 from drover.queues import QueueState
 
 __all__ = ["Store"]
@@ -216,6 +218,36 @@ class Store:
         """Every queue with a pause record, by name."""
         with borrow(self._pool, "list queues") as conn:
             return queues.queue_list(conn)
+
+    # --- limits -----------------------------------------------------------------------------
+
+    def declare_limits(self, declared: Sequence[tuple[LimitKey, Limit]]) -> None:
+        """Write the limits code declares, keeping operators' overrides."""
+        if declared:
+            with borrow(self._pool, "declare limits") as conn:
+                limits.limit_declare(conn, declared)
+
+    def limits(self) -> list[LimitState]:
+        """Every limit with its effective values and its use now."""
+        with borrow(self._pool, "list limits") as conn:
+            return limits.limit_list(conn)
+
+    def set_limit(
+        self, key: LimitKey, concurrency: int | None, rate: int | None, per: timedelta | None
+    ) -> None:
+        """Override a limit's values (creating it if need be) and wake every fetcher."""
+        with borrow(self._pool, "set limit") as conn:
+            limits.limit_set(conn, key, concurrency, rate, per)
+
+    def clear_limit(self, key: LimitKey) -> bool:
+        """Drop a limit's override; False when it had none."""
+        with borrow(self._pool, "clear limit") as conn:
+            return limits.limit_clear(conn, key)
+
+    def delete_limit(self, key: LimitKey) -> bool:
+        """Remove a limit whole; False when there was none."""
+        with borrow(self._pool, "delete limit") as conn:
+            return limits.limit_delete(conn, key)
 
     # --- statistics -------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from drover._records import Outcome, Recorded, WriteResult
@@ -49,8 +49,14 @@ class Completer(ThreadService):
 
     name = "completer"
 
-    def __init__(self, wiring: Wiring) -> None:
+    def __init__(
+        self, wiring: Wiring, *, released: Callable[[Collection[str]], None] | None = None
+    ) -> None:
         super().__init__(client_id=wiring.client_id, logger=wiring.log)
+        # Called with the queues of jobs a concurrency limit held once their
+        # outcomes are written: capacity freed, so fetchers (here and in
+        # other clients) should claim again without waiting out a poll.
+        self._released = released
         self._store = wiring.store
         self._inflight = wiring.inflight
         self._on_refused = wiring.metrics.write_refused
@@ -212,12 +218,21 @@ class Completer(ThreadService):
                 )
                 self._stopping.wait(_RETRY_DELAYS[attempt])
                 attempt += 1
+        applied = []
         for recorded in results:
             if recorded.result is not WriteResult.APPLIED:
                 self._report(recorded)
-            elif recorded.outcome.settles_tx and recorded.outcome.error is not None:
+                continue
+            applied.append((recorded.outcome.id, recorded.outcome.attempt))
+            if recorded.outcome.settles_tx and recorded.outcome.error is not None:
                 self._tx_rolled_back(recorded.outcome)
+        released = self._inflight.limited_queues(applied) if self._released else None
         self._untrack((o.id, o.attempt) for o in batch)
+        if released and self._released is not None:
+            try:
+                self._released(released)
+            except Exception:  # a wake-up is an optimisation: the poll still finds the work
+                self._log.warning("waking fetchers after a release failed", exc_info=True)
 
     def _report(self, recorded: Recorded) -> None:
         outcome = recorded.outcome

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Collection
 
 from drover._db.store import Store
 from drover._records import WriteResult
@@ -41,7 +42,9 @@ class Engine:
     starts them in that order and, if one fails to start, stops those
     already running; ``stop`` stops them in reverse order, draining
     after the intake services (see its docstring). ``max_jobs`` caps the
-    claims this engine ever makes.
+    claims this engine ever makes. ``released`` is called with the queues
+    of jobs a cluster-wide concurrency limit held, once their outcomes are
+    written (the client wakes fetchers with it).
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class Engine:
         metrics: Metrics,
         client_id: str,
         max_jobs: int | None = None,
+        released: Callable[[Collection[str]], None] | None = None,
     ) -> None:
         self._config = config
         self._log = config.logger
@@ -66,7 +70,7 @@ class Engine:
             metrics=metrics,
             client_id=client_id,
         )
-        self.completer = Completer(wiring)
+        self.completer = Completer(wiring, released=released)
         runner = Runner(
             chain=chain,
             retry_policy=config.retry_policy,

@@ -143,7 +143,7 @@ class Fetcher(ThreadService):
             if claimed >= wanted or self._stopping.is_set():
                 break
             try:
-                rows, sent = self._session.claim(
+                rows, sent, limited = self._session.claim(
                     queue, wanted - claimed, self._lease_seconds, self._holder
                 )
                 self.claims += 1
@@ -153,7 +153,7 @@ class Fetcher(ThreadService):
                 )
                 return claimed, True
             deadline = sent + self._lease_seconds
-            claims = [Claim(row, deadline) for row in rows]
+            claims = [Claim(row, deadline, limited=row.id in limited) for row in rows]
             # Tracked before they are handed to the pool threads, so the
             # heartbeat covers them and shutdown sees them.
             self._inflight.add_many(claims)

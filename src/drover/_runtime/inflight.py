@@ -52,10 +52,14 @@ class Claim:
     bookkeeping of a ``complete_tx``. Only drover's threads change it.
     """
 
-    __slots__ = ("_tx", "context", "finished", "local_deadline", "row")
+    __slots__ = ("_tx", "context", "finished", "limited", "local_deadline", "row")
 
-    def __init__(self, row: JobRow, local_deadline: float | None = None) -> None:
+    def __init__(
+        self, row: JobRow, local_deadline: float | None = None, *, limited: bool = False
+    ) -> None:
         self.row = row
+        self.limited = limited
+        """Claimed under a cluster-wide concurrency limit: its outcome frees capacity."""
         self._tx = _TxCompletion(row.id, row.attempt)
         self.context = JobContext(
             lease=Lease(row.id, row.attempt, row.leased_until), _complete_tx=self._tx
@@ -160,6 +164,17 @@ class InFlight:
                     del entries[job_id]
             if not entries:
                 self._cond.notify_all()
+
+    def limited_queues(self, claims: Iterable[tuple[int, int]]) -> set[str]:
+        """The queues of those ``(id, attempt)`` still tracked that a concurrency limit held."""
+        with self._cond:
+            entries = self._entries
+            found = set()
+            for job_id, attempt in claims:
+                entry = entries.get(job_id)
+                if entry is not None and entry.limited and entry.row.attempt == attempt:
+                    found.add(entry.row.queue)
+            return found
 
     def held(self) -> list[tuple[int, int]]:
         """``(id, attempt)`` of every claim, sorted by id."""

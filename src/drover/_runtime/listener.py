@@ -127,6 +127,8 @@ class Listener(ThreadService):
     def run_once(self) -> int:
         """Wait briefly for notifications; wake the fetcher if one names our queues.
 
+        The payload ``*`` (a limit changed) names every queue.
+
         After ``ping_every`` seconds without a notification, check the
         connection with a bounded round trip (raises if it is broken).
         """
@@ -140,7 +142,7 @@ class Listener(ThreadService):
         elif now - self._quiet_since >= self._ping_every:
             conn.ping(self._ping_deadline)
             self._quiet_since = time.monotonic()
-        relevant = sum(1 for p in payloads if p in self._queues)
+        relevant = sum(1 for p in payloads if p in self._queues or p == "*")
         if relevant:
             self._wake_fetcher()
         return relevant
