@@ -1,0 +1,196 @@
+"""Cluster-wide limits in running clients: declarations at start, release wake-ups, validation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from jobdb import Conn, MakeClient, Poll, observe
+
+import drover
+
+SAFETY = 20.0
+"""Longest a blocked handler waits on its own (a failing test never hangs)."""
+
+IDLE_POLL = 30.0
+"""A poll interval no wake-up test could mistake for a wake-up."""
+
+WAKE_BUDGET = 5.0
+
+
+class Solo(drover.JobArgs, kind="limits_solo", limits=drover.Limit(concurrency=1)):
+    n: int = 0
+
+
+class Tenanted(
+    drover.JobArgs,
+    kind="limits_tenanted",
+    limits=[
+        drover.Limit(concurrency=2, partition_by="tenant"),
+        drover.Limit(rate=100, per="minute"),
+    ],
+):
+    tenant: str = ""
+
+
+class Gate:
+    """Handlers that block until released, recording how many run at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.running = 0
+        self.most = 0
+        self.started: list[tuple[int, float]] = []
+
+    def solo(self, job: drover.Job[Solo]) -> None:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.started.append((job.args.n, time.monotonic()))
+        try:
+            if job.args.n == 0:
+                self.release.wait(SAFETY)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+    def workers(self) -> drover.Workers:
+        w = drover.Workers()
+        w.register(self.solo)
+        w.register(lambda job: None, args=Tenanted)
+        return w
+
+
+@pytest.fixture
+def gate(make_client: MakeClient) -> Iterator[Gate]:
+    g = Gate()
+    yield g
+    g.release.set()
+
+
+def _limits(conn: Conn) -> list[tuple[object, ...]]:
+    return conn.execute(
+        "SELECT scope, target, partition_by, declared_concurrency, declared_rate, "
+        "extract(epoch FROM declared_per)::int FROM drover_limits ORDER BY target, partition_by"
+    ).fetchall()
+
+
+def test_a_starting_client_declares_its_kinds_limits(
+    make_client: MakeClient, gate: Gate, conn: Conn
+) -> None:
+    client = make_client(workers=gate.workers(), poll_interval=0.05)
+    assert _limits(conn) == []
+    client.start()
+    assert _limits(conn) == [
+        ("kind", "limits_solo", "", 1, None, None),
+        ("kind", "limits_tenanted", "", None, 100, 60),
+        ("kind", "limits_tenanted", "tenant", 2, None, None),
+    ]
+
+
+def test_a_declaration_keeps_an_operators_override(
+    make_client: MakeClient, gate: Gate, conn: Conn, db_url: str
+) -> None:
+    with drover.Inspector(db_url) as inspector:
+        inspector.set_limit("kind:limits_solo", concurrency=4)
+    make_client(workers=gate.workers(), poll_interval=0.05).start()
+    row = conn.execute(
+        "SELECT declared_concurrency, override_concurrency FROM drover_limits "
+        "WHERE target = 'limits_solo'"
+    ).fetchone()
+    assert row == (1, 4)
+
+
+def test_a_release_wakes_the_fetchers_of_every_client(
+    make_client: MakeClient, gate: Gate, poll: Poll
+) -> None:
+    # Two clients that only poll every 30 s: the held-back job can start
+    # within seconds only if the first job's completion woke a fetcher.
+    clients = [
+        make_client(workers=gate.workers(), poll_interval=IDLE_POLL, concurrency=2)
+        for _ in range(2)
+    ]
+    for c in clients:
+        c.start()
+    clients[0].insert(Solo(n=0))
+    poll(lambda: gate.running == 1, message="the first job runs")
+    clients[0].insert(Solo(n=1))
+
+    # Held back: both clients claimed nothing for it and went back to sleep.
+    def held_back() -> None:
+        assert len(gate.started) == 1
+
+    observe(0.5, held_back)
+    released_at = time.monotonic()
+    gate.release.set()
+    poll(lambda: len(gate.started) == 2, timeout=WAKE_BUDGET, message="the held-back job starts")
+    assert gate.started[1][1] - released_at < WAKE_BUDGET
+    assert gate.most == 1
+
+
+def test_a_raised_limit_releases_held_back_jobs_at_once(
+    make_client: MakeClient, gate: Gate, poll: Poll, db_url: str
+) -> None:
+    client = make_client(workers=gate.workers(), poll_interval=IDLE_POLL, concurrency=3)
+    client.start()
+    client.insert(Solo(n=0))
+    poll(lambda: gate.running == 1, message="the first job runs")
+    client.insert(Solo(n=0))
+    observe(0.3, lambda: None)
+    assert gate.running == 1
+    with drover.Inspector(db_url) as inspector:
+        inspector.set_limit("kind:limits_solo", concurrency=2)
+    poll(lambda: gate.running == 2, timeout=WAKE_BUDGET, message="the second job starts")
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        (drover.Limit(concurrency=1, partition_by="tenat"), "did you mean 'tenant'"),
+        ("3", "must be a drover.Limit"),
+        ([drover.Limit(concurrency=1), drover.Limit(rate=2)], "two limits with no partition"),
+    ],
+)
+def test_a_bad_limit_on_a_job_class_fails_where_the_class_is_defined(
+    limits: object, message: str
+) -> None:
+    with pytest.raises(drover.InvalidJobArgs, match=message):
+
+        class Bad(drover.JobArgs, kind="limits_bad", limits=limits):  # type: ignore[call-arg]
+            tenant: str
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({}, "needs concurrency= .* or rate="),
+        ({"concurrency": 0}, "between 1 and"),
+        ({"concurrency": -3}, "between 1 and"),
+        ({"concurrency": True}, "positive int"),
+        ({"rate": 5, "per": "fortnight"}, "'second', 'minute', 'hour'"),
+        ({"rate": 5, "per": 0}, "more than 0"),
+        ({"rate": 5, "per": timedelta(days=2)}, "at most one day"),
+        ({"rate": 5, "per": "5"}, "'second', 'minute', 'hour'"),
+        ({"concurrency": 1, "per": 1}, "give rate= too"),
+        ({"concurrency": 1, "partition_by": "a.b"}, "top-level args field"),
+        ({"concurrency": 1, "partition_by": ""}, "top-level args field"),
+    ],
+)
+def test_a_bad_limit_is_refused_when_it_is_built(values: dict[str, object], message: str) -> None:
+    with pytest.raises(drover.InvalidLimit, match=message):
+        drover.Limit(**values)  # type: ignore[arg-type]
+
+
+def test_limits_have_a_readable_repr_and_key_text() -> None:
+    assert repr(drover.Limit(rate=20, per=60, partition_by="t")) == (
+        "Limit(rate=20, per='minute', partition_by='t')"
+    )
+    key = drover.limits.parse_limit_key("kind:charge[tenant_id]")
+    assert key == drover.LimitKey("kind", "charge", "tenant_id")
+    assert str(key) == "kind:charge[tenant_id]"
+    with pytest.raises(drover.InvalidLimit, match="queue:NAME or kind:NAME"):
+        drover.limits.parse_limit_key("tenant:x")
