@@ -7,7 +7,8 @@ that too, so ``except ValueError`` keeps working:
 
     DroverError                      never raised directly
     ├── InvalidArgument              (ValueError, TypeError) a bad argument to a drover call
-    │   └── ConfigError              a Config value that is unknown, mistyped or out of range
+    │   ├── ConfigError              a Config value that is unknown, mistyped or out of range
+    │   └── InvalidLimit             a drover.Limit or limit override that cannot be enforced
     ├── InvalidJobArgs               (TypeError)  args that are not a JobArgs or cannot be encoded
     ├── InvalidInsertOpts            (ValueError) a bad queue, time, unique key or attempt count
     ├── UnsupportedConnection        (TypeError)  insert_tx given something it cannot use

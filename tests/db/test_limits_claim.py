@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 from jobdb import Conn
+from psycopg.types.json import Jsonb
 
 from drover._db.claims import job_claim, job_claim_limited
 from drover._db.limits import limit_declare
@@ -24,7 +25,7 @@ def _put(conn: Conn, n: int, kind: str = "a", queue: str = "default", **args: An
         payload = {k: (v(i) if callable(v) else v) for k, v in args.items()}
         row = conn.execute(
             "INSERT INTO drover_jobs (kind, queue, args) VALUES (%s, %s, %s) RETURNING id",
-            (kind, queue, psycopg.types.json.Jsonb(payload)),
+            (kind, queue, Jsonb(payload)),
         ).fetchone()
         assert row is not None
         ids.append(int(row[0]))
@@ -36,7 +37,8 @@ def _limit(conn: Conn, key: str, **values: Any) -> None:
     target, _, by = rest.partition("[")
     part = by.rstrip("]") or None
     limit_declare(
-        conn, [(LimitKey(scope, target, part), Limit(partition_by=part, **values))]  # type: ignore[arg-type]
+        conn,
+        [(LimitKey(scope, target, part), Limit(partition_by=part, **values))],  # type: ignore[arg-type]
     )
 
 
@@ -50,7 +52,8 @@ def _finish(conn: Conn, ids: list[int]) -> None:
 
 def _running(conn: Conn, kind: str | None = None) -> int:
     row = conn.execute(
-        "SELECT count(*) FROM drover_jobs WHERE state = 'running' AND (%s::text IS NULL OR kind = %s)",
+        "SELECT count(*) FROM drover_jobs "
+        "WHERE state = 'running' AND (%s::text IS NULL OR kind = %s)",
         (kind, kind),
     ).fetchone()
     assert row is not None
@@ -215,10 +218,7 @@ def test_concurrent_claims_never_admit_past_a_concurrency_limit(
         assert _running(conn) == 3
         _finish(
             conn,
-            [
-                int(r[0])
-                for r in conn.execute("SELECT id FROM drover_jobs WHERE state = 'running'")
-            ],
+            [int(r[0]) for r in conn.execute("SELECT id FROM drover_jobs WHERE state = 'running'")],
         )
 
 

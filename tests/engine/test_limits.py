@@ -58,10 +58,13 @@ class Gate:
             with self.lock:
                 self.running -= 1
 
+    def tenanted(self, job: drover.Job[Tenanted]) -> None:
+        pass
+
     def workers(self) -> drover.Workers:
         w = drover.Workers()
         w.register(self.solo)
-        w.register(lambda job: None, args=Tenanted)
+        w.register(args=Tenanted)(self.tenanted)
         return w
 
 
@@ -160,7 +163,7 @@ def test_a_bad_limit_on_a_job_class_fails_where_the_class_is_defined(
 ) -> None:
     with pytest.raises(drover.InvalidJobArgs, match=message):
 
-        class Bad(drover.JobArgs, kind="limits_bad", limits=limits):  # type: ignore[call-arg]
+        class Bad(drover.JobArgs, kind="limits_bad", limits=limits):
             tenant: str
 
 

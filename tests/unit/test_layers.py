@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.job",
             "drover._records",
             "drover.queues",
+            "drover.limits",
             "drover.schedule",
             "drover.retry",
             "drover.retention",
