@@ -62,7 +62,8 @@ $keys$;
 --    budget is known to be spent.
 -- 2. The limits the candidates draw on are locked with transaction-level
 --    advisory locks, in id order (no two claims wait on each other in a
---    cycle). A claim holding a limit's lock is the only one admitting jobs
+--    cycle). The lock's keys are drover_limits' oid and the limit's id: each
+--    set of drover tables has its own, apart from the periodic leader's. A claim holding a limit's lock is the only one admitting jobs
 --    under it until it commits.
 -- 3. Each budget is counted after the lock, in a new statement, so with a
 --    snapshot that sees every claim committed before the lock was granted:
@@ -121,6 +122,7 @@ DECLARE
     kj integer;
     start integer;
     r record;
+    lock_class integer := ('drover_limits'::regclass::oid::bigint % 2147483647)::integer;
 BEGIN
     IF EXISTS (SELECT 1 FROM drover_queues q WHERE q.name = p_queue AND q.paused_at IS NOT NULL) THEN
         RETURN;
@@ -199,9 +201,9 @@ BEGIN
         WHERE NOT split_part(x, ':', 1)::integer = ANY (held);
         FOREACH lid IN ARRAY new_locks LOOP
             IF round = 1 THEN
-                PERFORM pg_advisory_xact_lock(1685221238, lid);
+                PERFORM pg_advisory_xact_lock(lock_class, lid);
                 held := held || lid;
-            ELSIF pg_try_advisory_xact_lock(1685221238, lid) THEN
+            ELSIF pg_try_advisory_xact_lock(lock_class, lid) THEN
                 held := held || lid;
             END IF;
         END LOOP;
