@@ -32,39 +32,22 @@ CREATE TABLE drover_limit_starts (
 );
 CREATE INDEX drover_limit_starts_idx ON drover_limit_starts (limit_id, part, started_at);
 
--- The budgets a job draws on: one key per limit that applies to it,
--- "<limit id>:<partition>", the partition being the JSON text of the job's
--- args field ('null' when the field is missing) or '' for a whole scope. The
--- limits come as parallel arrays so that one claim reads drover_limits once.
-CREATE FUNCTION drover_limit_keys(
-    j_queue text, j_kind text, j_args jsonb,
-    l_id integer[], l_scope text[], l_target text[], l_part text[]
-) RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $keys$
-    SELECT COALESCE(array_agg(
-        l.id::text || ':' || CASE
-            WHEN l.part = '' THEN ''
-            ELSE COALESCE((j_args -> l.part)::text, 'null')
-        END
-        ORDER BY l.id
-    ), '{}')
-    FROM unnest(l_id, l_scope, l_target, l_part) AS l(id, scope, target, part)
-    WHERE (l.scope = 'kind' AND l.target = j_kind)
-       OR (l.scope = 'queue' AND l.target = j_queue)
-$keys$;
-
 -- The claim of a queue some limit applies to (job_claim sends the claim
 -- here when drover_limits has a row for the queue or for any kind). It runs
 -- in the claim's one autocommit transaction:
 --
 -- 1. Candidates: due jobs of the queue in claim order (priority, due time,
 --    id), locked FOR UPDATE SKIP LOCKED as in job_claim, minus those whose
---    budget is known to be spent.
+--    budget is known to be spent. Each draws on budgets, one per limit that
+--    applies to it, named "<limit id>:<partition>": the partition is the JSON
+--    text of the job's args field ('null' when it has none), or '' for a
+--    whole scope.
 -- 2. The limits the candidates draw on are locked with transaction-level
 --    advisory locks, in id order (no two claims wait on each other in a
 --    cycle). The lock's keys are drover_limits' oid and the limit's id: each
---    set of drover tables has its own, apart from the periodic leader's. A claim holding a limit's lock is the only one admitting jobs
---    under it until it commits.
+--    set of drover tables has its own, apart from the periodic leader's.
+--    A claim holding a limit's lock is the only one admitting jobs under it
+--    until it commits.
 -- 3. Each budget is counted after the lock, in a new statement, so with a
 --    snapshot that sees every claim committed before the lock was granted:
 --    running jobs for a concurrency limit (state = 'running', counted until
@@ -77,6 +60,9 @@ $keys$;
 --    the head of a queue does not hold back the jobs behind it. A later
 --    round only tries a lock it does not hold (pg_try_advisory_xact_lock),
 --    so it never waits while holding one.
+--
+-- Budgets are computed by joins over the few limit rows, never by a function
+-- call per job: a SQL function call per row cost more than the claim itself.
 --
 -- Returns each admitted job and whether a concurrency limit applied to it
 -- (its outcome then releases capacity, and the client wakes the fetchers).
@@ -93,6 +79,8 @@ DECLARE
     l_conc integer[];
     l_rate integer[];
     l_per interval[];
+    has_parts boolean;
+    lock_class integer := ('drover_limits'::regclass::oid::bigint % 2147483647)::integer;
     -- Limits this claim holds the lock of (ids).
     held integer[] := '{}';
     -- Budgets counted so far: key, room left. A key of a limit whose lock
@@ -106,9 +94,13 @@ DECLARE
     -- Starts to record: key, count.
     s_key text[] := '{}';
     s_count integer[] := '{}';
+    -- This round's candidates, in claim order, and their budget keys as
+    -- (candidate position, key) pairs sorted by position.
     c_id bigint[];
-    c_keys text[];
-    c_nkeys integer[];
+    c_kind text[];
+    c_args jsonb[];
+    k_pos integer[];
+    k_key text[];
     want integer;
     round integer := 0;
     refused boolean;
@@ -120,36 +112,39 @@ DECLARE
     k text;
     ci integer;
     kj integer;
-    start integer;
+    kfirst integer;
+    klast integer;
     r record;
-    lock_class integer := ('drover_limits'::regclass::oid::bigint % 2147483647)::integer;
 BEGIN
     IF EXISTS (SELECT 1 FROM drover_queues q WHERE q.name = p_queue AND q.paused_at IS NOT NULL) THEN
         RETURN;
     END IF;
-    SELECT array_agg(l.id ORDER BY l.id),
-           array_agg(l.scope ORDER BY l.id),
-           array_agg(l.target ORDER BY l.id),
-           array_agg(l.partition_by ORDER BY l.id),
-           array_agg(COALESCE(l.override_concurrency, l.declared_concurrency) ORDER BY l.id),
-           array_agg(COALESCE(l.override_rate, l.declared_rate) ORDER BY l.id),
-           array_agg(COALESCE(l.override_per, l.declared_per, interval '1 second') ORDER BY l.id)
-    INTO l_id, l_scope, l_target, l_part, l_conc, l_rate, l_per
+    SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'),
+           COALESCE(array_agg(l.scope ORDER BY l.id), '{}'),
+           COALESCE(array_agg(l.target ORDER BY l.id), '{}'),
+           COALESCE(array_agg(l.partition_by ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_concurrency, l.declared_concurrency)
+                              ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_rate, l.declared_rate) ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_per, l.declared_per, interval '1 second')
+                              ORDER BY l.id), '{}'),
+           COALESCE(bool_or(l.partition_by <> ''), false)
+    INTO l_id, l_scope, l_target, l_part, l_conc, l_rate, l_per, has_parts
     FROM drover_limits l
     WHERE (l.scope = 'kind' OR (l.scope = 'queue' AND l.target = p_queue))
       AND (COALESCE(l.override_concurrency, l.declared_concurrency) IS NOT NULL
            OR COALESCE(l.override_rate, l.declared_rate) IS NOT NULL);
-    IF l_id IS NULL THEN
-        l_id := '{}'; l_scope := '{}'; l_target := '{}'; l_part := '{}';
-        l_conc := '{}'; l_rate := '{}'; l_per := '{}';
-    END IF;
 
     want := p_limit;
     LOOP
         round := round + 1;
-        -- 1. Candidates, in claim order (the walk of job_claim).
-        c_id := '{}'; c_keys := '{}'; c_nkeys := '{}';
-        FOR r IN
+        -- 1. Candidates, in claim order (the walk of job_claim). The args are
+        -- read only when a limit is partitioned.
+        SELECT COALESCE(array_agg(due.id), '{}'),
+               COALESCE(array_agg(due.kind), '{}'),
+               COALESCE(array_agg(due.args), '{}')
+        INTO c_id, c_kind, c_args
+        FROM (
             WITH RECURSIVE levels (priority) AS (
                 (
                     SELECT w.priority FROM drover_jobs w
@@ -165,39 +160,55 @@ BEGIN
                 )
                 FROM levels WHERE levels.priority IS NOT NULL
             )
-            SELECT due.id, due.keys
+            SELECT pick.id, pick.kind, pick.args
             FROM levels
             CROSS JOIN LATERAL (
-                SELECT d.id,
-                       drover_limit_keys(d.queue, d.kind, d.args, l_id, l_scope, l_target, l_part) AS keys
+                SELECT d.id, d.kind, CASE WHEN has_parts THEN d.args END AS args
                 FROM drover_jobs d
                 WHERE d.state IN ('available', 'retryable', 'scheduled')
                   AND d.queue = p_queue
                   AND d.priority = levels.priority
                   AND d.scheduled_at <= now()
                   AND (cardinality(seen) = 0 OR d.id <> ALL (seen))
-                  AND (cardinality(spent) = 0
-                       OR NOT (drover_limit_keys(d.queue, d.kind, d.args,
-                                                 l_id, l_scope, l_target, l_part) && spent))
+                  AND (cardinality(spent) = 0 OR NOT EXISTS (
+                      SELECT 1
+                      FROM unnest(l_id, l_scope, l_target, l_part) AS l(id, scope, target, part)
+                      WHERE (l.scope = 'queue' OR l.target = d.kind)
+                        AND l.id::text || ':' || CASE
+                                WHEN l.part = '' THEN ''
+                                ELSE COALESCE((d.args -> l.part)::text, 'null')
+                            END = ANY (spent)
+                  ))
                 ORDER BY d.scheduled_at, d.id
                 LIMIT want
                 FOR UPDATE OF d SKIP LOCKED
-            ) due
+            ) pick
             LIMIT want
-        LOOP
-            c_id := c_id || r.id;
-            c_nkeys := c_nkeys || cardinality(r.keys);
-            c_keys := c_keys || r.keys;
-        END LOOP;
+        ) due;
         EXIT WHEN cardinality(c_id) = 0;
         seen := seen || c_id;
+
+        -- Each candidate's budget keys (the queue's own limits apply to all).
+        SELECT COALESCE(array_agg(x.i ORDER BY x.i, x.id), '{}'),
+               COALESCE(array_agg(x.key ORDER BY x.i, x.id), '{}')
+        INTO k_pos, k_key
+        FROM (
+            SELECT c.i::integer AS i, l.id,
+                   l.id::text || ':' || CASE
+                       WHEN l.part = '' THEN ''
+                       ELSE COALESCE((c.args -> l.part)::text, 'null')
+                   END AS key
+            FROM unnest(c_kind, c_args) WITH ORDINALITY AS c(kind, args, i)
+            JOIN unnest(l_id, l_scope, l_target, l_part) AS l(id, scope, target, part)
+              ON l.scope = 'queue' OR l.target = c.kind
+        ) x;
 
         -- 2. Lock the limits the candidates draw on that this claim does not
         -- hold yet, in id order; wait only in the first round.
         SELECT COALESCE(array_agg(DISTINCT split_part(x, ':', 1)::integer
                                   ORDER BY split_part(x, ':', 1)::integer), '{}')
         INTO new_locks
-        FROM unnest(c_keys) AS x
+        FROM unnest(k_key) AS x
         WHERE NOT split_part(x, ':', 1)::integer = ANY (held);
         FOREACH lid IN ARRAY new_locks LOOP
             IF round = 1 THEN
@@ -208,65 +219,58 @@ BEGIN
             END IF;
         END LOOP;
 
-        -- 3. Count the budgets of the limits just locked: their keys seen
-        -- among running jobs and recent starts, and the candidates' own.
+        -- 3. Count the budgets of the limits just locked: every key seen among
+        -- running jobs and recent starts (so the spent ones are known), then
+        -- the candidates' own keys not seen there, which have the whole limit.
         IF cardinality(new_locks) > 0 THEN
             FOR r IN
-                WITH lim AS (
-                    SELECT * FROM unnest(l_id, l_scope, l_target, l_part, l_conc, l_rate, l_per)
-                        AS t(id, scope, target, part, conc, rate, per)
-                    WHERE t.id = ANY (new_locks) AND t.id = ANY (held)
-                ),
-                running AS (
-                    SELECT x AS key, count(*)::integer AS n
-                    FROM drover_jobs jr
-                    CROSS JOIN LATERAL unnest(drover_limit_keys(
-                        jr.queue, jr.kind, jr.args,
-                        ARRAY(SELECT id FROM lim WHERE conc IS NOT NULL),
-                        ARRAY(SELECT scope FROM lim WHERE conc IS NOT NULL),
-                        ARRAY(SELECT target FROM lim WHERE conc IS NOT NULL),
-                        ARRAY(SELECT part FROM lim WHERE conc IS NOT NULL))) AS x
-                    -- Through the partial lease index: running rows only.
-                    WHERE jr.state = 'running'
-                      AND (jr.kind IN (SELECT target FROM lim WHERE scope = 'kind')
-                           OR jr.queue IN (SELECT target FROM lim WHERE scope = 'queue'))
-                    GROUP BY x
-                ),
-                started AS (
-                    SELECT s.limit_id::text || ':' || s.part AS key, sum(s.starts)::integer AS n
-                    FROM lim
-                    JOIN drover_limit_starts s
-                      ON s.limit_id = lim.id AND s.started_at > now() - lim.per
-                    WHERE lim.rate IS NOT NULL
-                    GROUP BY s.limit_id, s.part
-                ),
-                keys AS (
-                    SELECT key FROM running
-                    UNION SELECT key FROM started
-                    UNION SELECT x FROM unnest(c_keys) AS x
-                )
-                SELECT keys.key,
-                       LEAST(
-                           lim.conc - COALESCE(running.n, 0),
-                           lim.rate - COALESCE(started.n, 0)
-                       ) AS room
-                FROM keys
-                JOIN lim ON lim.id = split_part(keys.key, ':', 1)::integer
-                LEFT JOIN running ON running.key = keys.key
-                LEFT JOIN started ON started.key = keys.key
+                -- Through the partial lease index: running rows only.
+                SELECT l.id::text || ':' || CASE
+                           WHEN l.part = '' THEN ''
+                           ELSE COALESCE((jr.args -> l.part)::text, 'null')
+                       END AS key,
+                       LEAST(min(l.conc) - count(*)::integer, min(l.rate)) AS room
+                FROM unnest(l_id, l_scope, l_target, l_part, l_conc, l_rate)
+                    AS l(id, scope, target, part, conc, rate)
+                JOIN drover_jobs jr
+                  ON jr.state = 'running'
+                 AND ((l.scope = 'kind' AND jr.kind = l.target)
+                      OR (l.scope = 'queue' AND jr.queue = l.target))
+                WHERE l.conc IS NOT NULL AND l.id = ANY (new_locks) AND l.id = ANY (held)
+                GROUP BY 1
             LOOP
                 b_key := b_key || r.key;
                 b_left := b_left || r.room;
-                IF r.room <= 0 THEN
-                    spent := spent || r.key;
+            END LOOP;
+            FOR r IN
+                SELECT s.limit_id::text || ':' || s.part AS key,
+                       min(l.rate) - sum(s.starts)::integer AS room,
+                       min(l.conc) AS conc
+                FROM unnest(l_id, l_rate, l_per, l_conc) AS l(id, rate, per, conc)
+                JOIN drover_limit_starts s
+                  ON s.limit_id = l.id AND s.started_at > now() - l.per
+                WHERE l.rate IS NOT NULL AND l.id = ANY (new_locks) AND l.id = ANY (held)
+                GROUP BY s.limit_id, s.part
+            LOOP
+                pos := array_position(b_key, r.key);
+                IF pos IS NULL THEN
+                    b_key := b_key || r.key;
+                    b_left := b_left || LEAST(r.conc, r.room);
+                ELSE
+                    b_left[pos] := LEAST(b_left[pos], r.room);
+                END IF;
+            END LOOP;
+            FOR pos IN 1 .. cardinality(b_key) LOOP
+                IF b_left[pos] <= 0 AND NOT b_key[pos] = ANY (spent) THEN
+                    spent := spent || b_key[pos];
                 END IF;
             END LOOP;
         END IF;
 
-        -- A partition a held limit had no count for when it was locked had
-        -- nothing running and no start then, and none since: this claim
-        -- holds the lock. Its budget is the whole limit.
-        FOREACH k IN ARRAY c_keys LOOP
+        -- A key of a held limit with no count had nothing running and no
+        -- start when the limit was locked, and none since (this claim holds
+        -- the lock): its budget is the whole limit.
+        FOREACH k IN ARRAY k_key LOOP
             lid := split_part(k, ':', 1)::integer;
             IF lid = ANY (held) AND array_position(b_key, k) IS NULL THEN
                 pos := array_position(l_id, lid);
@@ -277,32 +281,36 @@ BEGIN
 
         -- 4. Admit in claim order while every budget has room.
         refused := false;
-        start := 1;
+        kfirst := 1;
         FOR ci IN 1 .. cardinality(c_id) LOOP
+            klast := kfirst;
+            WHILE klast <= cardinality(k_pos) AND k_pos[klast] = ci LOOP
+                klast := klast + 1;
+            END LOOP;
+            klast := klast - 1;
             ok := cardinality(admitted) < p_limit;
-            FOR kj IN start .. start + c_nkeys[ci] - 1 LOOP
-                pos := array_position(b_key, c_keys[kj]);
+            FOR kj IN kfirst .. klast LOOP
+                pos := array_position(b_key, k_key[kj]);
                 IF pos IS NULL OR b_left[pos] <= 0 THEN
                     ok := false;
                 END IF;
             END LOOP;
             IF ok THEN
                 is_conc := false;
-                FOR kj IN start .. start + c_nkeys[ci] - 1 LOOP
-                    pos := array_position(b_key, c_keys[kj]);
+                FOR kj IN kfirst .. klast LOOP
+                    pos := array_position(b_key, k_key[kj]);
                     b_left[pos] := b_left[pos] - 1;
                     IF b_left[pos] <= 0 THEN
-                        spent := spent || c_keys[kj];
+                        spent := spent || k_key[kj];
                     END IF;
-                    lid := split_part(c_keys[kj], ':', 1)::integer;
-                    pos := array_position(l_id, lid);
+                    pos := array_position(l_id, split_part(k_key[kj], ':', 1)::integer);
                     IF l_conc[pos] IS NOT NULL THEN
                         is_conc := true;
                     END IF;
                     IF l_rate[pos] IS NOT NULL THEN
-                        pos := array_position(s_key, c_keys[kj]);
+                        pos := array_position(s_key, k_key[kj]);
                         IF pos IS NULL THEN
-                            s_key := s_key || c_keys[kj];
+                            s_key := s_key || k_key[kj];
                             s_count := s_count || 1;
                         ELSE
                             s_count[pos] := s_count[pos] + 1;
@@ -316,7 +324,7 @@ BEGIN
             ELSE
                 refused := true;
             END IF;
-            start := start + c_nkeys[ci];
+            kfirst := klast + 1;
         END LOOP;
 
         -- 5. Another round only when it can admit more: room in the claim,

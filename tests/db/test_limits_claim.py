@@ -151,6 +151,14 @@ def test_concurrency_and_rate_in_one_limit_both_hold(conn: Conn) -> None:
     assert _running(conn) == 1
 
 
+def test_a_rate_binds_even_where_running_jobs_leave_concurrency_room(conn: Conn) -> None:
+    _put(conn, 10)
+    assert len(job_claim(conn, "default", 2, LEASE)) == 2  # running before the limit existed
+    _limit(conn, "kind:a", concurrency=10, rate=3, per=60)
+    assert len(job_claim(conn, "default", 10, LEASE)) == 3
+    assert _running(conn) == 5
+
+
 def test_an_override_below_the_running_count_admits_nothing(conn: Conn) -> None:
     _limit(conn, "kind:a", concurrency=5)
     _put(conn, 8)
