@@ -11,8 +11,10 @@ import pytest
 from jobdb import Conn
 from psycopg.types.json import Jsonb
 
+from drover._db import held
 from drover._db.claims import job_claim, job_claim_limited
 from drover._db.limits import limit_declare
+from drover._db.store import Store
 from drover.limits import Limit, LimitKey
 
 LEASE = 60.0
@@ -62,15 +64,25 @@ def _running(conn: Conn, kind: str | None = None) -> int:
 
 def test_without_limits_the_claim_takes_the_plain_path(conn: Conn) -> None:
     _put(conn, 3)
-    rows, limited = job_claim_limited(conn, "default", 10, LEASE)
+    rows, limited, through = job_claim_limited(conn, "default", 10, LEASE)
     assert len(rows) == 3
     assert limited == frozenset()
+    assert not through
+
+
+def test_the_limited_claim_is_correct_without_limits_too(conn: Conn) -> None:
+    # A client that saw limits goes straight to the limited claim for a
+    # while; if the limits were removed meanwhile it must still claim.
+    _put(conn, 3)
+    rows, limited, through = job_claim_limited(conn, "default", 10, LEASE, expect_limits=True)
+    assert (len(rows), limited, through) == (3, frozenset(), True)
 
 
 def test_a_kind_concurrency_limit_caps_running_jobs_and_frees_on_completion(conn: Conn) -> None:
     _limit(conn, "kind:a", concurrency=2)
     _put(conn, 5)
-    first, limited = job_claim_limited(conn, "default", 10, LEASE)
+    first, limited, through = job_claim_limited(conn, "default", 10, LEASE)
+    assert through
     assert len(first) == 2
     assert limited == {r.id for r in first}
     assert job_claim(conn, "default", 10, LEASE) == []
@@ -246,3 +258,26 @@ def test_concurrent_claims_never_admit_past_a_rate_or_a_partition_budget(
         "GROUP BY 1"
     ).fetchall()
     assert all(n == 1 for _, n in per_key)
+
+
+def test_a_session_that_found_limits_goes_straight_to_the_limited_claim_then_rechecks(
+    db_url: str, conn: Conn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _limit(conn, "kind:a", concurrency=1)
+    _put(conn, 3)
+    store = Store.open(db_url, who="test", max_size=2)
+    session = store.held("claim")
+    try:
+        assert len(session.claim("default", 5, LEASE, "t").rows) == 1
+        assert "default" in session._limited_since
+        conn.execute("DELETE FROM drover_limits")
+        # Within the recheck interval: straight to the limited claim, which
+        # admits everything now that no limit exists.
+        assert len(session.claim("default", 1, LEASE, "t").rows) == 1
+        assert "default" in session._limited_since
+        monkeypatch.setattr(held, "_RECHECK_LIMITS", 0.0)
+        assert len(session.claim("default", 1, LEASE, "t").rows) == 1
+        assert "default" not in session._limited_since
+    finally:
+        session.release()
+        store.close()

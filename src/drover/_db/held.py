@@ -92,6 +92,10 @@ class HeldConnection:
         return self._conn is not None
 
 
+_RECHECK_LIMITS = 10.0
+"""Seconds a claim goes straight to the limited claim after finding limits."""
+
+
 class Claimed(NamedTuple):
     """A claim round's rows, and when its statement was sent (``time.monotonic()``)."""
 
@@ -113,12 +117,24 @@ class HeldSession:
 
     def __init__(self, pool: ConnectionPool[Any], action: str) -> None:
         self._held = HeldConnection(pool, action)
+        # Queue -> time.monotonic() its claim last found limits: claims go
+        # straight to the limited claim for a while, saving a round trip, and
+        # try the plain claim again now and then to notice limits removed.
+        self._limited_since: dict[str, float] = {}
 
     def claim(self, queue: str, limit: int, lease_seconds: float, holder: str) -> Claimed:
         """Claim up to ``limit`` due jobs of ``queue`` (sorted by id) for ``holder``."""
         with self._held as conn:
             sent = time.monotonic()
-            rows, limited = job_claim_limited(conn, queue, limit, lease_seconds, holder)
+            seen = self._limited_since.get(queue)
+            expect = seen is not None and sent - seen < _RECHECK_LIMITS
+            rows, limited, through = job_claim_limited(
+                conn, queue, limit, lease_seconds, holder, expect_limits=expect
+            )
+            if not through:
+                self._limited_since.pop(queue, None)
+            elif not expect:
+                self._limited_since[queue] = sent
             return Claimed(rows, sent, limited)
 
     def record_outcomes(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
