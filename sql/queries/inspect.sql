@@ -18,11 +18,13 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: job_cancel
--- Waiting or dead jobs only; running ones belong to a worker.
+-- Waiting or dead jobs only; running ones belong to a worker. A caller
+-- awaiting the job's end (Client.result) is told at commit.
 UPDATE drover_jobs
 SET state = 'cancelled', finalized_at = now(), leased_until = NULL
 WHERE id = %(id)s AND state IN ({{states:cancellable}})
-RETURNING {{job_columns}};
+RETURNING {{job_columns}},
+    (CASE WHEN awaited THEN pg_notify('drover_done', id::text) END) IS NULL AS quiet;
 
 -- name: job_retry
 -- Redrive a dead or cancelled job: a full set of attempts again, its error
@@ -75,7 +77,7 @@ FROM redriven;
 UPDATE drover_jobs
 SET state = 'cancelled', finalized_at = now(), leased_until = NULL
 WHERE id = ANY (%(ids)s::bigint[]) AND state IN ({{states:cancellable}})
-RETURNING id;
+RETURNING id, (CASE WHEN awaited THEN pg_notify('drover_done', id::text) END) IS NULL AS quiet;
 
 -- name: job_retry_many
 -- An operator's bulk retry: every listed job that is dead or cancelled goes

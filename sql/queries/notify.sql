@@ -25,3 +25,8 @@ FROM unnest(%(queues)s::text[]) AS q;
 -- The listener's health check on an idle LISTEN connection: a half-open TCP
 -- connection never errors on its own, so the listener asks and times the answer.
 SELECT 1;
+
+-- name: notify_listen_done
+-- Client.result's waiter: an awaited job reached a terminal state (payload:
+-- its id). Sent by the statement that wrote the state (ADR 0026).
+LISTEN drover_done;

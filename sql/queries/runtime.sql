@@ -124,8 +124,9 @@ WITH input AS (
     SELECT *
     FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
-        %(scheduled_at)s::timestamptz[], %(errors)s::jsonb[], %(refund_attempt)s::bool[]
-    ) AS t(id, attempt, state, scheduled_at, error, refund_attempt)
+        %(scheduled_at)s::timestamptz[], %(errors)s::jsonb[], %(refund_attempt)s::bool[],
+        %(results)s::text[]
+    ) AS t(id, attempt, state, scheduled_at, error, refund_attempt, result)
 ),
 updated AS (
     UPDATE drover_jobs j
@@ -139,6 +140,7 @@ updated AS (
             WHEN i.error IS NULL THEN j.errors
             ELSE j.errors || jsonb_build_array(i.error)
         END,
+        result = CASE WHEN i.state = 'completed' THEN i.result::jsonb ELSE j.result END,
         leased_until = NULL,
         finalized_at = CASE
             WHEN i.state IN ({{states:terminal}}) THEN now()
@@ -150,7 +152,11 @@ updated AS (
       AND j.id = i.id AND j.attempt = i.attempt AND (j.state = 'running') IS TRUE
     -- The claim that was applied, not just the job: a batch may carry a stale
     -- and a current outcome for one job, and only the current one can apply.
-    RETURNING i.id, i.attempt
+    -- A caller waiting for an awaited job's end is told at commit (see
+    -- job_complete_many).
+    RETURNING i.id, i.attempt,
+        (CASE WHEN j.awaited AND i.state IN ({{states:terminal}})
+              THEN pg_notify('drover_done', i.id::text) END) IS NULL AS quiet
 )
 SELECT i.id, i.attempt, u.id IS NOT NULL, cur.state::text, cur.attempt
 FROM input i
@@ -171,15 +177,25 @@ LEFT JOIN drover_jobs cur ON cur.id = i.id;
 -- planner cannot match it to the partial lease index. On a table never
 -- analyzed (a burst after a quiet period) it chose that index, whose dead
 -- entries grow with every completed job, and drained at two thirds speed.
+--
+-- Results (ADR 0026): each claim's result as JSON text, or NULL. A job a
+-- caller awaits (Client.result set its awaited flag) is announced on channel
+-- drover_done, payload its id, from the RETURNING list, which PostgreSQL
+-- evaluates for every updated row even though nothing reads it. pg_notify
+-- runs only for awaited rows, so a batch nobody waits for sends nothing and
+-- its commit does not take the notification queue's lock (ADR 0008).
 WITH done AS (
     UPDATE drover_jobs j
     SET state = 'completed',
         leased_until = NULL,
-        finalized_at = now()
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)
+        finalized_at = now(),
+        result = d.result::jsonb
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::text[])
+        AS d(id, attempt, result)
     WHERE j.id = ANY (%(ids)s::bigint[])
       AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
-    RETURNING j.id, j.attempt
+    RETURNING j.id, j.attempt,
+        (CASE WHEN j.awaited THEN pg_notify('drover_done', j.id::text) END) IS NULL AS quiet
 )
 SELECT d.id, d.attempt
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)

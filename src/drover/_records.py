@@ -115,6 +115,8 @@ class Outcome(NamedTuple):
     settles_tx: bool = False
     """The handler called ``complete_tx``: a refusal because that completion
     committed is the expected case, not a stale write."""
+    result: str | None = None
+    """The handler's result as JSON text, stored by a completion (ADR 0026)."""
 
 
 class WriteResult(enum.Enum):

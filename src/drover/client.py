@@ -17,7 +17,7 @@ import threading
 import warnings
 from collections.abc import Collection, Iterable
 from types import FrameType, TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar, overload
 
 from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
@@ -28,6 +28,7 @@ from drover._insert import tx
 from drover._insert.combiner import Combiner
 from drover._insert.encode import encode_batch, encode_insert
 from drover._jobs_and_queues import JobsAndQueues
+from drover._runtime.awaiter import Awaiter
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
@@ -37,11 +38,14 @@ from drover.errors import (
     ConfigError,
     DroverError,
     InvalidArgument,
+    JobCancelled,
+    JobFailed,
     NotStarted,
 )
-from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
+from drover.job import InsertItem, InsertOpts, JobArgs, JobRow, JobState
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
+from drover.results import decode_result
 
 __all__ = ["Client", "InsertItem"]
 
@@ -115,7 +119,11 @@ class Client(JobsAndQueues):
             periodic_ids=[job.id for job in config.periodic_jobs],
         )
         self._chain = build_chain(
-            config.workers, config.middleware, config.logger, self._metrics.middleware
+            config.workers,
+            config.middleware,
+            config.logger,
+            self._metrics.middleware,
+            config.max_result_bytes,
         )
         self._store = Store.open(pool_or_conninfo, who="Client", max_size=10)
         self._config = config
@@ -138,6 +146,8 @@ class Client(JobsAndQueues):
         )
         if self._notifier is not None:
             self._notifier.on_death = self._metrics.service_died
+        # Client.result's LISTEN connection and thread: started by the first call.
+        self._awaiter = Awaiter(self._store, client_id=self._id, logger=config.logger)
 
     @property
     def config(self) -> Config:
@@ -263,6 +273,61 @@ class Client(JobsAndQueues):
             engine.wake()
 
     # --- lifecycle --------------------------------------------------------------------------
+
+    @overload
+    def result(
+        self, job: JobRow | int, *, timeout: Duration | None = None, as_type: None = None
+    ) -> Any: ...
+    @overload
+    def result(
+        self, job: JobRow | int, *, timeout: Duration | None = None, as_type: type[T]
+    ) -> T: ...
+    def result(
+        self, job: JobRow | int, *, timeout: Duration | None = None, as_type: type[T] | None = None
+    ) -> Any:
+        """Wait until ``job`` (a row or an id) has ended; return its handler's result.
+
+        The result is what the handler returned, as stored (JSON: a pydantic
+        model comes back as a dict) or validated as ``as_type`` (a pydantic model
+        or any type pydantic validates), ``None`` when the handler returned
+        ``None``. Works on any client, started or not, for jobs run by any
+        process.
+
+        Waiting: the job is flagged as awaited and the write of its terminal
+        state notifies this client (one shared LISTEN connection and thread
+        per client, opened by the first call); the state is also re-read at
+        least every second, so behind PgBouncer or when a notification is
+        lost the call still returns, a second late at most. Any number of
+        threads may wait at once. ``timeout`` (a ``timedelta`` or seconds,
+        ``None`` for no limit) bounds the wait; the job is not changed when
+        it runs out. A job run again later (an operator retry) gets a new
+        result.
+
+        Raises:
+            drover.JobFailed: the job ended ``dead``; ``drover.JobCancelled``
+                (a subclass) when it ended ``cancelled``. Both carry the last
+                error message.
+            drover.ResultTimeout: (also a ``TimeoutError``) still not ended
+                when ``timeout`` passed.
+            drover.NotFound: no such job (never inserted, or deleted by
+                retention).
+            drover.InvalidResult: the stored result does not validate as
+                ``as_type``.
+            drover.InvalidArgument: a bad ``job`` or ``timeout``;
+                ``drover.DatabaseError`` when the database cannot be reached.
+        """
+        job_id = _job_id(job)
+        seconds = None if timeout is None else to_seconds(timeout, "timeout")
+        if seconds is not None and seconds < 0:
+            raise InvalidArgument(f"timeout must not be negative, not {timeout!r}")
+        if self._closed:
+            raise InvalidArgument("this client is closed; results need an open client")
+        found = self._awaiter.wait(job_id, seconds)
+        if found.state == JobState.CANCELLED.value:
+            raise JobCancelled(job_id, found.state, found.error)
+        if found.state != JobState.COMPLETED.value:
+            raise JobFailed(job_id, found.state, found.error)
+        return decode_result(found.result, as_type, job_id)
 
     def start(self) -> None:
         """Start running jobs; returns as soon as the pool is running.
@@ -497,8 +562,22 @@ class Client(JobsAndQueues):
         if self._notifier is not None:
             # Pending wake-ups go out first, while the pool is still open.
             self._notifier.stop()
+        self._awaiter.stop()
         self._store.close()
 
     def __repr__(self) -> str:
         owner = "own pool" if self._store.owned else "borrowed pool"
         return f"<drover.Client {self._id} {self._phase.value}, {owner}>"
+
+
+T = TypeVar("T")
+
+
+def _job_id(job: object) -> int:
+    if isinstance(job, JobRow):
+        return job.id
+    if isinstance(job, bool) or not isinstance(job, int):
+        raise InvalidArgument(f"job must be a drover.JobRow or a job id, not {job!r}")
+    if not 1 <= job <= 2**63 - 1:
+        raise InvalidArgument(f"job id must be a positive 64-bit int, not {job}")
+    return job

@@ -13,11 +13,12 @@ from prometheus_client import CollectorRegistry
 
 from drover._address import parse_address
 from drover._durations import DurationField
-from drover.errors import ConfigError, InvalidInsertOpts
+from drover.errors import ConfigError, InvalidArgument, InvalidInsertOpts
 from drover.limits import Limit, LimitKey
 from drover.middleware import Middleware
 from drover.periodic import PeriodicJob
 from drover.queues import check_queue_name
+from drover.results import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Workers
@@ -135,6 +136,13 @@ class Config:
     and take over within one ``poll_interval`` of losing it. Empty: no
     scheduler thread, no lock attempts. Ids must be unique."""
 
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    """The largest result a handler may return, in bytes of JSON (256 KiB by
+    default, at most 64 MiB). Results are stored in the jobs table with the
+    completion; a larger one fails the attempt with ``drover.InvalidResult``
+    (retried like any failure), so store big payloads elsewhere and return a
+    reference."""
+
     def __new__(cls, *args: Any, **fields: Any) -> Self:
         # Runs before the generated __init__, so a misspelt field is a
         # ConfigError naming it rather than a bare TypeError.
@@ -181,6 +189,10 @@ class Config:
         if self.ops_addr:
             parse_address(self.ops_addr, "Config.ops_addr")
         set_(self, "periodic_jobs", _periodic_jobs(self.periodic_jobs))
+        try:
+            check_max_result_bytes(self.max_result_bytes, "Config.max_result_bytes")
+        except InvalidArgument as exc:
+            raise ConfigError(str(exc)) from None
         if self.retention is not None and not isinstance(self.retention, Retention):
             raise ConfigError(
                 f"Config.retention must be a drover.Retention or None, not {self.retention!r}"

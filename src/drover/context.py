@@ -111,6 +111,23 @@ class Lease:
         return f"<Lease job={self._job_id} attempt={self._attempt} {state}>"
 
 
+class ResultSlot:
+    """One execution's encoded result (JSON text, ``None`` for none) and the cap on it.
+
+    Internal: set by the engine's dispatcher and by ``Job.complete_tx``, read
+    by the engine when the handler returns.
+    """
+
+    __slots__ = ("in_tx", "max_bytes", "text")
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+        self.in_tx = False
+        """``Job.complete_tx`` completed the job: a returned value is not stored."""
+        self.max_bytes: int | None = None
+        """``Config.max_result_bytes`` of the client running the job (None: hand-built)."""
+
+
 class JobContext:
     """Cancellation signal, optional deadline and a values dict for one execution.
 
@@ -132,7 +149,7 @@ class JobContext:
         values: dict[str, Any] | None = None,
         lease: Lease | None = None,
         _parent: JobContext | None = None,
-        _complete_tx: Callable[[object], None] | None = None,
+        _complete_tx: Callable[[object, str | None], None] | None = None,
     ) -> None:
         # The Event a wait() blocks on is made by the first wait(): most
         # handlers never wait, and a context is created for every execution.
@@ -151,9 +168,13 @@ class JobContext:
         """The execution's fence (shared with child contexts)."""
         if _complete_tx is None and _parent is not None:
             _complete_tx = _parent._complete_tx
+        # The execution's encoded result and its size cap, shared with child
+        # contexts: the dispatcher may see a child (a worker timeout) while
+        # the engine reads the context it created.
+        self._result_slot: ResultSlot = _parent._result_slot if _parent is not None else ResultSlot()
         # What Job.complete_tx calls: set by the engine for a claimed job
         # (shared with child contexts), None for a hand-built one.
-        self._complete_tx: Callable[[object], None] | None = _complete_tx
+        self._complete_tx: Callable[[object, str | None], None] | None = _complete_tx
 
     @property
     def deadline(self) -> float | None:

@@ -25,6 +25,10 @@ that too, so ``except ValueError`` keeps working:
     ├── UnknownJobKind               no worker for a claimed job's kind: the attempt fails, retries
     ├── ArgsDecodeError              a claimed job's stored args do not validate: the job is dead
     ├── LeaseLost                    complete_tx refused: the claim moved on; roll back
+    ├── InvalidResult                (TypeError)  a handler's result is not JSON or is too large
+    ├── JobFailed                    Client.result: the job ended dead, without a result
+    │   └── JobCancelled             Client.result: the job ended cancelled
+    ├── ResultTimeout                (TimeoutError) Client.result: the job had not ended in time
     └── JobSignal                    raised by a handler to steer its job, never an error
         ├── Snooze                   run the job again later, without spending an attempt
         └── Cancel                   stop retrying: the job ends cancelled
@@ -52,13 +56,17 @@ __all__ = [
     "InvalidInsertOpts",
     "InvalidJobArgs",
     "InvalidLimit",
+    "InvalidResult",
     "InvalidTransition",
+    "JobCancelled",
+    "JobFailed",
     "JobSignal",
     "LeaseLost",
     "MigrationError",
     "NotFound",
     "NotInTransaction",
     "NotStarted",
+    "ResultTimeout",
     "SchemaMissing",
     "Snooze",
     "UnknownJobKind",
@@ -284,6 +292,54 @@ class LeaseLost(DroverError):
             f"job {job_id} attempt {attempt} is no longer this worker's to complete ({now}); "
             "roll the transaction back"
         )
+
+
+class InvalidResult(DroverError, TypeError):
+    """A handler returned a value drover cannot store as its job's result.
+
+    Not JSON-encodable (a pydantic model, a dataclass, datetimes, UUIDs and
+    the JSON types are), or larger than ``Config.max_result_bytes`` once
+    encoded. Raised on the worker's thread as the handler returns, so the
+    attempt fails like any handler error (and is retried by the policy); the
+    message names the job's kind and what was wrong. ``Job.complete_tx``
+    raises it before writing anything.
+    """
+
+
+class JobFailed(DroverError):
+    """``Client.result``: the job ended without completing, so it has no result.
+
+    Attributes:
+        job_id: the job.
+        state: ``"dead"`` (attempts exhausted, or a permanent failure) or
+            ``"cancelled"`` (``JobCancelled``).
+        error: the last recorded error message, or ``None``.
+    """
+
+    def __init__(self, job_id: int, state: str, error: str | None) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.error = error
+        why = f": {error}" if error else ""
+        super().__init__(f"job {job_id} ended {state} without a result{why}")
+
+
+class JobCancelled(JobFailed):
+    """``Client.result``: the job was cancelled (by its handler or an operator)."""
+
+
+class ResultTimeout(DroverError, TimeoutError):
+    """``Client.result``: the job had not ended when the timeout passed.
+
+    The job is untouched: it may still complete later. Attributes: ``job_id``,
+    ``state`` (its state when the wait gave up) and ``timeout`` in seconds.
+    """
+
+    def __init__(self, job_id: int, state: str, timeout: float) -> None:
+        self.job_id = job_id
+        self.state = state
+        self.timeout = timeout
+        super().__init__(f"job {job_id} had not ended after {timeout:g} s (it is {state})")
 
 
 class JobSignal(DroverError):

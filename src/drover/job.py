@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
 from drover.limits import Limit, limits_tuple
+from drover.results import DEFAULT_MAX_RESULT_BYTES, encode_result
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -474,7 +475,7 @@ class Job(Generic[ArgsT]):
         """
         return self.context.lease.lost
 
-    def complete_tx(self, conn: object) -> None:
+    def complete_tx(self, conn: object, *, result: object = None) -> None:
         """Complete this job inside the caller's transaction, fenced on this execution.
 
         ``conn`` is what ``Client.insert_tx`` accepts: a psycopg connection or
@@ -500,13 +501,23 @@ class Job(Generic[ArgsT]):
         and the job left to the rescuer). Call it at most once per execution;
         after a commit, raising from the handler changes nothing.
 
+        ``result`` is stored as the job's result with the completion (what
+        the handler returns afterwards is not: the job is already complete).
+
         Raises ``drover.InvalidArgument`` for a job not claimed by a
-        worker, ``drover.NotInTransaction`` for an autocommit connection
-        and ``drover.UnsupportedConnection`` for anything else it cannot use.
+        worker, ``drover.NotInTransaction`` for an autocommit connection,
+        ``drover.UnsupportedConnection`` for anything else it cannot use and
+        ``drover.InvalidResult`` for a result it cannot store; each before
+        anything is written.
         """
         complete = self.context._complete_tx
         if complete is None:
             raise InvalidArgument(
                 "complete_tx needs a job claimed by a drover worker; this Job was built by hand"
             )
-        complete(conn)
+        slot = self.context._result_slot
+        text = encode_result(
+            result, kind=self.kind, max_bytes=slot.max_bytes or DEFAULT_MAX_RESULT_BYTES
+        )
+        complete(conn, text)
+        slot.in_tx = True

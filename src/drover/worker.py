@@ -32,7 +32,10 @@ class Worker(abc.ABC, Generic[A]):
 
     ``work`` runs on one of the client's pool threads, possibly at the same time
     as other calls on the same instance, so a worker must be thread-safe. Return
-    normally to complete the job; raise to fail the attempt. Delivery is
+    normally to complete the job; raise to fail the attempt. What it returns,
+    unless ``None``, is stored as the job's result with the completion (a
+    JSON-able value or a pydantic model, see ``Client.result``); one that
+    cannot be stored fails the attempt with ``drover.InvalidResult``. Delivery is
     at-least-once: ``work`` can run more than once for one job (after a crash,
     a lost lease or a shutdown that ran out of time), so it must be idempotent.
     ``job.context`` reports cancellation; poll it in long loops.
@@ -59,8 +62,8 @@ class Worker(abc.ABC, Generic[A]):
                 )
 
     @abc.abstractmethod
-    def work(self, job: Job[A]) -> None:
-        """Run one job. Raise to fail this attempt; return to complete it."""
+    def work(self, job: Job[A]) -> object:
+        """Run one job. Raise to fail this attempt; return to complete it (with a result)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +79,8 @@ class _FunctionWorker(Worker[Any]):
         self._fn = fn
         self.args_type = args_type  # type: ignore[misc]  # per-instance for function workers
 
-    def work(self, job: Job[Any]) -> None:
-        self._fn(job)
+    def work(self, job: Job[Any]) -> object:
+        return self._fn(job)
 
     def __repr__(self) -> str:
         return f"<function worker {getattr(self._fn, '__qualname__', self._fn)!r}>"

@@ -85,7 +85,10 @@ def _array(values: list[int]) -> str:
 @pytest.mark.parametrize(
     ("name", "params"),
     [
-        ("job_complete_many", {"ids": _array(RUNNING), "attempts": _array([1] * 50)}),
+        (
+            "job_complete_many",
+            {"ids": _array(RUNNING), "attempts": _array([1] * 50), "results": "{}"},
+        ),
         (
             "job_record_outcomes",
             {
@@ -95,6 +98,7 @@ def _array(values: list[int]) -> str:
                 "scheduled_at": [None] * 50,
                 "errors": [None] * 50,
                 "refund_attempt": [False] * 50,
+                "results": "{}",
             },
         ),
         ("job_extend_leases", {"ids": RUNNING, "attempts": [1] * 50, "lease_seconds": 60}),

@@ -32,6 +32,8 @@ EXPECTED_COLUMNS = {
     "leased_by": ("text", "YES", None),
     "attempted_at": ("timestamp with time zone", "YES", None),
     "priority": ("smallint", "NO", "0"),
+    "result": ("jsonb", "YES", None),
+    "awaited": ("boolean", "NO", "false"),
 }
 
 

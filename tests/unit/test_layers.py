@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover._records",
             "drover.queues",
             "drover.limits",
+            "drover.results",
             "drover.schedule",
             "drover.retry",
             "drover.retention",

@@ -114,8 +114,12 @@ def transaction_open(conn: object) -> bool:
     return info.transaction_status in _OPEN
 
 
-def complete_claim(conn: Connection, job_id: int, attempt: int) -> None:
+def complete_claim(
+    conn: Connection, job_id: int, attempt: int, result: str | None = None
+) -> None:
     """Complete the claim ``(job_id, attempt)`` in ``conn``'s open transaction, or raise LeaseLost.
+
+    ``result`` is the job's result as JSON text (``None``: no result).
 
     The completer's own completion statement, fenced on ``(id, attempt,
     state = 'running')``; when it is refused, a second statement reads why
@@ -123,7 +127,11 @@ def complete_claim(conn: Connection, job_id: int, attempt: int) -> None:
     decides: LeaseLost is meant to propagate and roll it back. The row stays
     locked until that transaction ends.
     """
-    claim = {"ids": f"{{{job_id}}}", "attempts": f"{{{attempt}}}"}
+    claim = {
+        "ids": f"{{{job_id}}}",
+        "attempts": f"{{{attempt}}}",
+        "results": "{}" if result is None else [result],
+    }
     with (
         translate(f"complete job {job_id} in the caller's transaction"),
         conn.cursor(row_factory=tuple_row) as cur,

@@ -118,6 +118,7 @@ def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[R
         "scheduled_at": [o.scheduled_at for o in outcomes],
         "errors": [None if o.error is None else json.dumps(o.error) for o in outcomes],
         "refund_attempt": [o.refund_attempt for o in outcomes],
+        "results": _results(outcomes),
     }
     with (
         translate(f"record {len(outcomes)} job outcomes"),
@@ -133,6 +134,14 @@ def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[R
     return recorded
 
 
+def _results(outcomes: Sequence[Outcome]) -> list[str | None] | str:
+    # unnest() pads a shorter array with NULLs, so a batch without results
+    # (the usual one) sends an empty array instead of a NULL per job.
+    if all(o.result is None for o in outcomes):
+        return "{}"
+    return [o.result for o in outcomes]
+
+
 def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Recorded]:
     with (
         translate(f"record {len(outcomes)} job outcomes"),
@@ -143,6 +152,7 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
             {
                 "ids": _int_array([o.id for o in outcomes]),
                 "attempts": _int_array([o.attempt for o in outcomes]),
+                "results": _results(outcomes),
             },
         )
         refused = set(cur.fetchall())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, LiteralString
 
 from psycopg_pool import ConnectionPool
 
@@ -26,18 +26,23 @@ class Listening:
     lost and wake-ups silently stop (polling still works). Owned by one thread.
     """
 
-    def __init__(self, pool: ConnectionPool[Any]) -> None:
-        conn = dedicated_connect(pool, "listen for job notifications", "listener")
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        listen: LiteralString = "notify_listen",
+        action: str = "listen for job notifications",
+    ) -> None:
+        conn = dedicated_connect(pool, action, "listener")
         try:
-            with translate("listen for job notifications"):
-                conn.execute(query("notify_listen"))
+            with translate(action):
+                conn.execute(query(listen))
         except BaseException:
             conn.close()
             raise
         self._conn = conn
 
     def wait(self, timeout: float) -> list[str]:
-        """Block up to ``timeout`` seconds for notifications; return their payloads (queues)."""
+        """Block up to ``timeout`` seconds for notifications; return their payloads."""
         with translate("wait for job notifications"):
             return [n.payload for n in self._conn.notifies(timeout=timeout, stop_after=1)]
 

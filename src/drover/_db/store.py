@@ -32,6 +32,7 @@ from drover._db import (
     insert,
     limits,
     queues,
+    results,
     retention,
     stats,
     testing,
@@ -106,6 +107,10 @@ class Store:
         """A dedicated connection listening for wake-ups (closed by its owner)."""
         return Listening(self._pool)
 
+    def listen_done(self) -> Listening:
+        """A dedicated connection listening for awaited jobs' ends (``Client.result``)."""
+        return Listening(self._pool, "notify_listen_done", "listen for job results")
+
     def lead(self) -> ticks.Leadership:
         """A dedicated connection on which the ticker competes for leadership."""
         return ticks.Leadership(self._pool)
@@ -178,6 +183,16 @@ class Store:
         """``(exists, leased_by)`` for the job."""
         with borrow(self._pool, "read the lease holder") as conn:
             return admin.job_lease_holder(conn, job_id)
+
+    def mark_awaited(self, job_id: int) -> None:
+        """Ask the writer of the job's terminal state to notify ``drover_done``."""
+        with borrow(self._pool, "wait for a job") as conn:
+            results.job_mark_awaited(conn, job_id)
+
+    def job_result(self, job_id: int) -> results.StoredResult | None:
+        """The job's state, stored result and last error (``None``: no such job)."""
+        with borrow(self._pool, "read a job's result") as conn:
+            return results.job_result(conn, job_id)
 
     def cancel_job(self, job_id: int) -> JobRow:
         """Cancel a waiting or dead job (see ``drover._db.admin.job_operator_transition``)."""

@@ -113,9 +113,9 @@ def find_signal(exc: BaseException) -> Cancel | Snooze | None:
     return snooze
 
 
-def completed(row: JobRow) -> Outcome:
-    """The handler returned: the job is done."""
-    return Outcome(row.id, row.attempt, JobState.COMPLETED)
+def completed(row: JobRow, result: str | None = None) -> Outcome:
+    """The handler returned (``result``: its value as JSON text): the job is done."""
+    return Outcome(row.id, row.attempt, JobState.COMPLETED, result=result)
 
 
 def _retry_at(row: JobRow, policy: RetryPolicy) -> tuple[datetime, Note | None]:
@@ -269,7 +269,7 @@ def decide(
             return decision._replace(outcome=decision.outcome._replace(settles_tx=True))
         return decision
     if not claim.completed_in_tx:
-        return Decision(completed(row))
+        return Decision(completed(row, claim.context._result_slot.text))
     if transaction_open(claim.tx_connection):
         return Decision(None, (_LEFT_OPEN,))
     entry = error_entry(row, TX_NOT_COMMITTED, None)

@@ -31,7 +31,7 @@ class _TxCompletion:
         self.connection: object = None
         """The connection whose transaction carries the completion, once made."""
 
-    def __call__(self, target: object) -> None:
+    def __call__(self, target: object, result: str | None = None) -> None:
         if self.connection is not None:
             raise InvalidArgument(
                 f"complete_tx was already called for job {self.job_id} attempt {self.attempt}"
@@ -39,7 +39,7 @@ class _TxCompletion:
         conn = resolve_connection(
             target, "complete_tx", "or let the handler return and drover completes the job"
         )
-        complete_claim(conn, self.job_id, self.attempt)
+        complete_claim(conn, self.job_id, self.attempt, result)
         self.connection = conn
 
 

@@ -15,14 +15,16 @@ from drover.errors import ArgsDecodeError, UnknownJobKind
 from drover.job import Job, JobRow
 from drover.log import JOB, Logging, enter_job, leave_job, log_job
 from drover.middleware import Handler, Middleware, compose
+from drover.results import DEFAULT_MAX_RESULT_BYTES, encode_result
 from drover.retry import RetryPolicy
 from drover.worker import Workers
 
 __all__ = ["Runner", "build_chain"]
 
 
-def _dispatcher(workers: Workers) -> Handler:
-    """The innermost handler: registry lookup, typed decode, the worker's own timeout."""
+def _dispatcher(workers: Workers, max_result_bytes: int) -> Handler:
+    """The innermost handler: registry lookup, typed decode, the worker's own timeout,
+    and the encoding of what the worker returns (its job's result)."""
 
     def dispatch(ctx: JobContext, row: JobRow) -> None:
         entry = workers.get(row.kind)
@@ -37,7 +39,9 @@ def _dispatcher(workers: Workers) -> Handler:
             ) from None
         if worker.timeout is not None:
             ctx = ctx.with_timeout(worker.timeout)
-        worker.work(
+        slot = ctx._result_slot
+        slot.max_bytes = max_result_bytes
+        value = worker.work(
             Job(
                 id=row.id,
                 kind=row.kind,
@@ -49,6 +53,11 @@ def _dispatcher(workers: Workers) -> Handler:
                 context=ctx,
             )
         )
+        # Encoded here, so a result that cannot be stored fails the attempt
+        # through the middleware like any handler error. After a complete_tx
+        # the completion is written: a returned value has nowhere to go.
+        if value is not None and not slot.in_tx:
+            slot.text = encode_result(value, kind=row.kind, max_bytes=max_result_bytes)
 
     return dispatch
 
@@ -58,13 +67,15 @@ def build_chain(
     middleware: Sequence[Middleware],
     logger: logging.Logger,
     metrics: Middleware,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> Handler:
     """Compose the chain once: Logging, metrics, ``middleware`` (outermost first), dispatch.
 
     The built-in layers are not part of ``Config.middleware``, so
     configuration cannot remove them.
     """
-    return Logging(logger)(metrics(compose(middleware, _dispatcher(workers))))
+    dispatch = _dispatcher(workers, max_result_bytes)
+    return Logging(logger)(metrics(compose(middleware, dispatch)))
 
 
 class Runner:

@@ -1,0 +1,18 @@
+-- Job results (ADR 0026): what Client.result reads and the flag it sets
+-- before it waits.
+
+-- name: job_mark_awaited
+-- Ask the writer of this job's terminal state to notify drover_done. Run
+-- after the waiter's LISTEN is active and before it reads the state: a
+-- terminal write that committed before this statement is seen by the read
+-- that follows; one that commits after it sees the flag (the row lock
+-- orders the two) and notifies. A job already terminal, or already
+-- awaited, is not written.
+UPDATE drover_jobs SET awaited = true
+WHERE id = %(id)s AND NOT awaited AND state NOT IN ({{states:terminal}});
+
+-- name: job_result
+-- A job's state, stored result and last error message.
+SELECT state::text, result::text, errors -> -1 ->> 'error'
+FROM drover_jobs
+WHERE id = %(id)s;

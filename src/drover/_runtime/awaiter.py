@@ -1,0 +1,165 @@
+"""Waits for jobs to end on behalf of ``Client.result``: one LISTEN connection per client."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable
+
+from drover._db.notify import Listening
+from drover._db.results import StoredResult
+from drover._db.store import Store
+from drover._runtime.service import ThreadService
+from drover.errors import NotFound, ResultTimeout
+from drover.job import TERMINAL_STATES
+
+__all__ = ["Awaiter"]
+
+_TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
+_WAIT = 0.2  # one LISTEN wait, so a stop is noticed
+_FIRST_RETRY = 0.1
+_MAX_RETRY = 5.0
+_LISTEN_GRACE = 1.0  # how long a first waiter waits for the LISTEN before polling alone
+
+
+class Awaiter(ThreadService):
+    """Tells waiting callers when the jobs they wait for reach a terminal state.
+
+    Started by the first ``Client.result``; one thread and one dedicated
+    connection listening on ``drover_done``, shared by every waiter of the
+    client. A waiter flags its job (``awaited``), so the statement that
+    writes the job's terminal state notifies; the payload is the job id. A
+    notification only wakes the waiter early: each waiter reads the job's
+    state again at least every ``poll`` seconds, so a lost notification (a
+    broken connection, a terminal state written by something that does not
+    notify) costs at most that. While the connection is down the waiters
+    poll; after a reconnect every waiter looks once.
+    """
+
+    name = "awaiter"
+
+    def __init__(
+        self, store: Store, *, client_id: str, logger: logging.Logger, poll: float = 1.0
+    ) -> None:
+        super().__init__(client_id=client_id, logger=logger)
+        self._store = store
+        self._poll = poll
+        self._waiters: dict[int, list[threading.Event]] = {}
+        self._waiters_lock = threading.Lock()
+        self._conn: Listening | None = None
+        self.listening = threading.Event()
+
+    def wait(self, job_id: int, timeout: float | None) -> StoredResult:
+        """Block until job ``job_id`` is terminal; return its state, result and last error.
+
+        ``timeout`` in seconds (``None``: no limit). Safe from any number of
+        threads at once. Raises ``drover.NotFound`` for a job that does not
+        exist (or was deleted meanwhile) and ``drover.ResultTimeout`` when
+        the time runs out; the job itself is never changed, beyond its
+        ``awaited`` flag.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.start()
+        if not self.listening.is_set():
+            self.listening.wait(_LISTEN_GRACE if timeout is None else min(_LISTEN_GRACE, timeout))
+        event = threading.Event()
+        with self._waiters_lock:
+            self._waiters.setdefault(job_id, []).append(event)
+        try:
+            self._store.mark_awaited(job_id)
+            while True:
+                found = self._store.job_result(job_id)
+                if found is None:
+                    raise NotFound(f"no job with id {job_id}")
+                if found.state in _TERMINAL:
+                    return found
+                pause = self._poll if self.listening.is_set() else min(self._poll, 0.25)
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise ResultTimeout(job_id, found.state, timeout or 0.0)
+                    pause = min(pause, remaining)
+                event.wait(pause)
+                event.clear()
+        finally:
+            with self._waiters_lock:
+                events = self._waiters.get(job_id, [])
+                if event in events:
+                    events.remove(event)
+                if not events:
+                    self._waiters.pop(job_id, None)
+
+    def _wake(self) -> None:
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        with self._waiters_lock:
+            events = [e for waiting in self._waiters.values() for e in waiting]
+        for event in events:
+            event.set()
+
+    def _notify(self, payloads: Iterable[str]) -> int:
+        woken = 0
+        with self._waiters_lock:
+            for payload in payloads:
+                try:
+                    job_id = int(payload)
+                except ValueError:
+                    continue
+                for event in self._waiters.get(job_id, ()):
+                    event.set()
+                    woken += 1
+        return woken
+
+    def run_once(self) -> int:
+        """Wait briefly for notifications; wake the waiters of the jobs named. Returns how many."""
+        conn = self._conn
+        if conn is None:
+            return 0
+        return self._notify(conn.wait(_WAIT))
+
+    def _loop(self) -> None:
+        retry = _FIRST_RETRY
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                self._conn = self._store.listen_done()
+                self.listening.set()
+                if failures:
+                    self._log.info("listening for job results again")
+                    self._wake_all()  # what was notified meanwhile is lost: look once
+                failures = 0
+                retry = _FIRST_RETRY
+                while not self._stopping.is_set():
+                    self.run_once()
+            except Exception as exc:
+                self.listening.clear()
+                self._close()
+                if self._stopping.is_set():
+                    break
+                failures += 1
+                delay = retry * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
+                self._log.log(
+                    logging.ERROR if failures == 1 else logging.WARNING,
+                    "listen for job results failed (%s); waiters poll meanwhile, "
+                    "reconnecting in %.2fs",
+                    exc,
+                    delay,
+                    extra={"retry_in": delay, "attempts": failures},
+                    exc_info=failures == 1,
+                )
+                self._stopping.wait(delay)
+                retry = min(retry * 2, _MAX_RETRY)
+            finally:
+                self.listening.clear()
+                self._close()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # closing a broken connection: nothing to save
+                self._log.debug("closing the results connection failed", exc_info=True)
