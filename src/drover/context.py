@@ -171,7 +171,9 @@ class JobContext:
         # The execution's encoded result and its size cap, shared with child
         # contexts: the dispatcher may see a child (a worker timeout) while
         # the engine reads the context it created.
-        self._result_slot: ResultSlot = _parent._result_slot if _parent is not None else ResultSlot()
+        self._result_slot: ResultSlot = (
+            _parent._result_slot if _parent is not None else ResultSlot()
+        )
         # What Job.complete_tx calls: set by the engine for a claimed job
         # (shared with child contexts), None for a hand-built one.
         self._complete_tx: Callable[[object, str | None], None] | None = _complete_tx

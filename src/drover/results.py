@@ -107,9 +107,9 @@ def decode_result(value: Any, as_type: type[T] | None, job_id: int) -> Any:
     try:
         return pydantic.TypeAdapter(as_type).validate_python(value)
     except pydantic.ValidationError as exc:
+        name = getattr(as_type, "__name__", repr(as_type))
         raise InvalidResult(
-            f"the result of job {job_id} does not validate as {getattr(as_type, '__name__', as_type)}: "
-            f"{exc}"
+            f"the result of job {job_id} does not validate as {name}: {exc}"
         ) from None
     except pydantic.PydanticSchemaGenerationError as exc:
         raise InvalidArgument(f"cannot read a result as {as_type!r}: {exc}") from None

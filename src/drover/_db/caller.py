@@ -114,9 +114,7 @@ def transaction_open(conn: object) -> bool:
     return info.transaction_status in _OPEN
 
 
-def complete_claim(
-    conn: Connection, job_id: int, attempt: int, result: str | None = None
-) -> None:
+def complete_claim(conn: Connection, job_id: int, attempt: int, result: str | None = None) -> None:
     """Complete the claim ``(job_id, attempt)`` in ``conn``'s open transaction, or raise LeaseLost.
 
     ``result`` is the job's result as JSON text (``None``: no result).
