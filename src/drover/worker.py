@@ -18,6 +18,7 @@ __all__ = ["Worker", "Workers"]
 
 A = TypeVar("A", bound=JobArgs)
 W = TypeVar("W", bound="Worker[Any]")
+R = TypeVar("R")
 
 
 class Worker(abc.ABC, Generic[A]):
@@ -146,27 +147,28 @@ class Workers:
         return worker
 
     @overload
-    def register(self, fn: Callable[[Job[A]], None], /) -> Callable[[Job[A]], None]: ...
+    def register(self, fn: Callable[[Job[A]], R], /) -> Callable[[Job[A]], R]: ...
 
     @overload
     def register(
         self, /, *, args: type[A]
-    ) -> Callable[[Callable[[Job[A]], None]], Callable[[Job[A]], None]]: ...
+    ) -> Callable[[Callable[[Job[A]], R]], Callable[[Job[A]], R]]: ...
 
     def register(
-        self, fn: Callable[[Job[A]], None] | None = None, /, *, args: type[A] | None = None
+        self, fn: Callable[[Job[A]], object] | None = None, /, *, args: type[A] | None = None
     ) -> Any:
         """Register a function as the worker for a kind; usable as a decorator.
 
         ``@workers.register`` reads the args type from the ``job: drover.Job[T]``
         annotation; ``@workers.register(args=T)`` names it explicitly. The
-        function is returned unchanged, so it stays callable in tests.
+        function is returned unchanged, so it stays callable in tests. What
+        it returns is its job's result (see ``Worker``).
         """
 
         if args is not None and not _is_args_class(args):
             raise ConfigError(f"args= must be a drover.JobArgs subclass, not {args!r}")
 
-        def decorate(func: Callable[[Job[A]], None]) -> Callable[[Job[A]], None]:
+        def decorate(func: Callable[[Job[A]], object]) -> Callable[[Job[A]], object]:
             if not callable(func):
                 raise ConfigError(f"Workers.register needs a function, not {type(func).__name__}")
             args_type = args if args is not None else _args_type_from_annotation(func)
