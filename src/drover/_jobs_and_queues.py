@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drover._db.store import Store
 from drover.errors import NotFound
 from drover.job import JobRow, check_job_id
@@ -11,7 +13,8 @@ __all__ = ["JobsAndQueues"]
 
 
 class JobsAndQueues:
-    """``get_job``, ``pause_queue``, ``resume_queue`` and ``queue_states`` over a ``Store``.
+    """``get_job``, ``get_result``, ``pause_queue``, ``resume_queue`` and ``queue_states``
+    over a ``Store``.
 
     A base class of ``drover.Client`` and ``drover.Inspector``, so
     both check their arguments and answer alike. Thread-safe: each call
@@ -34,6 +37,24 @@ class JobsAndQueues:
         if row is None:
             raise NotFound(f"job {checked} does not exist")
         return row
+
+    def get_result(self, job_id: int) -> Any:
+        """The result stored for the job, read now, without waiting (``None``: none yet).
+
+        A job has a result once it completed and its handler returned
+        something other than ``None`` (parsed JSON: a model comes back as a
+        dict). To wait for a job's end, use ``Client.result``.
+
+        Raises:
+            drover.NotFound: no job has that id.
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        checked = check_job_id(job_id)
+        found = self._store.job_result(checked)
+        if found is None:
+            raise NotFound(f"job {checked} does not exist")
+        return found.result
 
     def pause_queue(self, name: str) -> QueueState:
         """Stop every client from claiming jobs from ``name``, until ``resume_queue``.

@@ -42,12 +42,14 @@ from drover.errors import (
     JobFailed,
     NotStarted,
 )
-from drover.job import InsertItem, InsertOpts, JobArgs, JobRow, JobState
+from drover.job import InsertItem, InsertOpts, JobArgs, JobRow, JobState, check_job_id
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
 from drover.results import decode_result
 
 __all__ = ["Client", "InsertItem"]
+
+T = TypeVar("T")
 
 _NO_WORKERS = (
     "this client has no workers, so it cannot run jobs: a started client claims every job "
@@ -316,7 +318,7 @@ class Client(JobsAndQueues):
             drover.InvalidArgument: a bad ``job`` or ``timeout``;
                 ``drover.DatabaseError`` when the database cannot be reached.
         """
-        job_id = _job_id(job)
+        job_id = job.id if isinstance(job, JobRow) else check_job_id(job)
         seconds = None if timeout is None else to_seconds(timeout, "timeout")
         if seconds is not None and seconds < 0:
             raise InvalidArgument(f"timeout must not be negative, not {timeout!r}")
@@ -568,16 +570,3 @@ class Client(JobsAndQueues):
     def __repr__(self) -> str:
         owner = "own pool" if self._store.owned else "borrowed pool"
         return f"<drover.Client {self._id} {self._phase.value}, {owner}>"
-
-
-T = TypeVar("T")
-
-
-def _job_id(job: object) -> int:
-    if isinstance(job, JobRow):
-        return job.id
-    if isinstance(job, bool) or not isinstance(job, int):
-        raise InvalidArgument(f"job must be a drover.JobRow or a job id, not {job!r}")
-    if not 1 <= job <= 2**63 - 1:
-        raise InvalidArgument(f"job id must be a positive 64-bit int, not {job}")
-    return job

@@ -471,8 +471,24 @@ def test_jobs_get_shows_args_and_errors_with_tracebacks(db_url: str, conn: Conn)
     ]
 
     document = json.loads(ok(cli(db_url, "jobs", "get", str(job_id), "--json")))
-    assert document == expected_job(conn, job_id)
+    assert document == {**expected_job(conn, job_id), "result": None}
     assert document["errors"][0]["trace"] == TRACE
+
+
+def test_jobs_get_shows_a_completed_jobs_result(db_url: str, conn: Conn) -> None:
+    job_id = put(conn, "completed")
+    conn.execute(
+        "UPDATE drover_jobs SET result = %s::jsonb WHERE id = %s",
+        (json.dumps({"sent": 3, "to": ["ada"]}), job_id),
+    )
+    lines = ok(cli(db_url, "jobs", "get", str(job_id))).splitlines()
+    at = lines.index("result:")
+    assert json.loads("\n".join(lines[at + 1 :])) == {"sent": 3, "to": ["ada"]}
+    assert '    "sent": 3' in lines  # indented JSON, not one escaped string
+    document = json.loads(ok(cli(db_url, "jobs", "get", str(job_id), "--json")))
+    assert document["result"] == {"sent": 3, "to": ["ada"]}
+    no_result = put(conn, "completed")
+    assert "result:" not in ok(cli(db_url, "jobs", "get", str(no_result))).splitlines()
 
 
 def test_jobs_get_of_a_job_without_errors_prints_no_errors_section(db_url: str, conn: Conn) -> None:

@@ -231,9 +231,9 @@ def test_a_missing_job_and_bad_arguments_are_clear_errors(make_client: MakeClien
     client = make_client()
     with pytest.raises(drover.NotFound, match="no job with id 999999"):
         client.result(999999, timeout=1)
-    with pytest.raises(drover.InvalidArgument, match="job must be a drover.JobRow or a job id"):
+    with pytest.raises(drover.InvalidArgument, match="job id must be an int, not str"):
         client.result("7", timeout=1)  # type: ignore[call-overload]
-    with pytest.raises(drover.InvalidArgument, match="positive 64-bit"):
+    with pytest.raises(drover.InvalidArgument, match="job id must be between 1 and"):
         client.result(0)
     with pytest.raises(drover.InvalidArgument, match="timeout must not be negative"):
         client.result(1, timeout=-1)

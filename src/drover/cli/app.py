@@ -168,15 +168,17 @@ def _parse_id(text: str) -> int:
 
 @jobs_app.command("get")
 def jobs_get_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
-    """One job, with its args and its errors (tracebacks as text)."""
+    """One job, with its args, its errors (tracebacks as text) and its result."""
     g = get_globals(ctx)
     checked = _parse_id(job_id)
     with open_inspector(g) as inspector:
         try:
             row = inspector.get_job(checked)
+            completed = row.state is drover.JobState.COMPLETED
+            result = inspector.get_result(checked) if completed else None
         except drover.NotFound as exc:
             fail(str(exc))
-    emit(g, out.job_block(row), out.job_dict(row))
+    emit(g, out.job_block(row, result), {**out.job_dict(row), "result": result})
 
 
 @app.command("retry")

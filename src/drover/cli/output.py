@@ -102,8 +102,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def job_block(row: JobRow) -> str:
-    """A job for people: its fields, its args as indented JSON, its errors with tracebacks."""
+def job_block(row: JobRow, result: Any = None) -> str:
+    """A job for people: its fields, its args as indented JSON, its errors with tracebacks,
+    and its result (when it has one) as indented JSON."""
     lines = [
         f"id:           {row.id}",
         f"kind:         {row.kind}",
@@ -132,4 +133,8 @@ def job_block(row: JobRow) -> str:
             trace = entry.get("trace")
             if trace:
                 lines.extend("    " + line for line in str(trace).splitlines())
+    if result is not None:
+        lines.append("result:")
+        shown = json.dumps(result, ensure_ascii=False, indent=2)
+        lines.extend("  " + line for line in shown.splitlines())
     return "\n".join(lines)
