@@ -314,3 +314,24 @@ def test_complete_tx_refuses_a_result_it_cannot_store_before_writing(
         client.result(job, timeout=15)
     assert len(seen) == 1
     assert _stored(conn, job.id)[:2] == ("dead", None)  # type: ignore[index]
+
+
+def test_get_result_reads_what_is_stored_now_without_waiting(
+    make_client: MakeClient, handlers: Handlers, db_url: str
+) -> None:
+    client = _client(make_client, handlers)
+    blocked = client.insert(Ask(what="block", n=2))
+    assert handlers.started.wait(10)
+    inspector = drover.Inspector(db_url)
+    try:
+        assert inspector.get_result(blocked.id) is None  # running: nothing yet
+        handlers.release.set()
+        client.result(blocked, timeout=10)
+        assert inspector.get_result(blocked.id) == {"n": 2}
+        assert client.get_result(blocked.id) == {"n": 2}
+        with pytest.raises(drover.NotFound, match="job 999999 does not exist"):
+            inspector.get_result(999999)
+        with pytest.raises(drover.InvalidArgument, match="job id must be an int"):
+            inspector.get_result("1")  # type: ignore[arg-type]
+    finally:
+        inspector.close()
