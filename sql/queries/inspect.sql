@@ -18,13 +18,20 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: job_cancel
--- Waiting or dead jobs only; running ones belong to a worker. A caller
--- awaiting the job's end (Client.result) is told at commit.
-UPDATE drover_jobs
-SET state = 'cancelled', finalized_at = now(), leased_until = NULL
-WHERE id = %(id)s AND state IN ({{states:cancellable}})
-RETURNING {{job_columns}},
-    (CASE WHEN awaited THEN pg_notify('drover_done', id::text) END) IS NULL AS quiet;
+-- Pending, waiting or dead jobs only; running ones belong to a worker. A
+-- caller awaiting the job's end (Client.result) is told at commit, and the
+-- job's pending dependents are cancelled with it (ADR 0027).
+WITH cancelled AS (
+    UPDATE drover_jobs
+    SET state = 'cancelled', finalized_at = now(), leased_until = NULL
+    WHERE id = %(id)s AND state IN ({{states:cancellable}})
+    RETURNING {{job_columns}}, has_dependents,
+        (CASE WHEN awaited THEN pg_notify('drover_done', id::text) END) IS NULL AS quiet
+), dependents AS (
+    SELECT drover_cancel_dependents(ARRAY[id], ARRAY['cancelled']) FROM cancelled
+    WHERE has_dependents
+)
+SELECT * FROM cancelled WHERE (SELECT count(*) FROM dependents) >= 0;
 
 -- name: job_retry
 -- Redrive a dead or cancelled job: a full set of attempts again, its error
@@ -74,10 +81,19 @@ FROM redriven;
 -- An operator's bulk cancel: every listed job that is waiting or dead, in one
 -- statement; the others (running, finished, missing) are left as they are.
 -- Returns the ids it cancelled.
-UPDATE drover_jobs
-SET state = 'cancelled', finalized_at = now(), leased_until = NULL
-WHERE id = ANY (%(ids)s::bigint[]) AND state IN ({{states:cancellable}})
-RETURNING id, (CASE WHEN awaited THEN pg_notify('drover_done', id::text) END) IS NULL AS quiet;
+WITH cancelled AS (
+    UPDATE drover_jobs
+    SET state = 'cancelled', finalized_at = now(), leased_until = NULL
+    WHERE id = ANY (%(ids)s::bigint[]) AND state IN ({{states:cancellable}})
+    RETURNING id, has_dependents,
+        (CASE WHEN awaited THEN pg_notify('drover_done', id::text) END) IS NULL AS quiet
+), dependents AS (
+    SELECT drover_cancel_dependents(array_agg(id), array_agg('cancelled'::text))
+    FROM cancelled
+    WHERE has_dependents
+    HAVING count(*) > 0
+)
+SELECT id FROM cancelled WHERE (SELECT count(*) FROM dependents) >= 0;
 
 -- name: job_retry_many
 -- An operator's bulk retry: every listed job that is dead or cancelled goes

@@ -154,14 +154,26 @@ updated AS (
     -- and a current outcome for one job, and only the current one can apply.
     -- A caller waiting for an awaited job's end is told at commit (see
     -- job_complete_many).
-    RETURNING i.id, i.attempt,
+    RETURNING i.id, i.attempt, i.state, j.has_dependents,
         (CASE WHEN j.awaited AND i.state IN ({{states:terminal}})
               THEN pg_notify('drover_done', i.id::text) END) IS NULL AS quiet
+), released AS (
+    -- Dependents (ADR 0027): completed jobs release theirs, dead and
+    -- cancelled ones cancel theirs; nothing is called for a batch of jobs
+    -- without dependents.
+    SELECT drover_release_dependents(array_agg(id) FILTER (WHERE state = 'completed')),
+           drover_cancel_dependents(
+               array_agg(id) FILTER (WHERE state IN ({{states:unsuccessful}})),
+               array_agg(state) FILTER (WHERE state IN ({{states:unsuccessful}})))
+    FROM updated
+    WHERE has_dependents
+    HAVING count(*) > 0
 )
 SELECT i.id, i.attempt, u.id IS NOT NULL, cur.state::text, cur.attempt
 FROM input i
 LEFT JOIN updated u ON u.id = i.id AND u.attempt = i.attempt
-LEFT JOIN drover_jobs cur ON cur.id = i.id;
+LEFT JOIN drover_jobs cur ON cur.id = i.id
+WHERE (SELECT count(*) FROM released) >= 0;
 
 -- name: job_complete_many
 -- The one completion statement: the completer's usual batch (every outcome a
@@ -194,12 +206,22 @@ WITH done AS (
         AS d(id, attempt, result)
     WHERE j.id = ANY (%(ids)s::bigint[])
       AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
-    RETURNING j.id, j.attempt,
+    RETURNING j.id, j.attempt, j.has_dependents,
         (CASE WHEN j.awaited THEN pg_notify('drover_done', j.id::text) END) IS NULL AS quiet
+), released AS (
+    -- Dependents (ADR 0027): only when a completed job has some, so a batch
+    -- without any calls nothing (HAVING leaves no row).
+    SELECT drover_release_dependents(array_agg(id)) AS n
+    FROM done
+    WHERE has_dependents
+    HAVING count(*) > 0
 )
 SELECT d.id, d.attempt
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)
-WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.id = d.id AND done.attempt = d.attempt);
+-- A condition without columns runs once, before the first row (a one-time
+-- filter): it makes the release run even when every claim applied.
+WHERE (SELECT count(*) FROM released) >= 0
+  AND NOT EXISTS (SELECT 1 FROM done WHERE done.id = d.id AND done.attempt = d.attempt);
 
 -- name: job_current_states
 -- Why some fenced writes were refused (or a complete_tx): the rows' state and attempt now.

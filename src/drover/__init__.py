@@ -69,6 +69,7 @@ from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.schedule import Schedule
 from drover.worker import Worker, Workers
+from drover.workflows import Chain, Group, InsertedWorkflow, chain, group
 
 logging.getLogger("drover").addHandler(logging.NullHandler())
 
@@ -78,6 +79,7 @@ __all__ = [
     "AppliedMigration",
     "ArgsDecodeError",
     "Cancel",
+    "Chain",
     "Client",
     "Config",
     "ConfigError",
@@ -87,9 +89,11 @@ __all__ = [
     "DuplicateJob",
     "Duration",
     "ExponentialRetryPolicy",
+    "Group",
     "Handler",
     "InsertItem",
     "InsertOpts",
+    "InsertedWorkflow",
     "Inspector",
     "InvalidArgument",
     "InvalidInsertOpts",
@@ -141,6 +145,8 @@ __all__ = [
     "WorkerInfo",
     "Workers",
     "__version__",
+    "chain",
+    "group",
     "migrate",
     "migration_status",
 ]

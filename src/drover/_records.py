@@ -23,6 +23,7 @@ from drover.job import JobState
 __all__ = [
     "AppliedMigration",
     "EncodedBatch",
+    "EncodedGraph",
     "JobInsertParams",
     "KindStats",
     "Migration",
@@ -48,6 +49,18 @@ class JobInsertParams(NamedTuple):
     scheduled_at: datetime | None
     unique_key: str | None
     priority: int
+
+
+class EncodedGraph(NamedTuple):
+    """Jobs to insert together with the dependencies between them (ADR 0027)."""
+
+    params: list[JobInsertParams]
+    edges: list[tuple[int, int]]
+    """``(job, dependency)`` pairs of indexes into ``params``."""
+    external: list[tuple[int, int]]
+    """``(job index, id of an existing job it depends on)`` pairs."""
+    workflow: bool
+    """Give the jobs a workflow id (their first job's id)."""
 
 
 class UniformBatch(Sequence[JobInsertParams]):

@@ -27,7 +27,9 @@ from drover._durations import Duration, to_seconds
 from drover._insert import tx
 from drover._insert.combiner import Combiner
 from drover._insert.encode import encode_batch, encode_insert
+from drover._insert.graph import encode_dependent, encode_workflow, has_dependencies
 from drover._jobs_and_queues import JobsAndQueues
+from drover._records import EncodedGraph
 from drover._runtime.awaiter import Awaiter
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
@@ -46,6 +48,7 @@ from drover.job import InsertItem, InsertOpts, JobArgs, JobRow, JobState, check_
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
 from drover.results import decode_result
+from drover.workflows import Chain, Group, InsertedWorkflow
 
 __all__ = ["Client", "InsertItem"]
 
@@ -165,8 +168,20 @@ class Client(JobsAndQueues):
         """The connection pool the client uses (its own, or the one it was given)."""
         return self._store.pool
 
-    def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:
+    @overload
+    def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
+    @overload
+    def insert(self, args: Chain | Group, opts: None = None) -> InsertedWorkflow: ...
+    def insert(
+        self, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
+    ) -> JobRow | InsertedWorkflow:
         """Insert one job, committed when this returns, and return the stored row.
+
+        Given a workflow (``drover.chain``, ``drover.group``), inserts all of
+        its jobs in one transaction and returns a ``drover.InsertedWorkflow``
+        (see the "Workflows" guide). A job with ``InsertOpts.depends_on`` is
+        inserted ``pending`` in a transaction of its own, not combined with
+        other calls.
 
         The database clock decides whether the job is ``available`` or
         ``scheduled`` (see ``InsertOpts``). The job is committed, and so
@@ -192,12 +207,36 @@ class Client(JobsAndQueues):
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
+        if isinstance(args, Chain | Group):
+            if opts is not None:
+                raise InvalidArgument("insert options of a workflow go on its steps")
+            graph, last = encode_workflow(args)
+            return self._insert_workflow(graph, last)
+        if has_dependencies(opts):
+            rows, _ = self._store.insert_graph(
+                encode_dependent([(args, opts)]), notify=self._config.notify
+            )
+            self._nudge()
+            return rows[0]
         row = self._combiner.insert(encode_insert(args, opts))
         self._committed((row.queue,))
         return row
 
-    def insert_tx(self, conn: object, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:
-        """Insert one job inside the caller's open transaction.
+    def _insert_workflow(self, graph: EncodedGraph, last: list[int]) -> InsertedWorkflow:
+        rows, workflow_id = self._store.insert_graph(graph, notify=self._config.notify)
+        self._nudge()
+        return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
+
+    @overload
+    def insert_tx(self, conn: object, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
+    @overload
+    def insert_tx(
+        self, conn: object, args: Chain | Group, opts: None = None
+    ) -> InsertedWorkflow: ...
+    def insert_tx(
+        self, conn: object, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
+    ) -> JobRow | InsertedWorkflow:
+        """Insert one job (or a workflow's jobs) inside the caller's open transaction.
 
         The job exists if and only if that transaction commits; until then no
         worker can see it. ``conn`` is a psycopg ``Connection`` or ``Cursor``, a
@@ -217,7 +256,17 @@ class Client(JobsAndQueues):
             drover.DatabaseError: the statement failed; the caller's transaction
                 is then aborted, as with any failed statement.
         """
-        return tx.insert_tx(tx.caller(conn), args, opts, notify=self._config.notify)
+        notify = self._config.notify
+        if isinstance(args, Chain | Group):
+            if opts is not None:
+                raise InvalidArgument("insert options of a workflow go on its steps")
+            graph, last = encode_workflow(args)
+            rows, workflow_id = tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)
+            return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
+        if has_dependencies(opts):
+            graph = encode_dependent([(args, opts)])
+            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)[0][0]
+        return tx.insert_tx(tx.caller(conn), args, opts, notify=notify)
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -240,7 +289,14 @@ class Client(JobsAndQueues):
             drover.DuplicateJob: an item's unique key is taken.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        batch = encode_batch(items)
+        listed, dependent = _split_dependent(items)
+        if dependent is not None:
+            found, _ = self._store.insert_graph(
+                encode_dependent(dependent, "item"), notify=self._config.notify
+            )
+            self._nudge()
+            return found
+        batch = encode_batch(listed)
         if not batch.params:
             return []
         rows = self._store.insert_many(batch)
@@ -257,7 +313,11 @@ class Client(JobsAndQueues):
         queued inside the transaction and delivered only if it commits.
         Several calls in one transaction are fine.
         """
-        return tx.insert_many_tx(tx.caller(conn), items, notify=self._config.notify)
+        listed, dependent = _split_dependent(items)
+        if dependent is not None:
+            graph = encode_dependent(dependent, "item")
+            return tx.insert_graph_tx(tx.caller(conn), graph, notify=self._config.notify)[0]
+        return tx.insert_many_tx(tx.caller(conn), listed, notify=self._config.notify)
 
     def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit
@@ -570,3 +630,17 @@ class Client(JobsAndQueues):
     def __repr__(self) -> str:
         owner = "own pool" if self._store.owned else "borrowed pool"
         return f"<drover.Client {self._id} {self._phase.value}, {owner}>"
+
+
+def _split_dependent(
+    items: object,
+) -> tuple[Any, list[tuple[JobArgs, InsertOpts | None]] | None]:
+    # insert_many's items read once, and as (args, opts) pairs when one of
+    # them waits for other jobs (the batch then goes in as a graph). Anything
+    # that is not a list of items is left for the encoder to name.
+    if isinstance(items, JobArgs | str | bytes) or not isinstance(items, Iterable):
+        return items, None
+    listed = items if isinstance(items, list) else list(items)
+    if not any(isinstance(i, tuple) and len(i) == 2 and has_dependencies(i[1]) for i in listed):
+        return listed, None
+    return listed, [(i, None) if not isinstance(i, tuple) else i for i in listed]

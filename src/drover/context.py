@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -150,6 +150,7 @@ class JobContext:
         lease: Lease | None = None,
         _parent: JobContext | None = None,
         _complete_tx: Callable[[object, str | None], None] | None = None,
+        _read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = None,
     ) -> None:
         # The Event a wait() blocks on is made by the first wait(): most
         # handlers never wait, and a context is created for every execution.
@@ -177,6 +178,11 @@ class JobContext:
         # What Job.complete_tx calls: set by the engine for a claimed job
         # (shared with child contexts), None for a hand-built one.
         self._complete_tx: Callable[[object, str | None], None] | None = _complete_tx
+        # What Job.parent_results reads with (the engine's store), shared with
+        # child contexts; None for a hand-built one.
+        if _read_parents is None and _parent is not None:
+            _read_parents = _parent._read_parents
+        self._read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = _read_parents
 
     @property
     def deadline(self) -> float | None:

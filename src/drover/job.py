@@ -8,14 +8,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
 from drover.limits import Limit, limits_tuple
-from drover.results import DEFAULT_MAX_RESULT_BYTES, encode_result
+from drover.results import DEFAULT_MAX_RESULT_BYTES, decode_result, encode_result
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -46,12 +46,14 @@ _LATEST = datetime(9999, 12, 31, tzinfo=UTC)
 class JobState(enum.StrEnum):
     """Where a job is in its life. The order matches the ``drover_job_state`` enum.
 
-    ``available``, ``scheduled`` and ``retryable`` wait to be claimed (once
-    ``scheduled_at`` is due); ``running`` holds a lease; ``completed``,
-    ``cancelled`` and ``dead`` are terminal (``dead`` is the dead-letter state
-    an operator can retry).
+    ``pending`` waits for the jobs it depends on to complete
+    (``InsertOpts.depends_on``, workflows); ``available``, ``scheduled`` and
+    ``retryable`` wait to be claimed (once ``scheduled_at`` is due);
+    ``running`` holds a lease; ``completed``, ``cancelled`` and ``dead`` are
+    terminal (``dead`` is the dead-letter state an operator can retry).
     """
 
+    PENDING = "pending"
     AVAILABLE = "available"
     SCHEDULED = "scheduled"
     RUNNING = "running"
@@ -68,17 +70,19 @@ class JobState(enum.StrEnum):
 # means changing these tuples plus a migration.
 WAITING_STATES = (JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE)
 """Claimable once ``scheduled_at`` is due; what the fetch index covers."""
-ACTIVE_STATES = (*WAITING_STATES, JobState.RUNNING)
-"""Waiting or running: the states in which a unique key is held."""
+ACTIVE_STATES = (JobState.PENDING, *WAITING_STATES, JobState.RUNNING)
+"""Pending, waiting or running: the states in which a unique key is held."""
 TERMINAL_STATES = (JobState.COMPLETED, JobState.CANCELLED, JobState.DEAD)
 """Finished: ``finalized_at`` is set, retention may delete the row."""
-PUBLISHED_STATES = (*WAITING_STATES, JobState.RUNNING, JobState.DEAD)
+PUBLISHED_STATES = (JobState.PENDING, *WAITING_STATES, JobState.RUNNING, JobState.DEAD)
 """Counted by the depth gauges and ``Inspector.stats`` (completed and cancelled
 rows pile up by design and are not)."""
-CANCELLABLE_STATES = (*WAITING_STATES, JobState.DEAD)
+CANCELLABLE_STATES = (JobState.PENDING, *WAITING_STATES, JobState.DEAD)
 """An operator may cancel these; a running job belongs to its worker."""
 RETRIABLE_STATES = (JobState.CANCELLED, JobState.DEAD)
 """An operator may send these back to the queue with fresh attempts."""
+UNSUCCESSFUL_STATES = (JobState.CANCELLED, JobState.DEAD)
+"""Ended without completing: a job's pending dependents are cancelled when it ends so."""
 
 STATE_SETS: dict[str, tuple[JobState, ...]] = {
     "waiting": WAITING_STATES,
@@ -87,6 +91,7 @@ STATE_SETS: dict[str, tuple[JobState, ...]] = {
     "published": PUBLISHED_STATES,
     "cancellable": CANCELLABLE_STATES,
     "retriable": RETRIABLE_STATES,
+    "unsuccessful": UNSUCCESSFUL_STATES,
 }
 """Every named set, by the name SQL uses for it."""
 
@@ -369,6 +374,15 @@ class InsertOpts:
       does not pre-empt a running job, and a queue's workers still run jobs
       of every priority.
 
+    - ``depends_on``: jobs (rows or ids) that must complete before this
+      one may run. Until then the job is ``pending``; the completion of the
+      last one makes it ``available`` (or ``scheduled``, if
+      ``scheduled_at`` is later), in the same transaction. If one ends
+      ``dead`` or ``cancelled``, this job is cancelled, with an error naming
+      it. A job that does not exist, or that already ended dead or
+      cancelled, is an error at insert; one already completed counts as
+      done. At most 10,000 ids; stored sorted, without repeats.
+
     Invalid values raise ``drover.InvalidInsertOpts`` at construction.
     """
 
@@ -377,9 +391,11 @@ class InsertOpts:
     unique_key: str | None = None
     max_attempts: int | None = None
     priority: int | None = None
+    depends_on: Sequence[int | JobRow] = ()
 
     def __post_init__(self) -> None:
         try:
+            object.__setattr__(self, "depends_on", _dependency_ids(self.depends_on))
             if self.queue is not None:
                 _check_name(self.queue, "InsertOpts.queue", MAX_QUEUE_LENGTH)
             if self.scheduled_at is not None:
@@ -425,6 +441,34 @@ class InsertOpts:
             raise InvalidInsertOpts(str(exc)) from None
 
 
+MAX_DEPENDENCIES = 10_000
+"""The most jobs one job may depend on (``InsertOpts.depends_on``)."""
+
+
+def _dependency_ids(value: object) -> tuple[int, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
+        raise TypeError(
+            "InsertOpts.depends_on must be a list of jobs (rows or ids), "
+            f"not {type(value).__name__}"
+        )
+    ids: set[int] = set()
+    for item in value:
+        job_id = item.id if isinstance(item, JobRow) else item
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise TypeError(
+                "InsertOpts.depends_on holds drover.JobRow rows or job ids, "
+                f"not {type(item).__name__}"
+            )
+        if not 1 <= job_id <= MAX_JOB_ID:
+            raise ValueError(f"InsertOpts.depends_on: {job_id} is not a job id")
+        ids.add(job_id)
+    if len(ids) > MAX_DEPENDENCIES:
+        raise ValueError(
+            f"InsertOpts.depends_on names {len(ids)} jobs; the most is {MAX_DEPENDENCIES}"
+        )
+    return tuple(sorted(ids))
+
+
 InsertItem = JobArgs | tuple[JobArgs, InsertOpts | None]
 """An element of ``insert_many``: args alone, or ``(args, opts)``."""
 
@@ -441,6 +485,7 @@ def check_job_id(job_id: object) -> int:
 
 
 ArgsT = TypeVar("ArgsT", bound=JobArgs, covariant=True)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -474,6 +519,30 @@ class Job(Generic[ArgsT]):
         would be refused, and another execution may already be running.
         """
         return self.context.lease.lost
+
+    @overload
+    def parent_results(self, as_type: None = None) -> list[Any]: ...
+    @overload
+    def parent_results(self, as_type: type[T]) -> list[T]: ...
+    def parent_results(self, as_type: type[T] | None = None) -> list[Any]:
+        """The results of the jobs this one waited for, in the order they were listed.
+
+        For a chained step, the previous step's result (a list of one); for a
+        chord's callback, every member's result in member order; for
+        ``InsertOpts.depends_on``, in id order. ``None`` for a job that
+        returned nothing. With ``as_type`` each is validated as that type
+        (``drover.InvalidResult`` when one does not). Read from the database
+        on each call (one query); dependencies retention has deleted are
+        missing from the list.
+
+        Raises ``drover.InvalidArgument`` for a job not claimed by a worker.
+        """
+        read = self.context._read_parents
+        if read is None:
+            raise InvalidArgument(
+                "parent_results needs a job claimed by a drover worker; this Job was built by hand"
+            )
+        return [decode_result(value, as_type, self.id) for _, _, value in read(self.id)]
 
     def complete_tx(self, conn: object, *, result: object = None) -> None:
         """Complete this job inside the caller's transaction, fenced on this execution.

@@ -157,7 +157,7 @@ def test_bad_args_write_nothing(
     client: drover.Client, conn: Conn, bad: object, exc_type: type[Exception], match: str
 ) -> None:
     with pytest.raises(drover.InvalidJobArgs, match=match) as info:
-        client.insert(bad)  # type: ignore[arg-type]
+        client.insert(bad)  # type: ignore[call-overload]
     assert isinstance(info.value, exc_type)
     assert isinstance(info.value, drover.DroverError)
     assert _count(conn) == 0
@@ -166,7 +166,7 @@ def test_bad_args_write_nothing(
 
 def test_opts_that_are_not_insert_opts_are_refused(client: drover.Client, conn: Conn) -> None:
     with pytest.raises(drover.InvalidJobArgs, match="drover.InsertOpts"):
-        client.insert(SendEmail(to="x"), {"queue": "q"})  # type: ignore[arg-type]
+        client.insert(SendEmail(to="x"), {"queue": "q"})  # type: ignore[call-overload]
     assert _count(conn) == 0
 
 

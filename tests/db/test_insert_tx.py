@@ -380,16 +380,16 @@ def test_args_are_validated_before_the_connection_is_looked_at(
     client: drover.Client, conn: PgConn
 ) -> None:
     with pytest.raises(drover.InvalidJobArgs, match="must be a drover.JobArgs instance"):
-        client.insert_tx(object(), "not args")  # type: ignore[arg-type]
+        client.insert_tx(object(), "not args")  # type: ignore[call-overload]
     with pytest.raises(drover.InvalidJobArgs, match="needs a list"):
         client.insert_many_tx(object(), "not a list")  # type: ignore[arg-type]
     with pytest.raises(drover.InvalidJobArgs, match="item 1"):
         client.insert_many_tx(object(), [SendReceipt(order_id=1), "not args"])  # type: ignore[list-item]
     # Also before the transaction check: an autocommit connection is not the complaint.
     with pytest.raises(drover.InvalidJobArgs):
-        client.insert_tx(conn, "not args")  # type: ignore[arg-type]
+        client.insert_tx(conn, "not args")  # type: ignore[call-overload]
     with pytest.raises(drover.InvalidJobArgs):
-        client.insert_tx(conn, SendReceipt(order_id=1), opts="nope")  # type: ignore[arg-type]
+        client.insert_tx(conn, SendReceipt(order_id=1), opts="nope")  # type: ignore[call-overload]
 
 
 # --- unique keys inside the caller's transaction ------------------------------------------------

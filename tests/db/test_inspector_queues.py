@@ -60,6 +60,7 @@ def test_queues_lists_backlog_paused_state_and_age_by_name(
     mail = by_name["mail"]
     assert not mail.paused and mail.paused_at is None
     assert dict(mail.counts) == {
+        "pending": 0,
         "available": 2,
         "scheduled": 0,
         "retryable": 0,

@@ -34,6 +34,9 @@ EXPECTED_COLUMNS = {
     "priority": ("smallint", "NO", "0"),
     "result": ("jsonb", "YES", None),
     "awaited": ("boolean", "NO", "false"),
+    "pending_deps": ("integer", "NO", "0"),
+    "has_dependents": ("boolean", "NO", "false"),
+    "workflow_id": ("bigint", "YES", None),
 }
 
 
@@ -68,7 +71,8 @@ def test_state_enum_labels_in_order(conn: psycopg.Connection[tuple[object, ...]]
     labels = conn.execute("SELECT unnest(enum_range(NULL::drover_job_state))::text").fetchall()
     assert [r[0] for r in labels] == [s.value for s in drover.JobState]
     assert [s.value for s in drover.JobState] == [
-        "available", "scheduled", "running", "retryable", "completed", "cancelled", "dead",
+        "pending", "available", "scheduled", "running", "retryable", "completed", "cancelled",
+        "dead",
     ]  # fmt: skip
 
 
@@ -79,8 +83,9 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         "drover_jobs_fetch_v3_idx",
         "drover_jobs_lease_idx",
         "drover_jobs_dead_idx",
-        "drover_jobs_unique_active_idx",
+        "drover_jobs_unique_active_v2_idx",
         "drover_jobs_finalized_idx",
+        "drover_jobs_workflow_idx",
     }
     assert "drover_jobs_fetch_idx" not in idx and "drover_jobs_fetch_v2_idx" not in idx
     assert (
@@ -94,11 +99,11 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
     assert "WHERE (state = 'running'" in idx["drover_jobs_lease_idx"]
     assert "(queue, id)" in idx["drover_jobs_dead_idx"]
     assert "WHERE (state = 'dead'" in idx["drover_jobs_dead_idx"]
-    unique = idx["drover_jobs_unique_active_idx"]
+    unique = idx["drover_jobs_unique_active_v2_idx"]
     assert unique.startswith("CREATE UNIQUE INDEX")
     assert "(queue, kind, unique_key)" in unique
     assert "unique_key IS NOT NULL" in unique
-    for state in ("available", "scheduled", "retryable", "running"):
+    for state in ("pending", "available", "scheduled", "retryable", "running"):
         assert f"'{state}'" in unique
     for state in ("completed", "cancelled", "dead"):
         assert f"'{state}'" not in unique

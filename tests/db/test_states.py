@@ -79,10 +79,14 @@ def test_an_unknown_state_set_is_refused_when_loaded() -> None:
 
 def test_the_sets_relate_as_documented() -> None:
     every = set(JobState)
-    assert set(job.ACTIVE_STATES) == set(job.WAITING_STATES) | {JobState.RUNNING}
+    assert set(job.ACTIVE_STATES) == set(job.WAITING_STATES) | {JobState.PENDING, JobState.RUNNING}
     assert set(job.TERMINAL_STATES) == every - set(job.ACTIVE_STATES)
     assert set(job.PUBLISHED_STATES) == every - {JobState.COMPLETED, JobState.CANCELLED}
-    assert set(job.CANCELLABLE_STATES) == set(job.WAITING_STATES) | {JobState.DEAD}
+    assert set(job.CANCELLABLE_STATES) == set(job.WAITING_STATES) | {
+        JobState.PENDING,
+        JobState.DEAD,
+    }
+    assert set(job.UNSUCCESSFUL_STATES) == set(job.TERMINAL_STATES) - {JobState.COMPLETED}
     assert tuple(s.value for s in job.PUBLISHED_STATES) == metrics.PUBLISHED_STATES
     retention_fields = [f.name for f in dataclasses.fields(drover.Retention)]
     assert retention_fields == [s.value for s in job.TERMINAL_STATES]
@@ -100,7 +104,7 @@ def _index_states(conn: Conn, index: str) -> set[str]:
 
 def test_partial_index_predicates_in_the_database_match_the_sets(conn: Conn) -> None:
     assert _index_states(conn, "drover_jobs_fetch_v3_idx") == {s.value for s in job.WAITING_STATES}
-    assert _index_states(conn, "drover_jobs_unique_active_idx") == {
+    assert _index_states(conn, "drover_jobs_unique_active_v2_idx") == {
         s.value for s in job.ACTIVE_STATES
     }
     assert _index_states(conn, "drover_jobs_lease_idx") == {"running"}

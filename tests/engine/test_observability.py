@@ -56,7 +56,7 @@ FAMILIES = {
 BUCKETS = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf,
 ]  # fmt: skip
-STATES = ("available", "scheduled", "retryable", "running", "dead")
+STATES = ("pending", "available", "scheduled", "retryable", "running", "dead")
 EPHEMERAL = "127.0.0.1:0"
 
 
@@ -532,7 +532,14 @@ def test_depth_and_age_reflect_the_database_after_a_refresh(
     # A queue whose only job is in the future: depth, but nothing claimable.
     client.insert(Act(), drover.InsertOpts(queue="later", scheduled_at=future))
 
-    expected = {"available": 4, "scheduled": 2, "retryable": 1, "running": 1, "dead": 2}
+    expected = {
+        "pending": 0,
+        "available": 4,
+        "scheduled": 2,
+        "retryable": 1,
+        "running": 1,
+        "dead": 2,
+    }
     scrape = poll(
         lambda: (s := _scrape(client)).depth("parked") == expected and s,
         10.0,

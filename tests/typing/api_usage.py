@@ -66,7 +66,7 @@ def inserts(client: drover.Client, conn: psycopg.Connection[tuple[object, ...]])
     client.insert_many_tx(conn, [Resize(image_id=3)])
     SendEmail(to=1)  # type: ignore[arg-type]
     SendEmail(tx="x")  # type: ignore[call-arg]
-    client.insert({"to": "x"})  # type: ignore[arg-type]
+    client.insert({"to": "x"})  # type: ignore[call-overload]
 
 
 def migrations(url: str) -> None:

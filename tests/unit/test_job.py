@@ -139,6 +139,7 @@ def test_insert_opts_accepts_aware_times() -> None:
 
 def test_job_state_order_matches_the_lifecycle() -> None:
     assert list(drover.JobState) == [
+        drover.JobState.PENDING,
         drover.JobState.AVAILABLE,
         drover.JobState.SCHEDULED,
         drover.JobState.RUNNING,

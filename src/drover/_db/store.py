@@ -29,6 +29,7 @@ from drover._db import (
     bulk,
     claims,
     clients,
+    graph,
     insert,
     limits,
     queues,
@@ -47,6 +48,7 @@ from drover._db.notify import Listening, notify_queues_now
 from drover._db.pool import borrow, pool_from
 from drover._records import (
     EncodedBatch,
+    EncodedGraph,
     JobInsertParams,
     KindStats,
     Outcome,
@@ -144,6 +146,23 @@ class Store:
         """Insert a batch with COPY in one transaction; rows in input order."""
         with borrow(self._pool, "insert jobs") as conn:
             return insert.job_insert_many(conn, batch, caller_tx=False, notify=False)
+
+    def insert_graph(
+        self, encoded: EncodedGraph, *, notify: bool
+    ) -> tuple[list[JobRow], int | None]:
+        """Insert jobs with dependencies in one transaction of their own (``_db.graph``)."""
+        with borrow(self._pool, "insert jobs with dependencies") as conn, conn.transaction():
+            return graph.job_insert_graph(conn, encoded, notify=notify)
+
+    def parent_results(self, job_id: int) -> list[graph.ParentResult]:
+        """The dependencies of a job that still exist, with their results, in id order."""
+        with borrow(self._pool, "read a job's dependencies") as conn:
+            return graph.job_parent_results(conn, job_id)
+
+    def workflow(self, job_id: int) -> tuple[int, list[graph.WorkflowJob]] | None:
+        """The workflow of job ``job_id`` (or with that id), or ``None``."""
+        with borrow(self._pool, "read a workflow") as conn:
+            return graph.workflow_jobs(conn, job_id)
 
     def notify_now(self, queues: Sequence[str], *, timeout: float) -> None:
         """Wake the listeners of ``queues`` now, waiting at most ``timeout`` for a connection."""

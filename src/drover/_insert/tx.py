@@ -16,11 +16,13 @@ from collections.abc import Callable, Iterable
 
 from drover._db import Connection
 from drover._db.caller import resolve_connection
+from drover._db.graph import job_insert_graph
 from drover._db.insert import job_insert, job_insert_many
 from drover._insert.encode import encode_batch, encode_insert
+from drover._records import EncodedGraph
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 
-__all__ = ["Resolve", "caller", "insert_many_tx", "insert_tx"]
+__all__ = ["Resolve", "caller", "insert_graph_tx", "insert_many_tx", "insert_tx"]
 
 Resolve = Callable[[], tuple[Connection, bool]]
 """Finds the caller's connection: ``(connection, inside_callers_transaction)``.
@@ -54,3 +56,18 @@ def insert_many_tx(resolve: Resolve, items: Iterable[InsertItem], *, notify: boo
     if not batch.params:
         return []
     return job_insert_many(conn, batch, caller_tx=in_callers_tx, notify=notify)
+
+
+def insert_graph_tx(
+    resolve: Resolve, graph: EncodedGraph, *, notify: bool
+) -> tuple[list[JobRow], int | None]:
+    """Insert jobs with dependencies (a workflow) through the caller's connection.
+
+    Where the caller allows autocommit (Django outside ``atomic()``), the
+    graph gets a transaction of its own: its statements must commit together.
+    """
+    conn, in_callers_tx = resolve()
+    if in_callers_tx:
+        return job_insert_graph(conn, graph, notify=notify)
+    with conn.transaction():
+        return job_insert_graph(conn, graph, notify=notify)

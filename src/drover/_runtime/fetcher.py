@@ -81,6 +81,7 @@ class Fetcher(ThreadService):
         self._wakeup = threading.Event()
         # Kept while rounds keep finding work; returned before every sleep.
         self._session = wiring.store.held("fetch jobs")
+        self._read_parents = wiring.store.parent_results
         # Written into each claimed row for operators (Inspector.lease_holder).
         self._holder = f"{wiring.client_id} (pid {os.getpid()} on {socket.gethostname()})"
         self.claims = 0
@@ -153,7 +154,10 @@ class Fetcher(ThreadService):
                 )
                 return claimed, True
             deadline = sent + self._lease_seconds
-            claims = [Claim(row, deadline, limited=row.id in limited) for row in rows]
+            claims = [
+                Claim(row, deadline, limited=row.id in limited, read_parents=self._read_parents)
+                for row in rows
+            ]
             # Tracked before they are handed to the pool threads, so the
             # heartbeat covers them and shutdown sees them.
             self._inflight.add_many(claims)

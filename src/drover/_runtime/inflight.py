@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from drover._db.caller import complete_claim, resolve_connection
 from drover.context import JobContext, Lease
@@ -55,14 +56,21 @@ class Claim:
     __slots__ = ("_tx", "context", "finished", "limited", "local_deadline", "row")
 
     def __init__(
-        self, row: JobRow, local_deadline: float | None = None, *, limited: bool = False
+        self,
+        row: JobRow,
+        local_deadline: float | None = None,
+        *,
+        limited: bool = False,
+        read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = None,
     ) -> None:
         self.row = row
         self.limited = limited
         """Claimed under a cluster-wide concurrency limit: its outcome frees capacity."""
         self._tx = _TxCompletion(row.id, row.attempt)
         self.context = JobContext(
-            lease=Lease(row.id, row.attempt, row.leased_until), _complete_tx=self._tx
+            lease=Lease(row.id, row.attempt, row.leased_until),
+            _complete_tx=self._tx,
+            _read_parents=read_parents,
         )
         self.local_deadline = local_deadline
         """``time.monotonic()`` by which the lease must have been renewed: the last

@@ -1,0 +1,138 @@
+"""Inserting jobs with dependencies, and reading workflows back (``workflows.sql``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+from psycopg.rows import tuple_row
+
+from drover._db import Connection
+from drover._db.errors import translate
+from drover._db.queries import query
+from drover._db.rows import decode_json, new_row, row_from_db
+from drover._records import EncodedGraph
+from drover.errors import InvalidInsertOpts
+from drover.job import JobRow, JobState
+
+__all__ = ["ParentResult", "WorkflowJob", "job_insert_graph", "job_parent_results", "workflow_jobs"]
+
+_ENDED_BADLY = frozenset({JobState.DEAD.value, JobState.CANCELLED.value})
+
+
+def _json_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def job_insert_graph(
+    conn: Connection, graph: EncodedGraph, *, notify: bool
+) -> tuple[list[JobRow], int | None]:
+    """Insert ``graph`` on ``conn``, inside its open transaction; rows in input order.
+
+    First locks the existing jobs it depends on (raising
+    ``drover.InvalidInsertOpts``, before anything is written, for one that
+    does not exist or ended dead or cancelled) and flags them as having
+    dependents; then one statement inserts the jobs and the edges. Returns
+    the rows and the workflow id (``None`` when ``graph.workflow`` is false).
+    """
+    external = sorted({job_id for _, job_id in graph.external})
+    completed: set[int] = set()
+    with translate("insert jobs with dependencies"), conn.cursor(row_factory=tuple_row) as cur:
+        if external:
+            cur.execute(query("job_lock_dependencies"), {"ids": external})
+            states = {int(id_): str(state) for id_, state in cur.fetchall()}
+            for job_id in external:
+                state = states.get(job_id)
+                if state is None:
+                    raise InvalidInsertOpts(f"depends on job {job_id}, which does not exist")
+                if state in _ENDED_BADLY:
+                    raise InvalidInsertOpts(
+                        f"depends on job {job_id}, which ended {state} and will not complete"
+                    )
+                if state == JobState.COMPLETED.value:
+                    completed.add(job_id)
+            live = [i for i in external if i not in completed]
+            if live:
+                cur.execute(query("job_mark_has_dependents"), {"ids": live})
+        pending = [0] * len(graph.params)
+        has_dependents = [False] * len(graph.params)
+        for waiting, waited_for in graph.edges:
+            pending[waiting] += 1
+            has_dependents[waited_for] = True
+        for waiting, job_id in graph.external:
+            if job_id not in completed:
+                pending[waiting] += 1
+        nodes = ",".join(
+            f"[{_json_string(p.kind)},{_json_string(p.queue)},{p.args_json},{p.max_attempts},"
+            f"{'null' if p.scheduled_at is None else _json_string(p.scheduled_at.isoformat())},"
+            f"{p.priority},{pending[i]},{'true' if has_dependents[i] else 'false'}]"
+            for i, p in enumerate(graph.params)
+        )
+        # 1-based ordinals, as WITH ORDINALITY numbers the nodes.
+        child = [c + 1 for c, _ in graph.edges] + [c + 1 for c, _ in graph.external]
+        parent: list[int | None] = [p + 1 for _, p in graph.edges]
+        parent += [None] * len(graph.external)
+        ext: list[int | None] = [None] * len(graph.edges)
+        ext += [job_id for _, job_id in graph.external]
+        cur.execute(
+            query("job_insert_graph"),
+            {
+                "nodes": f"[{nodes}]",
+                "workflow": graph.workflow,
+                "child": child,
+                "parent": parent,
+                "external": ext,
+                "notify": notify,
+            },
+        )
+        found = cur.fetchall()
+    rows = [
+        new_row(p, id_, created_at, JobState(state), scheduled_at)
+        for p, (id_, created_at, state, scheduled_at, _) in zip(graph.params, found, strict=True)
+    ]
+    workflow_id = found[0][4] if found else None
+    return rows, None if workflow_id is None else int(workflow_id)
+
+
+class ParentResult(NamedTuple):
+    """A dependency of a job: its id, state and stored result (parsed JSON)."""
+
+    id: int
+    state: str
+    result: Any
+
+
+def job_parent_results(conn: Connection, job_id: int) -> list[ParentResult]:
+    """The dependencies of ``job_id`` that still exist, in id order."""
+    with (
+        translate(f"read the dependencies of job {job_id}"),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        cur.execute(query("job_parent_results"), {"id": job_id})
+        return [
+            ParentResult(int(i), str(s), None if r is None else decode_json(r))
+            for i, s, r in cur.fetchall()
+        ]
+
+
+class WorkflowJob(NamedTuple):
+    """One job of a workflow and the ids of the jobs it waits for."""
+
+    row: JobRow
+    depends_on: tuple[int, ...]
+
+
+def workflow_jobs(
+    conn: Connection, workflow_or_job_id: int
+) -> tuple[int, list[WorkflowJob]] | None:
+    """The workflow of a job (or with that id): its id and jobs in id order; ``None``
+    when the job does not exist or belongs to no workflow."""
+    with translate("read a workflow"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_workflow_id"), {"id": workflow_or_job_id})
+        found = cur.fetchone()
+        if found is None or found[0] is None:
+            return None
+        workflow_id = int(found[0])
+        cur.execute(query("workflow_jobs"), {"id": workflow_id})
+        jobs = [WorkflowJob(row_from_db(r), tuple(int(d) for d in r[-1])) for r in cur.fetchall()]
+    return workflow_id, jobs
