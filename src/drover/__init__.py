@@ -69,7 +69,15 @@ from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.schedule import Schedule
 from drover.worker import Worker, Workers
-from drover.workflows import Chain, Group, InsertedWorkflow, chain, group
+from drover.workflows import (
+    Chain,
+    Group,
+    InsertedWorkflow,
+    Workflow,
+    WorkflowJob,
+    chain,
+    group,
+)
 
 logging.getLogger("drover").addHandler(logging.NullHandler())
 
@@ -144,6 +152,8 @@ __all__ = [
     "Worker",
     "WorkerInfo",
     "Workers",
+    "Workflow",
+    "WorkflowJob",
     "__version__",
     "chain",
     "group",

@@ -31,6 +31,7 @@ from drover.job import (
 from drover.limits import Limit, LimitKey, LimitState, Period, parse_limit_key
 from drover.queues import QueueSummary, check_queue_name
 from drover.worker import Workers
+from drover.workflows import Workflow
 
 __all__ = [
     "Inspector",
@@ -441,6 +442,26 @@ class Inspector(JobsAndQueues):
         if queue is not None:
             check_queue_name(queue)
         return self._store.retry_dead(checked_kind, queue)
+
+    def workflow(self, job_id: int) -> Workflow:
+        """The workflow job ``job_id`` belongs to (any of its jobs' ids, or the workflow's id).
+
+        Every job of it in id order, each with the ids it waits for: what
+        ``drover workflow show`` and the status page draw. One statement's
+        snapshot; jobs that retention deleted are missing.
+
+        Raises:
+            drover.NotFound: no such job, or it belongs to no workflow (a job
+                inserted on its own, even with ``depends_on``).
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        checked = check_job_id(job_id)
+        found = self._store.workflow(checked)
+        if found is None:
+            raise NotFound(f"job {checked} does not exist or belongs to no workflow")
+        workflow_id, jobs = found
+        return Workflow(workflow_id, tuple(jobs))
 
     def limits(self) -> list[LimitState]:
         """Every cluster-wide limit, by scope and target, with what it is using now.

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, TypeAlias
 
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
-from drover.job import InsertOpts, JobArgs, JobRow
+from drover.job import InsertOpts, JobArgs, JobRow, JobState
 
 __all__ = [
     "MAX_WORKFLOW_EDGES",
@@ -26,6 +26,8 @@ __all__ = [
     "Group",
     "InsertedWorkflow",
     "Step",
+    "Workflow",
+    "WorkflowJob",
     "chain",
     "flatten",
     "group",
@@ -105,6 +107,35 @@ class Graph(NamedTuple):
     jobs: list[tuple[JobArgs, InsertOpts | None]]
     edges: list[tuple[int, int]]
     """``(job, dependency)`` pairs of indexes into ``jobs``."""
+
+
+class WorkflowJob(NamedTuple):
+    """One job of a workflow, as read back, and the ids of the jobs it waits for."""
+
+    row: JobRow
+    depends_on: tuple[int, ...]
+
+
+class Workflow(NamedTuple):
+    """A workflow as ``Inspector.workflow`` reads it: its id and its jobs in id order.
+
+    A snapshot of one statement. ``state`` sums it up: ``completed`` when
+    every job completed, ``failed`` when one ended dead or cancelled (its
+    pending dependents were cancelled with it), else ``running``.
+    """
+
+    id: int
+    jobs: tuple[WorkflowJob, ...]
+
+    @property
+    def state(self) -> str:
+        """``completed``, ``failed`` or ``running`` (see the class)."""
+        states = {j.row.state for j in self.jobs}
+        if states <= {JobState.COMPLETED}:
+            return "completed"
+        if states & {JobState.DEAD, JobState.CANCELLED}:
+            return "failed"
+        return "running"
 
 
 class InsertedWorkflow(NamedTuple):

@@ -230,3 +230,26 @@ def test_workflow_and_dependency_input_is_validated(make_client: MakeClient) -> 
     assert drover.InsertOpts(depends_on=[5, 3, 5]).depends_on == (3, 5)
     with pytest.raises(drover.InvalidArgument, match="insert options of a workflow"):
         client.insert(drover.chain(Step(name="a")), drover.InsertOpts())  # type: ignore[call-overload]
+
+
+def test_the_inspector_reads_a_workflow_back_from_any_of_its_jobs(
+    make_client: MakeClient, journal: Journal, db_url: str
+) -> None:
+    client = _client(make_client, journal)
+    wf = client.insert(drover.group(Step(name="a"), Step(name="b")).then(Step(name="c")))
+    client.result(wf.last[0], timeout=10)
+    lone = client.insert(Step(name="lone"))
+    inspector = drover.Inspector(db_url)
+    try:
+        read = inspector.workflow(wf.jobs[2].id)
+        assert read == inspector.workflow(wf.id)
+        assert read.id == wf.id and read.state == "completed"
+        a, b, c = (j.row.id for j in read.jobs)
+        assert [j.depends_on for j in read.jobs] == [(), (), (a, b)]
+        assert [j.row.args["name"] for j in read.jobs] == ["a", "b", "c"]
+        with pytest.raises(drover.NotFound, match="belongs to no workflow"):
+            inspector.workflow(lone.id)
+        with pytest.raises(drover.NotFound):
+            inspector.workflow(987654)
+    finally:
+        inspector.close()

@@ -14,8 +14,9 @@ from drover._db.rows import decode_json, new_row, row_from_db
 from drover._records import EncodedGraph
 from drover.errors import InvalidInsertOpts
 from drover.job import JobRow, JobState
+from drover.workflows import WorkflowJob
 
-__all__ = ["ParentResult", "WorkflowJob", "job_insert_graph", "job_parent_results", "workflow_jobs"]
+__all__ = ["ParentResult", "job_insert_graph", "job_parent_results", "workflow_jobs"]
 
 _ENDED_BADLY = frozenset({JobState.DEAD.value, JobState.CANCELLED.value})
 
@@ -113,13 +114,6 @@ def job_parent_results(conn: Connection, job_id: int) -> list[ParentResult]:
             ParentResult(int(i), str(s), None if r is None else decode_json(r))
             for i, s, r in cur.fetchall()
         ]
-
-
-class WorkflowJob(NamedTuple):
-    """One job of a workflow and the ids of the jobs it waits for."""
-
-    row: JobRow
-    depends_on: tuple[int, ...]
 
 
 def workflow_jobs(

@@ -62,6 +62,7 @@ from drover._records import (
 from drover.job import JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState
 from drover.queues import QueueState
+from drover.workflows import WorkflowJob
 
 __all__ = ["Store"]
 
@@ -159,7 +160,7 @@ class Store:
         with borrow(self._pool, "read a job's dependencies") as conn:
             return graph.job_parent_results(conn, job_id)
 
-    def workflow(self, job_id: int) -> tuple[int, list[graph.WorkflowJob]] | None:
+    def workflow(self, job_id: int) -> tuple[int, list[WorkflowJob]] | None:
         """The workflow of job ``job_id`` (or with that id), or ``None``."""
         with borrow(self._pool, "read a workflow") as conn:
             return graph.workflow_jobs(conn, job_id)
