@@ -244,7 +244,7 @@ def test_the_inspector_reads_a_workflow_back_from_any_of_its_jobs(
         read = inspector.workflow(wf.jobs[2].id)
         assert read == inspector.workflow(wf.id)
         assert read.id == wf.id and read.state == "completed"
-        a, b, c = (j.row.id for j in read.jobs)
+        a, b, _ = (j.row.id for j in read.jobs)
         assert [j.depends_on for j in read.jobs] == [(), (), (a, b)]
         assert [j.row.args["name"] for j in read.jobs] == ["a", "b", "c"]
         with pytest.raises(drover.NotFound, match="belongs to no workflow"):
