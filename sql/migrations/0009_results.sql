@@ -1,4 +1,4 @@
--- Job results (ADR 0026). A handler's return value is stored, as JSON, by
+-- Job results (ADR 0028). A handler's return value is stored, as JSON, by
 -- the fenced write that completes the job, so a stale attempt's result is
 -- refused with its completion. NULL: no result (the handler returned None,
 -- or the job has not completed). Nullable columns without a default add

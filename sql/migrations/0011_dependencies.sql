@@ -1,4 +1,4 @@
--- Job dependencies, part 2 (ADR 0027).
+-- Job dependencies, part 2 (ADR 0029).
 --
 -- A job inserted with dependencies that have not completed is 'pending', with
 -- pending_deps counting them. The statement that completes a job with
@@ -35,7 +35,7 @@ DROP INDEX drover_jobs_unique_active_idx;
 -- statements with the ids of completed jobs that have dependents. Each
 -- statement here takes a new snapshot (READ COMMITTED, a VOLATILE function),
 -- so it sees the edges of a dependent whose insert committed while the
--- calling statement waited for the dependency's row lock (ADR 0027: why no
+-- calling statement waited for the dependency's row lock (ADR 0029: why no
 -- release is lost).
 CREATE FUNCTION drover_release_dependents(completed bigint[]) RETURNS integer
 LANGUAGE plpgsql VOLATILE AS $$

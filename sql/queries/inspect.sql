@@ -20,7 +20,7 @@ LIMIT %(limit)s;
 -- name: job_cancel
 -- Pending, waiting or dead jobs only; running ones belong to a worker. A
 -- caller awaiting the job's end (Client.result) is told at commit, and the
--- job's pending dependents are cancelled with it (ADR 0027).
+-- job's pending dependents are cancelled with it (ADR 0029).
 WITH cancelled AS (
     UPDATE drover_jobs
     SET state = 'cancelled', finalized_at = now(), leased_until = NULL

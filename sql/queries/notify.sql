@@ -28,5 +28,5 @@ SELECT 1;
 
 -- name: notify_listen_done
 -- Client.result's waiter: an awaited job reached a terminal state (payload:
--- its id). Sent by the statement that wrote the state (ADR 0026).
+-- its id). Sent by the statement that wrote the state (ADR 0028).
 LISTEN drover_done;

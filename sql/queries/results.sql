@@ -1,4 +1,4 @@
--- Job results (ADR 0026): what Client.result reads and the flag it sets
+-- Job results (ADR 0028): what Client.result reads and the flag it sets
 -- before it waits.
 
 -- name: job_mark_awaited

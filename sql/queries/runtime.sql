@@ -158,7 +158,7 @@ updated AS (
         (CASE WHEN j.awaited AND i.state IN ({{states:terminal}})
               THEN pg_notify('drover_done', i.id::text) END) IS NULL AS quiet
 ), released AS (
-    -- Dependents (ADR 0027): completed jobs release theirs, dead and
+    -- Dependents (ADR 0029): completed jobs release theirs, dead and
     -- cancelled ones cancel theirs; nothing is called for a batch of jobs
     -- without dependents.
     SELECT drover_release_dependents(array_agg(id) FILTER (WHERE state = 'completed')),
@@ -190,7 +190,7 @@ WHERE (SELECT count(*) FROM released) >= 0;
 -- analyzed (a burst after a quiet period) it chose that index, whose dead
 -- entries grow with every completed job, and drained at two thirds speed.
 --
--- Results (ADR 0026): each claim's result as JSON text, or NULL. A job a
+-- Results (ADR 0028): each claim's result as JSON text, or NULL. A job a
 -- caller awaits (Client.result set its awaited flag) is announced on channel
 -- drover_done, payload its id, from the RETURNING list, which PostgreSQL
 -- evaluates for every updated row even though nothing reads it. pg_notify
@@ -209,7 +209,7 @@ WITH done AS (
     RETURNING j.id, j.attempt, j.has_dependents,
         (CASE WHEN j.awaited THEN pg_notify('drover_done', j.id::text) END) IS NULL AS quiet
 ), released AS (
-    -- Dependents (ADR 0027): only when a completed job has some, so a batch
+    -- Dependents (ADR 0029): only when a completed job has some, so a batch
     -- without any calls nothing (HAVING leaves no row).
     SELECT drover_release_dependents(array_agg(id)) AS n
     FROM done

@@ -1,11 +1,11 @@
--- Dependencies and workflows (ADR 0027): inserting a graph of jobs, and
+-- Dependencies and workflows (ADR 0029): inserting a graph of jobs, and
 -- reading one back.
 
 -- name: job_lock_dependencies
 -- The existing jobs a new graph depends on, locked as the completion
 -- statement locks them (FOR NO KEY UPDATE), so each one's end is ordered
 -- before or after this insert: before, and this read sees it; after, and the
--- completion sees has_dependents (set next) and the new edges (ADR 0027).
+-- completion sees has_dependents (set next) and the new edges (ADR 0029).
 SELECT id, state::text
 FROM drover_jobs
 WHERE id = ANY (%(ids)s::bigint[])

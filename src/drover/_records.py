@@ -52,7 +52,7 @@ class JobInsertParams(NamedTuple):
 
 
 class EncodedGraph(NamedTuple):
-    """Jobs to insert together with the dependencies between them (ADR 0027)."""
+    """Jobs to insert together with the dependencies between them (ADR 0029)."""
 
     params: list[JobInsertParams]
     edges: list[tuple[int, int]]
@@ -129,7 +129,7 @@ class Outcome(NamedTuple):
     """The handler called ``complete_tx``: a refusal because that completion
     committed is the expected case, not a stale write."""
     result: str | None = None
-    """The handler's result as JSON text, stored by a completion (ADR 0026)."""
+    """The handler's result as JSON text, stored by a completion (ADR 0028)."""
 
 
 class WriteResult(enum.Enum):

@@ -1,7 +1,7 @@
 """Job results: what a handler returns, encoded for storage and decoded for callers.
 
 A handler's return value is stored with its job's completion, in the same
-fenced write (ADR 0026), so only the attempt that completed the job can store
+fenced write (ADR 0028), so only the attempt that completed the job can store
 one. ``None`` stores nothing. Everything else is encoded to JSON here, on the
 worker's thread, before the completion is queued: pydantic models,
 dataclasses, datetimes, UUIDs, enums and the JSON types are accepted, as

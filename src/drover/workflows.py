@@ -5,7 +5,7 @@
 runs ``cb`` once every member completed (Celery's chord). Steps nest: a chain
 of groups, a group of chains. A workflow is a value; nothing is written until
 ``Client.insert`` (or ``insert_tx``) inserts every job of it in one
-transaction, each job that waits for others ``pending`` (ADR 0027).
+transaction, each job that waits for others ``pending`` (ADR 0029).
 
 This module only describes and flattens workflows; it does no I/O.
 """

@@ -1,4 +1,4 @@
-"""Dependencies in the statements: release and cascade under concurrent transactions (ADR 0027)."""
+"""Dependencies in the statements: release and cascade under concurrent transactions (ADR 0029)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Job results: stored with the completion, waited for with Client.result (ADR 0026)."""
+"""Job results: stored with the completion, waited for with Client.result (ADR 0028)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dependencies and workflows in running clients: chains, groups, chords, cascades (ADR 0027)."""
+"""Dependencies and workflows in running clients: chains, groups, chords, cascades (ADR 0029)."""
 
 from __future__ import annotations
 
