@@ -189,3 +189,28 @@ def test_the_plugin_skips_without_a_database(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*drover fixtures need a database*"])
+
+
+class Add(drover.JobArgs, kind="testing_add"):
+    n: int
+
+
+def test_drain_runs_a_workflow_in_dependency_order_with_parent_results(
+    make_client: MakeClient,
+) -> None:
+    seen: list[tuple[int, list[Any]]] = []
+    workers = drover.Workers()
+
+    @workers.register(args=Add)
+    def add(job: drover.Job[Add]) -> int:
+        parents = job.parent_results(as_type=int)
+        seen.append((job.args.n, parents))
+        return job.args.n + sum(parents)
+
+    client = make_client(workers=workers)
+    jobs = Jobs(client)
+    wf = client.insert(drover.chain(drover.group(Add(n=1), Add(n=2)), Add(n=10)))
+    worked = jobs.drain()
+    assert [w.state for w in worked] == ["completed"] * 3
+    assert seen[-1] == (10, [1, 2])
+    assert client.get_result(wf.last[0].id) == 13
