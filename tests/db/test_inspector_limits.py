@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 import drover
 from drover._db.claims import job_claim
+from drover._db.queries import query
 from drover._db.limits import limit_declare
 from drover.job import MAX_KIND_LENGTH, MAX_QUEUE_LENGTH
 from drover.limits import (
@@ -463,3 +464,36 @@ def test_a_client_that_does_not_listen_follows_a_raised_limit_from_its_next_clai
         assert max(claims_at_start[1:]) - claims_before <= 3
     finally:
         release.set()
+
+
+def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def test_listing_reads_running_jobs_through_the_lease_index_not_the_history(conn: Conn) -> None:
+    # The status page lists limits on every refresh: a long history of
+    # finished jobs must not be read (no sequential scan of drover_jobs).
+    _declare(conn, "kind:k1", concurrency=5)
+    _declare(conn, "kind:k2[tenant]", concurrency=1, rate=10, per="minute")
+    _declare(conn, "queue:default", rate=100, per="minute")
+    conn.execute(
+        "INSERT INTO drover_jobs (kind, state, attempt, finalized_at, args) "
+        "SELECT 'k' || (g % 3), 'completed', 1, now() - g * interval '1 s', "
+        "jsonb_build_object('tenant', g % 50) FROM generate_series(1, 20000) g"
+    )
+    _put(conn, 4, kind="k1")
+    _put(conn, 4, kind="k2", tenant=1)
+    assert len(job_claim(conn, "default", 10, LEASE)) == 5
+    conn.execute("ANALYZE drover_jobs")
+    [(plan,)] = conn.execute(
+        "EXPLAIN (FORMAT JSON) " + query("limit_list"), {"id": None}
+    ).fetchall()
+    scans = [
+        (n["Node Type"], n.get("Index Name"))
+        for n in _plan_nodes(plan[0]["Plan"])
+        if n.get("Relation Name") == "drover_jobs"
+    ]
+    assert scans and all(node != "Seq Scan" for node, _ in scans), scans
+    assert {name for _, name in scans} == {"drover_jobs_lease_idx"}, scans
