@@ -19,8 +19,8 @@ from psycopg.types.json import Jsonb
 
 import drover
 from drover._db.claims import job_claim
-from drover._db.queries import query
 from drover._db.limits import limit_declare
+from drover._db.queries import query
 from drover.job import MAX_KIND_LENGTH, MAX_QUEUE_LENGTH
 from drover.limits import (
     Limit,
