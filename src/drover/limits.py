@@ -340,9 +340,10 @@ class LimitState:
 
     `declared` is what code declared (written by the last client to start
     with it; `None` for a limit only an operator set); `override` what an
-    operator set on top, field by field (`None` when there is none). The
-    effective values, those the claim enforces, are `concurrency`, `rate`
-    and `per`.
+    operator set on top, field by field (`None` when there is none; its
+    `per` is the period in force when the operator changed the rate
+    alone). The effective values, those the claim enforces, are
+    `concurrency`, `rate` and `per`.
 
     The use is a snapshot read in one statement, already changing as jobs
     start and end: `running` counts the scope's running jobs (all

@@ -181,12 +181,12 @@ def test_set_limit_overrides_only_the_values_given_and_returns_the_stored_state(
 
     raised = inspector.set_limit("kind:a", rate=20)
     assert (raised.concurrency, raised.rate, raised.per) == (3, 20, timedelta(minutes=1))
-    assert raised.override == Limit(rate=20)  # the period is still the declared one
+    assert raised.override == Limit(rate=20, per="minute")  # the declared period applies
     assert raised.declared == Limit(concurrency=3, rate=10, per="minute")
 
     capped = inspector.set_limit("kind:a", concurrency=5)
     assert (capped.concurrency, capped.rate) == (5, 20)  # the rate override is kept
-    assert capped.override == Limit(concurrency=5, rate=20)
+    assert capped.override == Limit(concurrency=5, rate=20, per="minute")
 
     hourly = inspector.set_limit(LimitKey("kind", "a"), rate=7, per=timedelta(hours=1))
     assert (hourly.concurrency, hourly.rate, hourly.per) == (5, 7, timedelta(hours=1))

@@ -140,7 +140,10 @@ def _list(cur: psycopg.Cursor[tuple[Any, ...]], limit_id: int | None) -> list[Li
                 rate=rate,
                 per=timedelta(seconds=per),
                 declared=_limit_or_none(has_decl, d_conc, d_rate, d_per, by),
-                override=_limit_or_none(has_over, o_conc, o_rate, o_per, by),
+                # An override of the rate alone keeps the period in force.
+                override=_limit_or_none(
+                    has_over, o_conc, o_rate, per if o_per is None else o_per, by
+                ),
                 running=running,
                 started=started,
                 partitions=parts,
