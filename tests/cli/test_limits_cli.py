@@ -1,4 +1,4 @@
-"""``drover limits list | set | clear | delete`` against a real database, in-process and as a process."""
+"""``drover limits list | set | clear | delete`` on a real database, in-process and as a process."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def test_list_shows_each_limit_with_its_values_source_and_use(db_url: str, conn:
         ["queue:reports", "3", "0", "-", "-", "-", "no", "operator"],
     ]
     assert stdout.rstrip().endswith(
-        'kind:sync[tenant] busiest: 7 (2 running, 0 started, full), '
+        "kind:sync[tenant] busiest: 7 (2 running, 0 started, full), "
         '"acme" (1 running, 0 started, full)'
     )
 
