@@ -31,6 +31,7 @@ __all__ = [
     "check_period",
     "limits_tuple",
     "parse_limit_key",
+    "parse_period",
     "period_text",
 ]
 
@@ -184,6 +185,27 @@ def period_text(period: timedelta) -> str:
         if period == value:
             return name
     return f"{period.total_seconds():g}s"
+
+
+def parse_period(text: str, what: str) -> timedelta:
+    """A period typed by an operator: "second", "minute", "hour", or seconds ("90", "90s").
+
+    What `period_text` writes reads back. Raises `InvalidLimit` naming
+    `what`, as `check_period` does for a period that is not between a
+    millisecond and a day.
+    """
+    if text in _NAMED_PERIODS:
+        return _NAMED_PERIODS[text]
+    number = text.strip().removesuffix("s")
+    try:
+        seconds = float(number)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise InvalidLimit(
+            f"{what} must be second, minute, hour or a number of seconds (90 or 90s), not {text!r}"
+        )
+    return check_period(seconds, what)
 
 
 def check_override(

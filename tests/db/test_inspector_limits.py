@@ -28,6 +28,7 @@ from drover.limits import (
     LimitState,
     PartitionUse,
     parse_limit_key,
+    parse_period,
     period_text,
 )
 
@@ -416,6 +417,30 @@ def test_period_text_names_the_common_periods_and_gives_seconds_otherwise() -> N
         "90s",
         "0.25s",
     ]
+
+
+@pytest.mark.parametrize("seconds", [1, 60, 3600, 90, 0.25, 86400])
+def test_parse_period_reads_what_period_text_writes(seconds: float) -> None:
+    period = timedelta(seconds=seconds)
+    assert parse_period(period_text(period), "per") == period
+    assert parse_period(str(seconds), "per") == period
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("fortnight", "per must be second, minute, hour or a number of seconds"),
+        ("", "per must be second, minute, hour"),
+        ("inf", "per must be second, minute, hour"),
+        ("0", "per must be more than 0"),
+        ("-5s", "per must be more than 0"),
+        ("86401", "at most one day"),
+        ("0.0001", "at least a millisecond"),
+    ],
+)
+def test_parse_period_refuses_what_is_not_a_period(text: str, message: str) -> None:
+    with pytest.raises(drover.InvalidLimit, match=message):
+        parse_period(text, "per")
 
 
 # --- running clients --------------------------------------------------------------------------

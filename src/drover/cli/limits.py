@@ -8,7 +8,6 @@ nothing; clearing or deleting what is not there is refused (exit 1).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import typer
@@ -16,9 +15,16 @@ import typer
 import drover
 from drover.cli import output as out
 from drover.cli.common import Globals, emit, fail, get_globals, open_inspector, usage
-from drover.limits import LimitKey, LimitState, check_override, parse_limit_key, period_text
+from drover.limits import (
+    LimitKey,
+    LimitState,
+    check_override,
+    parse_limit_key,
+    parse_period,
+    period_text,
+)
 
-__all__ = ["limit_dict", "limits_app", "parse_per"]
+__all__ = ["limit_dict", "limits_app"]
 
 limits_app = typer.Typer(
     help="See and override cluster-wide limits (concurrency and rate per kind or queue).",
@@ -27,23 +33,6 @@ limits_app = typer.Typer(
 )
 
 _KEY_HELP = "kind:KIND, kind:KIND[field] (per value of that args field) or queue:QUEUE."
-_NAMED = ("second", "minute", "hour")
-
-
-def parse_per(text: str) -> str | float:
-    """``--per``'s value: "second", "minute", "hour", or seconds ("90" or "90s"); else exit 2."""
-    if text in _NAMED:
-        return text
-    number = text[:-1] if text.endswith("s") else text
-    try:
-        seconds = float(number)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds):
-        usage(
-            f"--per must be second, minute, hour or a number of seconds (90 or 90s), not {text!r}"
-        )
-    return seconds
 
 
 def _key(text: str) -> LimitKey:
@@ -183,8 +172,8 @@ def limits_set_command(
         usage("limits set needs --concurrency N or --rate N (with --per), or both")
     if per is not None and rate is None:
         usage("--per is the period of --rate; give --rate too")
-    period = None if per is None else parse_per(per)
     try:
+        period = None if per is None else parse_period(per, "--per")
         _, _, checked_per = check_override(concurrency, rate, period, "limits set")
     except drover.InvalidLimit as exc:
         # What is left is one value's own rule: name it by its flag.
