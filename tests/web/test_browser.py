@@ -356,7 +356,6 @@ def test_an_operator_raises_a_limit_and_the_held_back_jobs_start(
             flash = page.locator("p.flash").inner_text()
             assert flash == f"Cleared the override of {key}: the values its code declares apply."
             assert use.inner_text() == "3 / 1"  # over the declared limit: nothing more starts
-            assert "code" == row.locator("td").nth(4).inner_text()
+            assert row.locator("td").nth(4).inner_text() == "code"
     finally:
         release.set()
-

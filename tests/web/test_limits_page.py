@@ -104,7 +104,7 @@ def test_each_limit_shows_its_use_against_its_values_and_who_set_them(
     ]
     assert _row(page, "kind:sync[tenant]")[1:4] == [
         "3 / 1",
-        "–",
+        "\u2013",
         'by tenant : 3 in use, 3 at their limit "acme" 1 running, 0 started full '
         '"initech" 1 running, 0 started full null 1 running, 0 started full',
     ]
@@ -136,9 +136,7 @@ def test_change_fills_the_form_with_the_limits_values(
     values = _form_values(get(browser, "/limits?key=kind:call%5Baccount%5D").text)
     assert values == {"key": "kind:call[account]", "concurrency": "2", "rate": "90", "per": "90s"}
     empty = {"key": "", "concurrency": "", "rate": "", "per": ""}
-    assert _form_values(get(browser, "/limits?key=kind:nope").text) == empty | {
-        "key": "kind:nope"
-    }
+    assert _form_values(get(browser, "/limits?key=kind:nope").text) == empty | {"key": "kind:nope"}
     assert _form_values(get(browser, "/limits?key=%3Cb%3E").text) == empty
 
 
