@@ -103,7 +103,7 @@ def test_each_limit_shows_its_use_against_its_values_and_who_set_them(
         "Change",
     ]
     assert _row(page, "kind:sync[tenant]")[1:4] == [
-        "3 / 1",
+        "3 / 1 each",  # the limit holds per partition; the running count is the total
         "\u2013",
         'by tenant : 3 in use, 3 at their limit "acme" 1 running, 0 started full '
         '"initech" 1 running, 0 started full null 1 running, 0 started full',
@@ -118,6 +118,7 @@ def test_each_limit_shows_its_use_against_its_values_and_who_set_them(
         "Change Remove",
     ]
     assert 'class="num warn">2 / 2</td>' in page  # at the cap: flagged
+    assert 'class="num">3 / 1 each</td>' in page  # per partition: the Partitions cell flags
     assert 'href="/jobs?kind=render&amp;state=all"' in page
     assert 'href="/jobs?queue=bulk&amp;state=all"' in page
 

@@ -194,7 +194,8 @@ def _after_clear(g: Globals, parsed: LimitKey, states: list[LimitState]) -> None
         return
     emit(
         g,
-        f"cleared the override of {parsed}: {_summary(now)}",
+        f"cleared the override of {parsed}: "
+        f"{_values(now.concurrency, now.rate, now.per)}, as its code declares",
         {"key": str(parsed), "cleared": True, "limit": limit_dict(now)},
     )
 
