@@ -103,25 +103,35 @@ WITH lim AS (
     SELECT l.*,
            COALESCE(l.override_concurrency, l.declared_concurrency) AS conc,
            COALESCE(l.override_rate, l.declared_rate) AS rate,
-           COALESCE(l.override_per, l.declared_per, interval '1 second') AS per
+           COALESCE(l.override_per, l.declared_per, interval '1 second') AS per,
+           -- The window's start, once per limit rather than once per start row.
+           now() - COALESCE(l.override_per, l.declared_per, interval '1 second') AS since
     FROM drover_limits l
     WHERE %(id)s::integer IS NULL OR l.id = %(id)s::integer
 ),
 running AS (
-    SELECT l.id,
-           CASE WHEN l.partition_by = '' THEN ''
-                ELSE COALESCE((j.args -> l.partition_by)::text, 'null') END AS part,
+    -- A kind's jobs and a queue's, joined apart: each join is an equality
+    -- the planner can hash, where one join on "kind or queue" compares every
+    -- limit with every running job.
+    SELECT r.id,
+           CASE WHEN r.partition_by = '' THEN ''
+                ELSE COALESCE((r.args -> r.partition_by)::text, 'null') END AS part,
            count(*) AS n
-    FROM lim l
-    JOIN drover_jobs j
-      ON j.state = 'running'
-     AND ((l.scope = 'kind' AND j.kind = l.target) OR (l.scope = 'queue' AND j.queue = l.target))
+    FROM (
+        SELECT l.id, l.partition_by, j.args
+        FROM lim l JOIN drover_jobs j ON j.state = 'running' AND j.kind = l.target
+        WHERE l.scope = 'kind'
+        UNION ALL
+        SELECT l.id, l.partition_by, j.args
+        FROM lim l JOIN drover_jobs j ON j.state = 'running' AND j.queue = l.target
+        WHERE l.scope = 'queue'
+    ) r
     GROUP BY 1, 2
 ),
 started AS (
     SELECT s.limit_id AS id, s.part, sum(s.starts) AS n
     FROM lim l
-    JOIN drover_limit_starts s ON s.limit_id = l.id AND s.started_at > now() - l.per
+    JOIN drover_limit_starts s ON s.limit_id = l.id AND s.started_at > l.since
     WHERE l.rate IS NOT NULL
     GROUP BY 1, 2
 ),
