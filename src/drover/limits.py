@@ -194,9 +194,10 @@ def parse_period(text: str, what: str) -> timedelta:
     `what`, as `check_period` does for a period that is not between a
     millisecond and a day.
     """
-    if text in _NAMED_PERIODS:
-        return _NAMED_PERIODS[text]
-    number = text.strip().removesuffix("s")
+    stripped = text.strip()
+    if stripped in _NAMED_PERIODS:
+        return _NAMED_PERIODS[stripped]
+    number = stripped.removesuffix("s")
     try:
         seconds = float(number)
     except ValueError:

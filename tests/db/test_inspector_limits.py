@@ -424,6 +424,7 @@ def test_parse_period_reads_what_period_text_writes(seconds: float) -> None:
     period = timedelta(seconds=seconds)
     assert parse_period(period_text(period), "per") == period
     assert parse_period(str(seconds), "per") == period
+    assert parse_period(f" {period_text(period)} ", "per") == period
 
 
 @pytest.mark.parametrize(
