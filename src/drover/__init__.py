@@ -49,7 +49,7 @@ from drover.inspector import (
     WorkerInfo,
 )
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
-from drover.limits import Limit, LimitKey, LimitState
+from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
 from drover.migrations import (
@@ -113,6 +113,7 @@ __all__ = [
     "NotFound",
     "NotInTransaction",
     "NotStarted",
+    "PartitionUse",
     "PeriodicInfo",
     "PeriodicJob",
     "QueueAge",
