@@ -334,7 +334,8 @@ def test_a_thousand_partitions_never_run_two_jobs_of_one_key_at_once(
 
 # --- a SIGKILL while holding every slot ---------------------------------------------------
 
-KILL_JOBS = 12
+KILL_JOBS = 30
+SURVIVORS = 3
 LEASE, HEARTBEAT, RESCUE, KILL_POLL = 1.5, 0.25, 0.25, 0.1
 HEARTBEAT_LATE = 0.5
 """How late the killed process's last lease renewal may have been (a loaded machine)."""
@@ -364,7 +365,7 @@ def test_a_killed_holders_slots_return_after_lease_and_rescue_and_the_limit_hold
             message="the holder runs three jobs",
         )
         assert _running(conn) == CAPPED_LIMIT
-        for _ in range(2):
+        for _ in range(SURVIVORS):
             fleet.spawn("capped", *timing)
         _fleet_ready(fleet, conn, poll)
         before = _db_now(conn)
