@@ -251,6 +251,11 @@ PACED_SECONDS = 10
 PACED_JOBS = 300
 
 
+def _first_claim(conn: Conn) -> datetime | None:
+    row = conn.execute("SELECT min(claimed_at) FROM race_log").fetchone()
+    return None if row is None else row[0]
+
+
 def _windows_over(claims: list[datetime], rate: int, per: timedelta) -> list[tuple[datetime, int]]:
     """Every window [c, c + per) starting at a claim that holds more than ``rate`` claims."""
     over = []
@@ -274,11 +279,7 @@ def test_a_rate_over_three_processes_holds_in_every_sliding_second(
             fleet.spawn("paced", "--concurrency", "10", "--poll", "0.05")
         _fleet_ready(fleet, conn, poll)
         client.insert_many([Paced(n=i) for i in range(PACED_JOBS)])
-        first = poll(
-            lambda: conn.execute("SELECT min(claimed_at) FROM race_log").fetchone()[0],
-            timeout=SAFETY,
-            message="a first start",
-        )
+        first: datetime = poll(lambda: _first_claim(conn), timeout=SAFETY, message="a start")
         until = first + timedelta(seconds=PACED_SECONDS + 0.3)
         poll(lambda: _db_now(conn) > until, timeout=PACED_SECONDS + SAFETY, interval=0.1)
         fleet.stop()
