@@ -109,11 +109,9 @@ def _start(conn: Conn) -> None:
     conn.execute(RACE_DDL.encode())
 
 
-def _ready(conn: Conn, pids: Iterable[int]) -> bool:
-    row = conn.execute(
-        "SELECT count(*) FROM race_ready WHERE pid = ANY(%s)", (list(pids),)
-    ).fetchone()
-    return row is not None and int(row[0]) == len(list(pids))
+def _ready(conn: Conn, pids: list[int]) -> bool:
+    row = conn.execute("SELECT count(*) FROM race_ready WHERE pid = ANY(%s)", (pids,)).fetchone()
+    return row is not None and int(row[0]) == len(pids)
 
 
 def _unsettled(conn: Conn) -> int:

@@ -364,7 +364,7 @@ def load_history(directory: Path, params: Params | None = None) -> History:
                     errors=f.get_errors("errors"),
                     kind=f.get_opt_str("kind") or "",
                     queue=f.get_opt_str("queue") or "",
-                    args=f.get_args("args"),
+                    args=f.get_object("args"),
                 )
                 if job.id in jobs:
                     raise ValueError(f"{where}: job {job.id} recorded twice")

@@ -25,13 +25,20 @@ def dump_records(path: Path, records: Iterable[Mapping[str, Any]], *, append: bo
 
 
 class Fields:
-    """Typed access to one record's fields; every error names the file and line."""
+    """Typed access to one record's fields; every error names the file and line.
+
+    ``get_<type>(name)`` returns the field as that type, or raises
+    ``ValueError`` naming the file, the line and the field when it is missing
+    or of another type; ``get_opt_<type>`` returns None for a missing or null
+    field instead. The loader makes one per record; it shares nothing.
+    """
 
     def __init__(self, record: Mapping[str, Any], where: str) -> None:
         self._r = record
         self.where = where
 
     def has(self, name: str) -> bool:
+        """Whether the record has the field (null included)."""
         return name in self._r
 
     def get_present(self, name: str) -> bool:
@@ -47,15 +54,18 @@ class Fields:
         return ValueError(f"{self.where}: field {name!r} must be {wanted}, not {self._r[name]!r}")
 
     def get_int(self, name: str) -> int:
+        """An integer (a JSON ``true`` is not one)."""
         value = self._get(name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._bad(name, "an integer")
         return value
 
     def get_opt_int(self, name: str) -> int | None:
+        """An integer, or None."""
         return None if self._r.get(name) is None else self.get_int(name)
 
     def get_float(self, name: str) -> float:
+        """A finite number, as a float."""
         value = self._get(name)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._bad(name, "a number")
@@ -64,12 +74,29 @@ class Fields:
         return float(value)
 
     def get_opt_float(self, name: str) -> float | None:
+        """A finite number, or None."""
         return None if self._r.get(name) is None else self.get_float(name)
 
+    def get_str(self, name: str) -> str:
+        """A string."""
+        value = self._get(name)
+        if not isinstance(value, str):
+            raise self._bad(name, "a string")
+        return value
+
     def get_opt_str(self, name: str) -> str | None:
+        """A string, or None."""
         return None if self._r.get(name) is None else self.get_str(name)
 
-    def get_args(self, name: str) -> dict[str, Any]:
+    def get_bool(self, name: str) -> bool:
+        """``true`` or ``false``."""
+        value = self._get(name)
+        if not isinstance(value, bool):
+            raise self._bad(name, "true or false")
+        return value
+
+    def get_object(self, name: str) -> dict[str, Any]:
+        """A JSON object, as a new dict; ``{}`` for a missing or null field."""
         value = self._r.get(name)
         if value is None:
             return {}
@@ -77,19 +104,8 @@ class Fields:
             raise self._bad(name, "an object")
         return dict(value)
 
-    def get_str(self, name: str) -> str:
-        value = self._get(name)
-        if not isinstance(value, str):
-            raise self._bad(name, "a string")
-        return value
-
-    def get_bool(self, name: str) -> bool:
-        value = self._get(name)
-        if not isinstance(value, bool):
-            raise self._bad(name, "true or false")
-        return value
-
     def get_errors(self, name: str) -> list[dict[str, Any]]:
+        """A list of objects (drover's error entries); ``[]`` for a missing or null field."""
         value = self._r.get(name)
         if value is None:
             return []
