@@ -127,7 +127,7 @@ def test_a_queue_is_an_immutable_value_with_a_short_repr() -> None:
     with pytest.raises(AttributeError):
         q.weight = 4  # type: ignore[misc]
     with pytest.raises(TypeError):
-        drover.Queue(2)  # type: ignore[misc]
+        drover.Queue(2)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(
