@@ -60,7 +60,7 @@ from drover.migrations import (
     migration_status,
 )
 from drover.periodic import PeriodicInfo, PeriodicJob
-from drover.queues import QueueState, QueueSummary
+from drover.queues import Queue, QueueState, QueueSummary
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.schedule import Schedule
@@ -116,6 +116,7 @@ __all__ = [
     "PartitionUse",
     "PeriodicInfo",
     "PeriodicJob",
+    "Queue",
     "QueueAge",
     "QueueDepth",
     "QueueState",
