@@ -17,6 +17,7 @@ from drover._db.store import Store
 from drover._runtime.inflight import InFlight, Slots
 from drover._runtime.wiring import Wiring
 from drover.ops.metrics import Metrics
+from drover.queues import caps_of
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 MakeClient = Callable[..., drover.Client]
@@ -187,7 +188,7 @@ def wiring(source: drover.Client | Store, **fields: Any) -> Wiring:
     return Wiring(
         store=store,
         config=config,
-        inflight=InFlight(),
+        inflight=InFlight(caps_of(config.queues)),
         slots=Slots(config.concurrency),
         metrics=metrics,
         client_id="test",

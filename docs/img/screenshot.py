@@ -1,4 +1,4 @@
-"""Regenerate docs/img/status-page.png: sample data, ``drover web`` and Chromium.
+"""Regenerate docs/img/status-page.png and limits-page.png: sample data, ``drover web``, Chromium.
 
 Run from the repository root: ``.venv/bin/python docs/img/screenshot.py`` (needs Debian's chromium).
 """
@@ -18,6 +18,7 @@ import drover
 from drover._db.embedded import embedded_postgres
 
 OUT = Path(__file__).resolve().parent / "status-page.png"
+LIMITS_OUT = Path(__file__).resolve().parent / "limits-page.png"
 
 
 def seed(url: str) -> None:
@@ -71,11 +72,57 @@ def seed(url: str) -> None:
         inspector.pause_queue("billing")
 
 
-def main() -> None:
+def seed_limits(url: str) -> None:
+    """Limits as code declares them (what a starting client writes), in use, and overrides."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO drover_limits (scope, target, partition_by, declared_concurrency, "
+            "declared_rate, declared_per, declared_at) VALUES "
+            "('kind', 'render_pdf', '', 5, NULL, NULL, now()), "
+            "('kind', 'sync_tenant', 'tenant_id', 1, NULL, NULL, now()), "
+            "('kind', 'call_partner', '', NULL, 20, interval '1 second', now()), "
+            "('kind', 'call_partner', 'account', 2, 600, interval '1 minute', now()), "
+            "('queue', 'reports', '', 3, NULL, NULL, now())"
+        )
+        running = [("render_pdf", "{}")] * 7
+        running += [("sync_tenant", f'{{"tenant_id": {t}}}') for t in (7, 12, 31, 40)]
+        running += [("call_partner", f'{{"account": "{a}"}}') for a in ("acme", "acme", "globex")]
+        for kind, args in running:
+            conn.execute(
+                "INSERT INTO drover_jobs (kind, queue, args, state, attempt, attempted_at, "
+                "leased_until) VALUES (%s, 'default', %s::jsonb, 'running', 1, now(), "
+                "now() + interval '1 hour')",
+                (kind, args),
+            )
+        # Starts the claims recorded: 14 in the last second for the whole kind,
+        # per account over the minute.
+        conn.execute(
+            "INSERT INTO drover_limit_starts (limit_id, part, started_at, starts) "
+            "SELECT id, part, now(), n FROM drover_limits, (VALUES "
+            "  ('', '', 14), ('account', '\"acme\"', 380), ('account', '\"globex\"', 95)"
+            ") AS s(by, part, n) WHERE target = 'call_partner' AND partition_by = s.by"
+        )
+    with drover.Inspector(url) as inspector:
+        inspector.set_limit("kind:render_pdf", concurrency=8)  # an operator raised it
+        inspector.set_limit("queue:exports", rate=100, per="minute")  # no code declares it
+
+
+def _shoot(address: str, path: str, out: Path, width: int, height: int) -> None:
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium")
     assert chromium, "install Debian's chromium"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto(address.rstrip("/") + path)
+        page.screenshot(path=str(out), full_page=True)
+        browser.close()
+
+
+def main() -> None:
     with embedded_postgres() as url:
         drover.migrate(url)
         seed(url)
@@ -87,18 +134,13 @@ def main() -> None:
         try:
             assert web.stdout is not None
             address = web.stdout.readline().strip()
-            with sync_playwright() as p:
-                browser = p.chromium.launch(
-                    executable_path=chromium, args=["--no-sandbox", "--disable-gpu"]
-                )
-                page = browser.new_page(viewport={"width": 1100, "height": 640})
-                page.goto(address)
-                page.screenshot(path=str(OUT), full_page=True)
-                browser.close()
+            _shoot(address, "/", OUT, 1100, 640)
+            seed_limits(url)  # after the overview's shot, which stays as it was
+            _shoot(address, "/limits", LIMITS_OUT, 1100, 400)
         finally:
             web.send_signal(signal.SIGTERM)
             web.communicate(timeout=10)
-    print(OUT)
+    print(OUT, LIMITS_OUT)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@
 -- for the first time) inserts it again, keeping the start time it was first
 -- given (%(started_at)s, NULL on the first call). Returns the row's start
 -- time and how many expired rows were deleted.
-WITH reaped AS (
-    DELETE FROM drover_clients
-    WHERE expires_at < now() AND id <> %(id)s
-    RETURNING 1
-), upserted AS (
+--
+-- Own row first, then the others', skipping rows another transaction holds:
+-- after a database restart every client's row has expired, and two clients
+-- each deleting the other's row while upserting their own deadlocked. The
+-- reap reads the upsert's result, which makes the upsert run first; a row
+-- skipped now is reaped by a later refresh (or was just refreshed).
+WITH upserted AS (
     INSERT INTO drover_clients AS c (
         id, client_id, host, pid, version, queues, concurrency, running,
         started_at, heartbeat_at, expires_at
@@ -28,6 +30,15 @@ WITH reaped AS (
         heartbeat_at = now(),
         expires_at = EXCLUDED.expires_at
     RETURNING c.started_at
+), reaped AS (
+    DELETE FROM drover_clients
+    WHERE id = ANY (ARRAY(
+        SELECT x.id FROM drover_clients x
+        WHERE x.expires_at < now() AND x.id <> %(id)s
+          AND EXISTS (SELECT 1 FROM upserted)
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING 1
 )
 SELECT (SELECT started_at FROM upserted), (SELECT count(*) FROM reaped);
 

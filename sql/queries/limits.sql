@@ -34,6 +34,9 @@ SET declared_concurrency = excluded.declared_concurrency,
 -- name: limit_set
 -- An operator's override of the values given (the others keep their
 -- override or declaration); creates the limit when no code declared it.
+-- Returns the limit's id; the row stays locked until the caller's
+-- transaction ends, so the caller reads back what it wrote (limit_list),
+-- never a concurrent operator's delete.
 WITH set AS (
     INSERT INTO drover_limits AS l (
         scope, target, partition_by,
@@ -53,24 +56,30 @@ WITH set AS (
 )
 SELECT id, pg_notify('drover', '*')::text FROM set;
 
+-- name: limit_lock
+-- The first step of clearing an override: lock the limit's row (until the
+-- caller's transaction ends) and say whether code declares it and whether
+-- an operator overrode it. The caller then clears the override of a
+-- declared limit (limit_clear) or removes an undeclared one (limit_delete):
+-- two statements, because one statement cannot both update a row and
+-- delete it (a data-modifying CTE does not see its sibling's update, and
+-- PostgreSQL keeps only one of two changes to a row in one statement).
+SELECT declared_at IS NOT NULL, overridden_at IS NOT NULL
+FROM drover_limits
+WHERE scope = %(scope)s AND target = %(target)s AND partition_by = %(part)s
+FOR UPDATE;
+
 -- name: limit_clear
--- Drop an operator's override: the declared values apply again, and a limit
--- no code declared is removed. Returns whether there was an override.
+-- Drop an operator's override of a declared limit: the declared values
+-- apply again. Run after limit_lock, which holds the row.
 WITH cleared AS (
     UPDATE drover_limits
     SET override_concurrency = NULL, override_rate = NULL, override_per = NULL,
         overridden_at = NULL, updated_at = now()
     WHERE scope = %(scope)s AND target = %(target)s AND partition_by = %(part)s
-      AND overridden_at IS NOT NULL
-    RETURNING id, declared_at
-),
-removed AS (
-    DELETE FROM drover_limits l
-    USING cleared c
-    WHERE l.id = c.id AND c.declared_at IS NULL
-    RETURNING l.id
+    RETURNING id
 )
-SELECT c.id, pg_notify('drover', '*')::text, (SELECT count(*) FROM removed) FROM cleared c;
+SELECT id, pg_notify('drover', '*')::text FROM cleared;
 
 -- name: limit_delete
 -- Remove a limit, declared or not (its starts go with it). A client whose
@@ -83,27 +92,59 @@ WITH removed AS (
 SELECT id, pg_notify('drover', '*')::text FROM removed;
 
 -- name: limit_list
--- Every limit with its effective, declared and override values, and its use
--- now: running jobs of the scope (all partitions), starts in the current
--- window, and partitions at their concurrency limit. Running jobs are read
--- through the partial lease index (running rows only).
+-- Every limit (or the one with id %(id)s) with its effective, declared and
+-- override values, and its use now, per partition: running jobs (read
+-- through the partial lease index: running rows only) and starts in the
+-- current window (what the claim counts), a partition being full when
+-- either is at its limit. A limit without partition_by has one partition,
+-- ''. Per limit: the totals, the partitions in use and full, and the five
+-- busiest partitions of a partitioned one (running, then starts).
 WITH lim AS (
     SELECT l.*,
            COALESCE(l.override_concurrency, l.declared_concurrency) AS conc,
            COALESCE(l.override_rate, l.declared_rate) AS rate,
-           COALESCE(l.override_per, l.declared_per, interval '1 second') AS per
+           COALESCE(l.override_per, l.declared_per, interval '1 second') AS per,
+           -- The window's start, once per limit rather than once per start row.
+           now() - COALESCE(l.override_per, l.declared_per, interval '1 second') AS since
     FROM drover_limits l
+    WHERE %(id)s::integer IS NULL OR l.id = %(id)s::integer
 ),
 running AS (
-    SELECT l.id,
-           CASE WHEN l.partition_by = '' THEN ''
-                ELSE COALESCE((j.args -> l.partition_by)::text, 'null') END AS part,
+    -- A kind's jobs and a queue's, joined apart: each join is an equality
+    -- the planner can hash, where one join on "kind or queue" compares every
+    -- limit with every running job.
+    SELECT r.id,
+           CASE WHEN r.partition_by = '' THEN ''
+                ELSE COALESCE((r.args -> r.partition_by)::text, 'null') END AS part,
            count(*) AS n
-    FROM lim l
-    JOIN drover_jobs j
-      ON j.state = 'running'
-     AND ((l.scope = 'kind' AND j.kind = l.target) OR (l.scope = 'queue' AND j.queue = l.target))
+    FROM (
+        SELECT l.id, l.partition_by, j.args
+        FROM lim l JOIN drover_jobs j ON j.state = 'running' AND j.kind = l.target
+        WHERE l.scope = 'kind'
+        UNION ALL
+        SELECT l.id, l.partition_by, j.args
+        FROM lim l JOIN drover_jobs j ON j.state = 'running' AND j.queue = l.target
+        WHERE l.scope = 'queue'
+    ) r
     GROUP BY 1, 2
+),
+started AS (
+    SELECT s.limit_id AS id, s.part, sum(s.starts) AS n
+    FROM lim l
+    JOIN drover_limit_starts s ON s.limit_id = l.id AND s.started_at > l.since
+    WHERE l.rate IS NOT NULL
+    GROUP BY 1, 2
+),
+use AS (
+    SELECT u.id, u.part, u.running, u.started,
+           (u.running >= l.conc OR u.started >= l.rate) IS TRUE AS full
+    FROM (
+        SELECT COALESCE(r.id, s.id) AS id, COALESCE(r.part, s.part) AS part,
+               COALESCE(r.n, 0)::bigint AS running, COALESCE(s.n, 0)::bigint AS started
+        FROM running r
+        FULL JOIN started s ON s.id = r.id AND s.part = r.part
+    ) u
+    JOIN lim l ON l.id = u.id
 )
 SELECT l.scope, l.target, l.partition_by,
        l.conc, l.rate, extract(epoch FROM l.per)::float8,
@@ -111,12 +152,27 @@ SELECT l.scope, l.target, l.partition_by,
        l.declared_concurrency, l.declared_rate, extract(epoch FROM l.declared_per)::float8,
        l.overridden_at IS NOT NULL,
        l.override_concurrency, l.override_rate, extract(epoch FROM l.override_per)::float8,
-       COALESCE((SELECT sum(r.n) FROM running r WHERE r.id = l.id), 0)::bigint,
-       COALESCE((
-           SELECT sum(s.starts) FROM drover_limit_starts s
-           WHERE s.limit_id = l.id AND l.rate IS NOT NULL AND s.started_at > now() - l.per
-       ), 0)::bigint,
-       (SELECT count(*) FROM running r WHERE r.id = l.id AND r.n >= l.conc)::bigint,
+       COALESCE(t.running, 0)::bigint, COALESCE(t.started, 0)::bigint,
+       COALESCE(t.parts, 0)::bigint, COALESCE(t.full, 0)::bigint,
+       COALESCE(b.parts, '{}'), COALESCE(b.running, '{}'), COALESCE(b.started, '{}'),
+       COALESCE(b.full, '{}'),
        l.updated_at
 FROM lim l
+LEFT JOIN LATERAL (
+    SELECT sum(u.running) AS running, sum(u.started) AS started, count(*) AS parts,
+           count(*) FILTER (WHERE u.full) AS full
+    FROM use u WHERE u.id = l.id
+) t ON true
+LEFT JOIN LATERAL (
+    SELECT array_agg(top.part ORDER BY top.running DESC, top.started DESC, top.part) AS parts,
+           array_agg(top.running ORDER BY top.running DESC, top.started DESC, top.part) AS running,
+           array_agg(top.started ORDER BY top.running DESC, top.started DESC, top.part) AS started,
+           array_agg(top.full ORDER BY top.running DESC, top.started DESC, top.part) AS full
+    FROM (
+        SELECT u.* FROM use u
+        WHERE u.id = l.id AND l.partition_by <> ''
+        ORDER BY u.running DESC, u.started DESC, u.part
+        LIMIT 5
+    ) top
+) b ON true
 ORDER BY l.scope, l.target, l.partition_by;

@@ -53,7 +53,7 @@ from drover.inspector import (
     WorkerInfo,
 )
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
-from drover.limits import Limit, LimitKey, LimitState
+from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 from drover.log import JobLogFilter, Logging
 from drover.middleware import Handler, Middleware, Timeout
 from drover.migrations import (
@@ -64,7 +64,7 @@ from drover.migrations import (
     migration_status,
 )
 from drover.periodic import PeriodicInfo, PeriodicJob
-from drover.queues import QueueState, QueueSummary
+from drover.queues import Queue, QueueState, QueueSummary
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.schedule import Schedule
@@ -132,8 +132,10 @@ __all__ = [
     "NotFound",
     "NotInTransaction",
     "NotStarted",
+    "PartitionUse",
     "PeriodicInfo",
     "PeriodicJob",
+    "Queue",
     "QueueAge",
     "QueueDepth",
     "QueueState",

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from types import MappingProxyType
 from typing import Any, Self
 
 from prometheus_client import CollectorRegistry
 
 from drover._address import parse_address
 from drover._durations import DurationField
-from drover.errors import ConfigError, InvalidArgument, InvalidInsertOpts
+from drover.errors import ConfigError, InvalidArgument
 from drover.limits import Limit, LimitKey
 from drover.middleware import Middleware
 from drover.periodic import PeriodicJob
-from drover.queues import check_queue_name
+from drover.queues import QueuesField, format_queues
 from drover.results import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
@@ -29,11 +28,6 @@ MIN_LEASE = timedelta(milliseconds=1)
 MAX_DURATION = timedelta(days=3650)
 """Longest duration a Config field accepts: ten years. Far longer ones overflow
 thread waits (``threading.TIMEOUT_MAX``) and PostgreSQL intervals."""
-MAX_QUEUE_WEIGHT = 100_000
-
-
-def _default_queues() -> Mapping[str, int]:
-    return MappingProxyType({"default": 1})
 
 
 def _default_logger() -> logging.Logger:
@@ -64,10 +58,14 @@ class Config:
     concurrency: int = 10
     """Pool threads, i.e. jobs run at once (at least 1)."""
 
-    queues: Mapping[str, int] = dataclasses.field(default_factory=_default_queues)
-    """Queue name → weight in 1..100 000 (at least one queue). All queues share
-    the one pool; the weight decides how often a queue is tried first, never
-    whether it is tried. Read back as a read-only mapping sorted by name."""
+    queues: QueuesField = QueuesField()
+    """Queue name → ``drover.Queue`` or an int weight (``n`` means
+    ``Queue(weight=n)``); at least one queue, ``{"default": 1}`` by default.
+    All queues share the one pool; the weight (1..100 000) decides how often a
+    queue is tried first, never whether it is tried, and a queue's
+    ``max_workers`` caps its jobs running at once in this client (at most
+    ``concurrency``). Read back as a read-only mapping of ``Queue`` values
+    sorted by name."""
 
     poll_interval: DurationField = DurationField(1.0)
     """Wait after a claim round that found nothing (positive)."""
@@ -163,7 +161,7 @@ class Config:
             )
         set_(self, "workers", _workers(self.workers))
         set_(self, "concurrency", _concurrency(self.concurrency))
-        set_(self, "queues", _queues(self.queues))
+        self._check_queue_caps()
         set_(self, "middleware", _middleware(self.middleware))
         if self.retry_policy is None:
             set_(self, "retry_policy", ExponentialRetryPolicy())
@@ -197,6 +195,15 @@ class Config:
             raise ConfigError(
                 f"Config.retention must be a drover.Retention or None, not {self.retention!r}"
             )
+
+    def _check_queue_caps(self) -> None:
+        for name, queue in self.queues.items():
+            if queue.max_workers is not None and queue.max_workers > self.concurrency:
+                raise ConfigError(
+                    f"Config.queues[{name!r}]: max_workers {queue.max_workers} is more than "
+                    f"Config.concurrency {self.concurrency}; a queue cannot run more jobs at "
+                    "once than the pool has threads"
+                )
 
     def _check_durations(self) -> None:
         lease = self.lease_duration
@@ -237,9 +244,8 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def __repr__(self) -> str:
-        queues = ",".join(f"{q}={w}" for q, w in self.queues.items())
         return (
-            f"Config(concurrency={self.concurrency}, queues={queues}, "
+            f"Config(concurrency={self.concurrency}, queues={format_queues(self.queues)}, "
             f"poll_interval={self.poll_interval.total_seconds()}s, "
             f"lease_duration={self.lease_duration.total_seconds()}s, "
             f"heartbeat_interval={self.heartbeat_interval.total_seconds()}s, "
@@ -269,35 +275,6 @@ def _concurrency(value: object) -> int:
     if value < 1:
         raise ConfigError(f"Config.concurrency must be at least 1, not {value}")
     return value
-
-
-def _queues(queues: object) -> Mapping[str, int]:
-    if queues is None:
-        return _default_queues()
-    if not isinstance(queues, Mapping):
-        raise ConfigError(
-            f"Config.queues must map queue names to weights, not {type(queues).__name__}"
-        )
-    if not queues:
-        raise ConfigError('Config.queues must name at least one queue, e.g. {"default": 1}')
-    result: dict[str, int] = {}
-    for name in sorted(queues, key=str):
-        weight = queues[name]
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"Config.queues contains an empty or non-text queue name: {name!r}")
-        try:
-            check_queue_name(name)
-        except InvalidInsertOpts as exc:
-            raise ConfigError(f"Config.queues: {exc}") from None
-        if isinstance(weight, bool) or not isinstance(weight, int):
-            raise ConfigError(f"Config.queues[{name!r}] must be an int weight, not {weight!r}")
-        if not 1 <= weight <= MAX_QUEUE_WEIGHT:
-            raise ConfigError(
-                f"Config.queues[{name!r}]: weight must be between 1 and {MAX_QUEUE_WEIGHT}, "
-                f"not {weight}"
-            )
-        result[name] = weight
-    return MappingProxyType(result)
 
 
 def _periodic_jobs(entries: object) -> tuple[PeriodicJob, ...]:
@@ -335,12 +312,16 @@ def _middleware(middleware: object) -> tuple[Middleware, ...]:
 
 
 def declared_limits(config: Config) -> list[tuple[LimitKey, Limit]]:
-    """Every limit this configuration's code declares: on its workers' args classes.
+    """Every limit this configuration's code declares: on its queues and its workers' args classes.
 
     A starting client writes them (``Store.declare_limits``), so the limits
-    of the kinds it runs hold for every client of the database.
+    of the queues it works and of the kinds it runs hold for every client of
+    the database.
     """
     found: dict[LimitKey, Limit] = {}
+    for name, queue in config.queues.items():
+        for limit in queue.limits:
+            found[LimitKey("queue", name, limit.partition_by)] = limit
     for kind in config.workers.kinds():
         entry = config.workers.get(kind)
         if entry is None:

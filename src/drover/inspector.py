@@ -28,7 +28,7 @@ from drover.job import (
     _check_name,
     check_job_id,
 )
-from drover.limits import Limit, LimitKey, LimitState, Period, parse_limit_key
+from drover.limits import LimitKey, LimitState, Period, check_override, parse_limit_key
 from drover.queues import QueueSummary, check_queue_name
 from drover.worker import Workers
 from drover.workflows import Workflow
@@ -464,12 +464,14 @@ class Inspector(JobsAndQueues):
         return Workflow(workflow_id, tuple(jobs))
 
     def limits(self) -> list[LimitState]:
-        """Every cluster-wide limit, by scope and target, with what it is using now.
+        """Every cluster-wide limit, by scope, target and partition field, with its use now.
 
         Each carries the effective values the claim enforces, what code
-        declared and what an operator overrode, the scope's running jobs, its
-        starts in the current rate window, and how many partitions are full.
-        One statement; the use is a snapshot, already changing as jobs run.
+        declared and what an operator overrode, and its use: running jobs,
+        starts in the current rate window, partitions in use and at their
+        limit, the busiest partitions of a partitioned limit (see
+        `drover.LimitState`). One statement; a snapshot, already changing as
+        jobs start and end.
         """
         return self._store.limits()
 
@@ -481,42 +483,52 @@ class Inspector(JobsAndQueues):
         rate: int | None = None,
         per: Period | None = None,
     ) -> LimitState:
-        """Override a limit for every client, from their next claim; returns it as stored.
+        """Override a limit for every client, from their next claim; returns it as written.
 
         `key` names the scope: `"kind:charge"`, `"kind:charge[tenant_id]"`
         (per value of that args field) or `"queue:images"`. Only the values
-        given change (the others keep their override or declaration); a limit
-        no code declared is created. The override outlives restarts (a
-        client's declaration at start keeps it) until `clear_limit`. Every
-        listening client's fetcher is woken, so jobs a raised limit releases
-        start at once.
+        given change (the others keep their override or declaration: a new
+        `rate` keeps the period in force unless `per` is given); a limit no
+        code declared is created. The override outlives restarts (a client's
+        declaration at start keeps it) until `clear_limit`. Every listening
+        client's fetcher is woken, so jobs a raised limit releases start at
+        once; a client that does not listen follows from its next poll.
+
+        The state returned is read in the write's own transaction, under its
+        row lock: concurrent operators' writes to the same limit are applied
+        one after the other, and the state is this write's.
 
         Raises:
-            drover.InvalidLimit: a bad key, no value given, a value of 0 or
-                less, or a period that is not a duration of at most a day.
+            drover.InvalidLimit: a bad key, neither `concurrency` nor `rate`,
+                a value that is not an int from 1 to 2**31 - 1, `per` without
+                `rate`, or a period that is not a duration of at most a day.
+                Nothing is written.
         """
         parsed = parse_limit_key(key)
-        checked = Limit(
-            concurrency=concurrency, rate=rate, per=per, partition_by=parsed.partition_by
-        )
-        self._store.set_limit(
-            parsed, checked.concurrency, checked.rate, None if per is None else checked.per
-        )
-        return next(s for s in self._store.limits() if s.key == parsed)
+        conc, rate_, period = check_override(concurrency, rate, per, "set_limit")
+        return self._store.set_limit(parsed, conc, rate_, period)
 
     def clear_limit(self, key: str | LimitKey) -> bool:
         """Drop an operator's override: the declared values apply again, from the next claim.
 
-        A limit that no code declared is removed. Returns False when the limit
-        had no override (nothing changed). Wakes every listening fetcher.
+        A limit that no code declared is removed. Returns False when nothing
+        changed (no such limit, or a declared one without an override). The
+        row is locked while it is cleared, so a concurrent `set_limit` comes
+        before or after, never in between. Wakes every listening fetcher.
+
+        Raises:
+            drover.InvalidLimit: a bad key; nothing is written.
         """
-        return self._store.clear_limit(parse_limit_key(key))
+        return self._store.clear_limit(parse_limit_key(key)) is not None
 
     def delete_limit(self, key: str | LimitKey) -> bool:
         """Remove a limit, declared or not, from the next claim on; False when there was none.
 
-        A client whose code still declares the limit writes it again when it
-        next starts: remove it from the code too.
+        Its recorded starts go with it. A client whose code still declares the
+        limit writes it again when it next starts: remove it from the code too.
+
+        Raises:
+            drover.InvalidLimit: a bad key; nothing is written.
         """
         return self._store.delete_limit(parse_limit_key(key))
 

@@ -24,11 +24,15 @@ __all__ = [
     "Limit",
     "LimitKey",
     "LimitState",
+    "PartitionUse",
     "Period",
     "check_field",
+    "check_override",
     "check_period",
     "limits_tuple",
     "parse_limit_key",
+    "parse_period",
+    "period_text",
 ]
 
 MAX_LIMIT = 2**31 - 1
@@ -48,6 +52,11 @@ _NAMED_PERIODS = {
 
 # An args field a partition is taken from: a top-level key of the stored JSON.
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# The longest kind and queue names (drover.job's MAX_KIND_LENGTH and
+# MAX_QUEUE_LENGTH; drover.job imports this module, so they are repeated here
+# and a test keeps them equal).
+_TARGET_LENGTH = {"kind": 255, "queue": 128}
 
 
 def _positive(value: object, what: str) -> int | None:
@@ -164,17 +173,64 @@ class Limit:
         if self.concurrency is not None:
             parts.append(f"concurrency={self.concurrency}")
         if self.rate is not None:
-            parts.append(f"rate={self.rate}, per={_period_text(self.per)!r}")
+            parts.append(f"rate={self.rate}, per={period_text(self.per)!r}")
         if self.partition_by is not None:
             parts.append(f"partition_by={self.partition_by!r}")
         return f"Limit({', '.join(parts)})"
 
 
-def _period_text(period: timedelta) -> str:
+def period_text(period: timedelta) -> str:
+    """A rate period as operators write it: "second", "minute", "hour", else seconds ("90s")."""
     for name, value in _NAMED_PERIODS.items():
         if period == value:
             return name
     return f"{period.total_seconds():g}s"
+
+
+def parse_period(text: str, what: str) -> timedelta:
+    """A period typed by an operator: "second", "minute", "hour", or seconds ("90", "90s").
+
+    What `period_text` writes reads back. Raises `InvalidLimit` naming
+    `what`, as `check_period` does for a period that is not between a
+    millisecond and a day.
+    """
+    stripped = text.strip()
+    if stripped in _NAMED_PERIODS:
+        return _NAMED_PERIODS[stripped]
+    number = stripped.removesuffix("s")
+    try:
+        seconds = float(number)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise InvalidLimit(
+            f"{what} must be second, minute, hour or a number of seconds (90 or 90s), not {text!r}"
+        )
+    return check_period(seconds, what)
+
+
+def check_override(
+    concurrency: object, rate: object, per: object, what: str
+) -> tuple[int | None, int | None, timedelta | None]:
+    """An operator's override as `(concurrency, rate, per)`, checked; `None` where not given.
+
+    The values follow `Limit`'s rules, but each may be left out (it keeps its
+    current value); at least one of `concurrency` and `rate` must be given,
+    and `per` only with `rate`. Messages name `what` (`"set_limit"`).
+
+    Raises:
+        drover.InvalidLimit: as `Limit`.
+    """
+    conc = _positive(concurrency, f"{what} concurrency")
+    rate_ = _positive(rate, f"{what} rate")
+    if conc is None and rate_ is None:
+        raise InvalidLimit(
+            f"{what} needs concurrency= (jobs running at once) or rate= (starts per period)"
+        )
+    if per is not None and rate_ is None:
+        raise InvalidLimit(f"{what} per= is the period of rate=; give rate= too")
+    period = None if per is None else check_period(per, f"{what} per")
+    return conc, rate_, period
 
 
 def limits_tuple(value: object, what: str) -> tuple[Limit, ...]:
@@ -216,11 +272,43 @@ class LimitKey:
 
     Written as text `kind:charge`, `kind:charge[tenant_id]` or `queue:images`
     (what `drover limits` takes and shows); `str(key)` gives that text.
+    `parse_limit_key` reads that text.
+
+    Raises:
+        drover.InvalidLimit: a scope other than "queue" or "kind", a target
+            that could not name a queue or kind (not a str, blank, too long,
+            holding NUL or a lone surrogate), or a partition field that is not
+            an identifier. Checked when the key is built, so a key that exists
+            can be written.
     """
 
     scope: Scope
     target: str
     partition_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scope, str) or self.scope not in _TARGET_LENGTH:
+            raise InvalidLimit(f"a limit's scope must be 'queue' or 'kind', not {self.scope!r}")
+        target, what = self.target, self.scope
+        if not isinstance(target, str):
+            raise InvalidLimit(f"a limit's {what} must be a str, not {type(target).__name__}")
+        if not target.strip():
+            raise InvalidLimit(f"limit {self.scope}:{target!r} names no {what}")
+        longest = _TARGET_LENGTH[self.scope]
+        if len(target) > longest:
+            raise InvalidLimit(
+                f"a limit's {what} is {len(target)} characters long; the maximum is {longest}"
+            )
+        if "\x00" in target:
+            raise InvalidLimit(f"a limit's {what} must not contain NUL characters")
+        try:
+            target.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidLimit(
+                f"a limit's {what} is not valid UTF-8 text (it holds a lone surrogate)"
+            ) from None
+        if self.partition_by is not None:
+            check_field(self.partition_by, "a limit's partition field")
 
     def __str__(self) -> str:
         by = "" if self.partition_by is None else f"[{self.partition_by}]"
@@ -253,17 +341,44 @@ def parse_limit_key(text: object) -> LimitKey:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionUse:
+    """One partition of a partitioned limit, and what it is using now.
+
+    `value` is the args field's JSON text, as the claim tells partitions
+    apart: `"acme"` (a string), `7` (a number: not the same partition as
+    `"7"`), `null` (jobs without the field). `full` is True when the
+    partition can start no job now: its running jobs are at the concurrency
+    limit, or its starts in the current window at the rate.
+    """
+
+    value: str
+    running: int
+    started: int
+    full: bool
+
+
+@dataclass(frozen=True, slots=True)
 class LimitState:
     """One limit as the database holds it, with what it is using now.
 
     `declared` is what code declared (written by the last client to start
     with it; `None` for a limit only an operator set); `override` what an
-    operator set on top, field by field (`None` when there is none). The
-    effective values, those the claim enforces, are `concurrency`, `rate`
-    and `per`. `running` counts the scope's running jobs (all partitions);
-    `started` its starts in the current window (when there is a rate);
-    `partitions_full` how many partitions are at their concurrency limit now.
-    Times are database-clock times.
+    operator set on top, field by field (`None` when there is none; its
+    `per` is the period in force when the operator changed the rate
+    alone). The effective values, those the claim enforces, are
+    `concurrency`, `rate` and `per`.
+
+    The use is a snapshot read in one statement, already changing as jobs
+    start and end: `running` counts the scope's running jobs (all
+    partitions; a crashed worker's until the rescuer takes them back);
+    `started` its starts in the current window (0 without a rate);
+    `partitions` how many partitions have a running job or a start in the
+    window, and `partitions_full` how many of them can start no job now
+    (at the concurrency limit or at the rate). A limit without
+    `partition_by` has one partition, the whole scope: `partitions_full` is
+    1 while the scope is at its limit. `busiest` lists, for a partitioned
+    limit, the five partitions running the most jobs (then starting the
+    most), busiest first. Times are database-clock times.
     """
 
     key: LimitKey
@@ -274,5 +389,7 @@ class LimitState:
     override: Limit | None
     running: int
     started: int
+    partitions: int
     partitions_full: int
+    busiest: tuple[PartitionUse, ...]
     updated_at: datetime

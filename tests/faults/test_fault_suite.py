@@ -1,13 +1,14 @@
 """The fast tier of the fault-injection suite: real worker processes, a real cluster, real faults.
 
 Each scenario runs ``python -m drover.faults``'s orchestrator with a fixed
-seed: 1,500 jobs of mixed behaviour on three worker processes of four slots,
+seed: 1,500 jobs of mixed behaviour on three worker processes of four slots
+(among them a kind under two cluster-wide concurrency limits),
 while the nemesis injects a dozen faults drawn from every kind (SIGKILL,
 SIGSTOP past the lease, PostgreSQL fast restart and crash, backend
 terminations, drains whose budget runs out, a network cut and a half-open
 partition). The history checker then decides: nothing lost, no phantom, no
 stale write accepted, duplicates only where a fault explains them, recovery
-and drains within their bounds. In ``tx`` mode (handlers use
+and drains within their bounds, no limit exceeded. In ``tx`` mode (handlers use
 ``job.complete_tx``) it also demands zero duplicate effects.
 
 The orchestrator brings its own cluster (``initdb``/``pg_ctl`` from the
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from drover.faults.suite.run import FAULT_KINDS, Scenario, run
+from drover.faults.suite.workload import LIMITED_CONCURRENCY
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +58,15 @@ def test_no_loss_no_phantom_no_stale_write_under_every_fault_kind(
     assert result["phantom"] == 0
     assert result["stale_accepted"] == 0
     assert result["duplicates_unattributed"] == 0
+    # The limited kind ran under both of its limits and never past either.
+    assert result["limit_exceeded"] == 0
+    limits = result["limits"]
+    assert isinstance(limits, dict)
+    assert {key: f["concurrency"] for key, f in limits.items()} == {
+        "kind:fault_limited": LIMITED_CONCURRENCY,
+        "kind:fault_limited[part]": 1,
+    }
+    assert all(f["executions"] > 0 and 1 <= f["peak"] <= f["concurrency"] for f in limits.values())
     faults = figures["faults_by_kind"]
     assert isinstance(faults, dict) and sum(faults.values()) == FAST_FAULTS
     assert set(faults) <= set(FAULT_KINDS)

@@ -87,12 +87,19 @@ def running(url: str) -> None:
     config = drover.Config(
         workers=workers,
         concurrency=4,
-        queues={"default": 4, "bulk": 1},
+        queues={
+            "default": 4,
+            "bulk": 1,
+            "images": drover.Queue(weight=2, max_workers=2, limits=drover.Limit(rate=10)),
+        },
         poll_interval=timedelta(milliseconds=500),
         lease_duration=30,
         middleware=[audit, drover.Timeout(timedelta(seconds=30))],
         retry_policy=drover.ExponentialRetryPolicy(),
     )
+    cap: int | None = config.queues["images"].max_workers
+    weight: int = config.queues["default"].weight
+    print(cap, weight)
     with drover.Client(url, config) as client:
         client.pause_queue("bulk")
         client.resume_queue("bulk")

@@ -15,7 +15,7 @@ import drover
 def test_defaults() -> None:
     c = drover.Config()
     assert c.concurrency == 10
-    assert dict(c.queues) == {"default": 1}
+    assert dict(c.queues) == {"default": drover.Queue(weight=1)}
     assert c.poll_interval == timedelta(seconds=1)
     assert c.lease_duration == timedelta(seconds=60)
     assert c.heartbeat_interval == timedelta(seconds=20)
@@ -99,9 +99,93 @@ def test_replace_checks_again_and_keeps_the_rest() -> None:
 
 def test_queues_read_back_sorted_and_read_only() -> None:
     c = drover.Config(queues={"b": 2, "a": 1})
-    assert list(c.queues.items()) == [("a", 1), ("b", 2)]
+    assert list(c.queues.items()) == [("a", drover.Queue(weight=1)), ("b", drover.Queue(weight=2))]
     with pytest.raises(TypeError):
-        c.queues["c"] = 3  # type: ignore[index]
+        c.queues["c"] = drover.Queue()  # type: ignore[index]
+
+
+def test_an_int_weight_means_a_queue_of_that_weight_with_no_cap_and_no_limits() -> None:
+    c = drover.Config(queues={"bulk": 7, "images": drover.Queue(weight=2, max_workers=4)})
+    assert c.queues["bulk"] == drover.Queue(weight=7)
+    assert (c.queues["bulk"].weight, c.queues["bulk"].max_workers) == (7, None)
+    assert c.queues["bulk"].limits == ()
+    assert c.queues["images"].max_workers == 4
+    assert "queues=bulk=7,images=2:4," in repr(c)
+    # replace() reads the normalised mapping back in unchanged.
+    assert dict(c.replace(concurrency=4).queues) == dict(c.queues)
+
+
+def test_a_queue_is_an_immutable_value_with_a_short_repr() -> None:
+    q = drover.Queue(weight=3, max_workers=2, limits=drover.Limit(concurrency=5))
+    assert q == drover.Queue(weight=3, max_workers=2, limits=[drover.Limit(concurrency=5)])
+    assert hash(q) == hash(
+        drover.Queue(weight=3, max_workers=2, limits=drover.Limit(concurrency=5))
+    )
+    assert q.limits == (drover.Limit(concurrency=5),)
+    assert repr(q) == "Queue(weight=3, max_workers=2, limits=[Limit(concurrency=5)])"
+    assert repr(drover.Queue()) == "Queue(weight=1)"
+    with pytest.raises(AttributeError):
+        q.weight = 4  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        drover.Queue(2)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"weight": 0}, r"Queue weight must be between 1 and 100000, not 0"),
+        ({"weight": 100_001}, r"Queue weight must be between 1 and 100000, not 100001"),
+        ({"weight": 2.0}, r"Queue weight must be an int, not 2.0"),
+        ({"weight": True}, r"Queue weight must be an int, not True"),
+        ({"max_workers": 0}, r"Queue max_workers must be at least 1, not 0"),
+        ({"max_workers": -2}, r"Queue max_workers must be at least 1, not -2"),
+        ({"max_workers": "4"}, r"Queue max_workers must be an int, not '4'"),
+    ],
+)
+def test_a_bad_queue_is_refused_when_it_is_built_naming_the_field(
+    fields: dict[str, object], match: str
+) -> None:
+    with pytest.raises(drover.ConfigError, match=match):
+        drover.Queue(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("limits", "match"),
+    [
+        ("3", r"Queue limits must be a drover.Limit or a list of them, not '3'"),
+        ([3], r"Queue limits must hold drover.Limit objects, not 3"),
+        (
+            [drover.Limit(concurrency=1), drover.Limit(rate=2)],
+            r"Queue limits has two limits with no partition",
+        ),
+    ],
+)
+def test_bad_queue_limits_are_an_invalid_limit(limits: object, match: str) -> None:
+    with pytest.raises(drover.InvalidLimit, match=match):
+        drover.Queue(limits=limits)  # type: ignore[arg-type]
+
+
+def test_a_queue_limit_may_be_partitioned_by_any_args_field() -> None:
+    limit = drover.Limit(concurrency=1, partition_by="tenant_id")
+    assert drover.Queue(limits=limit).limits == (limit,)
+
+
+def test_max_workers_above_the_concurrency_is_refused_naming_both() -> None:
+    with pytest.raises(
+        drover.ConfigError,
+        match=r"Config.queues\['images'\]: max_workers 5 is more than Config.concurrency 4",
+    ):
+        drover.Config(concurrency=4, queues={"images": drover.Queue(max_workers=5)})
+    ok = drover.Config(concurrency=4, queues={"images": drover.Queue(max_workers=4)})
+    with pytest.raises(drover.ConfigError, match="max_workers 4 is more than Config.concurrency 3"):
+        ok.replace(concurrency=3)
+
+
+def test_a_queue_value_that_is_neither_an_int_nor_a_queue_is_refused() -> None:
+    with pytest.raises(
+        drover.ConfigError, match=r"Config.queues\['a'\] must be an int weight or a"
+    ):
+        drover.Config(queues={"a": {"weight": 2}})  # type: ignore[dict-item]
 
 
 def test_positional_arguments_are_refused() -> None:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from jobdb import MakeClient, idle_workers
+from jobdb import MakeClient, Poll, idle_workers
 from serve import drover_web
 
 import drover
@@ -305,3 +306,56 @@ def test_a_traceback_shows_the_users_frames_and_folds_drovers(
         assert folded.get_attribute("open") is not None
         assert page.locator("body").get_attribute("data-live-state") == "paused"
         _shot(page, "job-traceback")
+
+
+class Throttled(drover.JobArgs, kind="browser_throttled", limits=drover.Limit(concurrency=1)):
+    pass
+
+
+def test_an_operator_raises_a_limit_and_the_held_back_jobs_start(
+    db_url: str, page: Any, make_client: MakeClient, poll: Poll
+) -> None:
+    release = threading.Event()
+    started: list[int] = []
+    workers = drover.Workers()
+
+    @workers.register(args=Throttled)
+    def throttled(job: drover.Job[Throttled]) -> None:
+        started.append(job.id)
+        release.wait(20)
+
+    client = make_client(workers=workers, poll_interval=0.1, concurrency=4)
+    client.start()
+    try:
+        for _ in range(3):
+            client.insert(Throttled())
+        poll(lambda: len(started) == 1, message="the first job runs; the limit holds the rest")
+        with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "1") as (url, _):
+            page.goto(url)
+            page.get_by_role("link", name="Limits", exact=True).click()
+            page.wait_for_url("**/limits")
+            key = "kind:browser_throttled"
+            use = page.locator(f'#limits tr[data-key="{key}"] td:nth-child(2)')
+            assert use.inner_text() == "1 / 1"
+            assert use.get_attribute("class") == "num warn"
+
+            page.locator(f'#limits tr[data-key="{key}"]').get_by_role("link", name="Change").click()
+            concurrency = page.locator("input[name=concurrency]")
+            assert concurrency.input_value() == "1"
+            concurrency.fill("3")
+            page.get_by_role("button", name="Set", exact=True).click()
+            assert page.locator("p.flash").inner_text().startswith(f"Set limit {key}:")
+            poll(lambda: len(started) == 3, message="the held-back jobs start after the raise")
+            # The table follows in place (refresh every second).
+            use.filter(has_text="3 / 3").wait_for(timeout=15_000)
+            row = page.locator(f'#limits tr[data-key="{key}"]')
+            assert "operator override (code: concurrency 1)" in row.inner_text()
+            _shot(page, "limits")
+
+            row.get_by_role("button", name="Clear override").click()
+            flash = page.locator("p.flash").inner_text()
+            assert flash == f"Cleared the override of {key}: the values its code declares apply."
+            assert use.inner_text() == "3 / 1"  # over the declared limit: nothing more starts
+            assert row.locator("td").nth(4).inner_text() == "code"
+    finally:
+        release.set()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any, Literal
 
+import psycopg
 from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
-from drover.limits import Limit, LimitKey, LimitState
+from drover.errors import DatabaseError
+from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 
 __all__ = ["limit_clear", "limit_declare", "limit_delete", "limit_list", "limit_set"]
 
@@ -43,22 +46,59 @@ def limit_set(
     concurrency: int | None,
     rate: int | None,
     per: timedelta | None,
-) -> None:
-    """Override the values given; create the limit if it does not exist. Wakes the fetchers."""
+) -> LimitState:
+    """Override the values given (creating the limit if need be); the limit as written.
+
+    One transaction: the write locks the row, so the read-back sees what this
+    write made, whatever another operator does meanwhile (a delete waits for
+    the commit). Wakes the fetchers at commit.
+    """
     params = _key_params(key) | {
         "conc": concurrency,
         "rate": rate,
         "per": None if per is None else per.total_seconds(),
     }
-    with translate(f"set limit {key}"), conn.cursor() as cur:
+    with (
+        translate(f"set limit {key}"),
+        conn.transaction(),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
         cur.execute(query("limit_set"), params)
+        written = cur.fetchone()
+        assert written is not None  # an upsert always yields its row
+        states = _list(cur, written[0])
+        if not states:
+            # Only something inside this transaction (a trigger) could remove it.
+            raise DatabaseError(f"set limit {key}: the limit {key} was not found after writing it")
+        return states[0]
 
 
-def limit_clear(conn: Connection, key: LimitKey) -> bool:
-    """Drop the override (and an undeclared limit); False when there was none."""
-    with translate(f"clear limit {key}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("limit_clear"), _key_params(key))
-        return cur.fetchone() is not None
+def limit_clear(conn: Connection, key: LimitKey) -> Literal["cleared", "removed"] | None:
+    """Drop the override: "cleared" (the declaration applies) or "removed" (none).
+
+    A limit no code declares is removed (whether or not an operator set
+    values on it); a declared limit without an override is left as it is
+    (None). The row is locked first, then updated or deleted, in one
+    transaction. Wakes the fetchers when something changed.
+    """
+    params = _key_params(key)
+    with (
+        translate(f"clear limit {key}"),
+        conn.transaction(),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        cur.execute(query("limit_lock"), params)
+        found = cur.fetchone()
+        if found is None:
+            return None
+        declared, overridden = found
+        if not declared:
+            cur.execute(query("limit_delete"), params)
+            return "removed"
+        if not overridden:
+            return None
+        cur.execute(query("limit_clear"), params)
+        return "cleared"
 
 
 def limit_delete(conn: Connection, key: LimitKey) -> bool:
@@ -81,18 +121,17 @@ def _limit_or_none(
     )
 
 
-def limit_list(conn: Connection) -> list[LimitState]:
-    """Every limit, with its use now, by scope and target."""
-    with translate("list limits"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("limit_list"))
-        rows = cur.fetchall()
+def _list(cur: psycopg.Cursor[tuple[Any, ...]], limit_id: int | None) -> list[LimitState]:
+    cur.execute(query("limit_list"), {"id": limit_id})
     out = []
     for (
         scope, target, part, conc, rate, per,
         has_decl, d_conc, d_rate, d_per,
         has_over, o_conc, o_rate, o_per,
-        running, started, full, updated_at,
-    ) in rows:  # fmt: skip
+        running, started, parts, full,
+        b_parts, b_running, b_started, b_full,
+        updated_at,
+    ) in cur.fetchall():  # fmt: skip
         by = part or None
         out.append(
             LimitState(
@@ -101,11 +140,25 @@ def limit_list(conn: Connection) -> list[LimitState]:
                 rate=rate,
                 per=timedelta(seconds=per),
                 declared=_limit_or_none(has_decl, d_conc, d_rate, d_per, by),
-                override=_limit_or_none(has_over, o_conc, o_rate, o_per, by),
+                # An override of the rate alone keeps the period in force.
+                override=_limit_or_none(
+                    has_over, o_conc, o_rate, per if o_per is None else o_per, by
+                ),
                 running=running,
                 started=started,
+                partitions=parts,
                 partitions_full=full,
+                busiest=tuple(
+                    PartitionUse(value=v, running=r, started=s, full=f)
+                    for v, r, s, f in zip(b_parts, b_running, b_started, b_full, strict=True)
+                ),
                 updated_at=updated_at,
             )
         )
     return out
+
+
+def limit_list(conn: Connection) -> list[LimitState]:
+    """Every limit, with its use now, by scope, target and partition field."""
+    with translate("list limits"), conn.cursor(row_factory=tuple_row) as cur:
+        return _list(cur, None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from psycopg_pool import ConnectionPool
 
@@ -269,13 +269,13 @@ class Store:
 
     def set_limit(
         self, key: LimitKey, concurrency: int | None, rate: int | None, per: timedelta | None
-    ) -> None:
-        """Override a limit's values (creating it if need be) and wake every fetcher."""
+    ) -> LimitState:
+        """Override a limit's values (creating it if need be), wake every fetcher; the result."""
         with borrow(self._pool, "set limit") as conn:
-            limits.limit_set(conn, key, concurrency, rate, per)
+            return limits.limit_set(conn, key, concurrency, rate, per)
 
-    def clear_limit(self, key: LimitKey) -> bool:
-        """Drop a limit's override; False when it had none."""
+    def clear_limit(self, key: LimitKey) -> Literal["cleared", "removed"] | None:
+        """Drop a limit's override, removing an undeclared limit; None when nothing changed."""
         with borrow(self._pool, "clear limit") as conn:
             return limits.limit_clear(conn, key)
 

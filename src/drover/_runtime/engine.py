@@ -27,6 +27,7 @@ from drover.errors import DrainIncomplete
 from drover.log import JOB, log_job
 from drover.middleware import Handler
 from drover.ops.metrics import Metrics
+from drover.queues import caps_of, format_queues
 
 __all__ = ["Engine"]
 
@@ -60,7 +61,7 @@ class Engine:
     ) -> None:
         self._config = config
         self._log = config.logger
-        self.inflight = InFlight()
+        self.inflight = InFlight(caps_of(config.queues))
         self.slots = Slots(config.concurrency, max_jobs)
         wiring = Wiring(
             store=store,
@@ -75,6 +76,7 @@ class Engine:
             chain=chain,
             retry_policy=config.retry_policy,
             slots=self.slots,
+            inflight=self.inflight,
             settle=self.completer.settle,
             logger=self._log,
         )
@@ -121,12 +123,13 @@ class Engine:
             self.pool.end(wait=False)
             raise
         c = self._config
+        queues = format_queues(c.queues)
         self._log.info(
             "worker pool started: concurrency %d, queues %s",
             c.concurrency,
-            ",".join(f"{q}={w}" for q, w in c.queues.items()),
+            queues,
             extra={
-                "queues": ",".join(f"{q}={w}" for q, w in c.queues.items()),
+                "queues": queues,
                 "concurrency": c.concurrency,
                 "poll_interval": c.poll_interval.total_seconds(),
                 "lease_duration": c.lease_duration.total_seconds(),

@@ -53,11 +53,15 @@ class Fetcher(ThreadService):
     """The claim loop: wait for idle slots, claim at most that many, dispatch, repeat.
 
     One round takes every idle slot at once and claims from the queues in
-    weighted order, one round trip per queue until the slots are filled. Each
-    claimed job is tracked in flight *before* it is dispatched, so the
-    heartbeat covers it and shutdown sees it. A round that claims nothing
-    sleeps ``poll_interval``, cut short by ``wake`` or stop. Claim errors
-    are logged and the loop carries on after one poll interval.
+    weighted order, one round trip per queue until the slots are filled. A
+    queue with ``max_workers`` is asked for no more than its free part of
+    that cap (and skipped, with no round trip, when it has none), so the
+    other queues take the remaining slots. Each claimed job is tracked in
+    flight *before* it is dispatched, so the heartbeat covers it and shutdown
+    sees it. A round that claims nothing sleeps ``poll_interval``, cut short
+    by ``wake``, by a capped queue's job returning while that queue was at its
+    cap, or by stop. Claim errors are logged and the loop carries on after
+    one poll interval.
     """
 
     name = "fetcher"
@@ -71,7 +75,7 @@ class Fetcher(ThreadService):
         rng: random.Random | None = None,
     ) -> None:
         super().__init__(client_id=wiring.client_id, logger=wiring.log)
-        self._queues = dict(wiring.config.queues)
+        self._weights = {name: q.weight for name, q in wiring.config.queues.items()}
         self._slots = wiring.slots
         self._inflight = wiring.inflight
         self._dispatch = dispatch
@@ -79,6 +83,9 @@ class Fetcher(ThreadService):
         self._lease_seconds = wiring.lease_seconds
         self._rng = rng or random.Random()  # noqa: S311 - queue ordering, not security
         self._wakeup = threading.Event()
+        # A capped queue with room again after a round skipped it: claim now,
+        # not after the poll interval. (A free slot alone wakes take_all.)
+        self._inflight.on_room(self._wakeup.set)
         # Kept while rounds keep finding work; returned before every sleep.
         self._session = wiring.store.held("fetch jobs")
         self._read_parents = wiring.store.parent_results
@@ -140,12 +147,18 @@ class Fetcher(ThreadService):
 
     def _claim_round(self, wanted: int) -> tuple[int, bool]:
         claimed = 0
-        for queue in weighted_order(self._queues, self._rng):
+        for queue in weighted_order(self._weights, self._rng):
             if claimed >= wanted or self._stopping.is_set():
                 break
+            want = wanted - claimed
+            room = self._inflight.room(queue)
+            if room is not None:
+                if room == 0:
+                    continue  # at its max_workers: the job that frees one wakes us
+                want = min(want, room)
             try:
                 rows, sent, limited = self._session.claim(
-                    queue, wanted - claimed, self._lease_seconds, self._holder
+                    queue, want, self._lease_seconds, self._holder
                 )
                 self.claims += 1
             except Exception:  # DroverError from the database, or anything unforeseen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -53,7 +53,7 @@ class Claim:
     bookkeeping of a ``complete_tx``. Only drover's threads change it.
     """
 
-    __slots__ = ("_tx", "context", "finished", "limited", "local_deadline", "row")
+    __slots__ = ("_tx", "context", "counted", "finished", "limited", "local_deadline", "row")
 
     def __init__(
         self,
@@ -77,6 +77,9 @@ class Claim:
         renewal's send time plus a lease, so it never outlives the database's expiry."""
         self.finished = False
         """Set once the handler returned, so shutdown does not hand back a finished job."""
+        self.counted = False
+        """Counted in its queue's running jobs (``InFlight.running``): from when it is
+        tracked until its handler returns or it is handed back, whichever is first."""
 
     @property
     def lease(self) -> Lease:
@@ -116,39 +119,105 @@ class Claim:
 
 
 class InFlight:
-    """Claims held by this client, keyed by job id and fenced by attempt.
+    """Claims held by this client, keyed by job id and fenced by attempt, and counted per queue.
 
     A claim is tracked from the moment it is made (so the heartbeat covers it
     and shutdown sees it) until its outcome is written or discarded. Removal
     checks the attempt, so a stale run that finishes late cannot untrack a
-    newer claim of the same job. Thread-safe.
+    newer claim of the same job.
+
+    Each queue's running jobs are counted from the claim until the handler
+    returns (``finished``) or the job is handed back at shutdown, once per
+    claim whatever the order: what ``Queue.max_workers`` caps. ``caps`` maps
+    capped queues to their ``max_workers``; when a job of a queue that was at
+    its cap returns, the ``on_room`` callback runs (the fetcher's wake-up), on
+    the thread that freed it, outside the lock. Thread-safe.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, caps: Mapping[str, int] | None = None) -> None:
         self._cond = threading.Condition()
         self._entries: dict[int, Claim] = {}
+        self._caps = dict(caps or {})
+        self._running: dict[str, int] = {}
+        self._on_room: Callable[[], None] | None = None
+
+    def on_room(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever a capped queue goes from its cap to below it."""
+        self._on_room = callback
+
+    def _count(self, claim: Claim) -> None:
+        # Under the lock. A claim is counted once, when first tracked.
+        if not claim.counted:
+            claim.counted = True
+            queue = claim.row.queue
+            self._running[queue] = self._running.get(queue, 0) + 1
+
+    def _uncount(self, claim: Claim) -> bool:
+        """Under the lock: stop counting ``claim``; True when its queue left its cap."""
+        if not claim.counted:
+            return False
+        claim.counted = False
+        queue = claim.row.queue
+        left = self._running[queue] - 1
+        if left:
+            self._running[queue] = left
+        else:
+            del self._running[queue]
+        cap = self._caps.get(queue)
+        return cap is not None and left == cap - 1
+
+    def running(self, queue: str) -> int:
+        """How many of ``queue``'s jobs this client runs now (claimed, handler not returned)."""
+        with self._cond:
+            return self._running.get(queue, 0)
+
+    def room(self, queue: str) -> int | None:
+        """How many more of ``queue``'s jobs its cap admits now; ``None`` when it has no cap.
+
+        Only the claiming thread adds claims, so for it the room can only
+        grow between this call and its claim.
+        """
+        cap = self._caps.get(queue)
+        if cap is None:
+            return None
+        with self._cond:
+            return max(0, cap - self._running.get(queue, 0))
 
     def add(self, claim: Claim) -> None:
         """Track a claim. One that replaces an older claim of the same job (rescued, then
         re-claimed here while the old execution still runs) marks the old lease lost."""
-        with self._cond:
-            previous = self._entries.get(claim.row.id)
-            self._entries[claim.row.id] = claim
-        if previous is not None and previous is not claim:
-            previous.lose("the job was re-claimed")
+        self.add_many([claim])
 
     def add_many(self, claims: list[Claim]) -> None:
-        """``add`` for a claim round's jobs, under one acquisition of the lock."""
+        """Track a claim round's jobs, under one acquisition of the lock (see ``add``).
+
+        A replaced claim stays counted in its queue until its handler returns:
+        its thread is still busy with it.
+        """
         replaced: list[Claim] = []
         with self._cond:
             entries = self._entries
             for claim in claims:
                 previous = entries.get(claim.row.id)
                 entries[claim.row.id] = claim
+                self._count(claim)
                 if previous is not None and previous is not claim:
                     replaced.append(previous)
         for previous in replaced:
             previous.lose("the job was re-claimed")
+
+    def finished(self, claim: Claim) -> None:
+        """The handler of ``claim`` returned: it no longer counts in its queue's running jobs.
+
+        Called by the pool thread before it frees its slot, so a fetcher woken
+        by either sees the room. Wakes the fetcher (``on_room``) when this
+        brings a capped queue below its cap.
+        """
+        with self._cond:
+            claim.finished = True
+            room = self._uncount(claim)
+        if room and self._on_room is not None:
+            self._on_room()
 
     def untrack(self, claims: Iterable[tuple[int, int]], *, handed_back: bool = False) -> None:
         """Stop tracking each ``(id, attempt)`` whose handler has returned.
@@ -160,6 +229,7 @@ class InFlight:
         outcome is being recorded. ``handed_back`` untracks running ones too
         (shutdown returned their jobs to the queue).
         """
+        room = False
         with self._cond:
             entries = self._entries
             for job_id, attempt in claims:
@@ -170,8 +240,13 @@ class InFlight:
                     and (entry.finished or handed_back)
                 ):
                     del entries[job_id]
+                    # A handed-back claim whose handler still runs stops counting
+                    # here; if that handler ever returns, it is not counted twice.
+                    room = self._uncount(entry) or room
             if not entries:
                 self._cond.notify_all()
+        if room and self._on_room is not None:
+            self._on_room()
 
     def limited_queues(self, claims: Iterable[tuple[int, int]]) -> set[str]:
         """The queues of those ``(id, attempt)`` still tracked that a concurrency limit held."""

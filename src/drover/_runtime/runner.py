@@ -9,7 +9,7 @@ import pydantic
 
 from drover._runtime import disposition
 from drover._runtime.disposition import Decision
-from drover._runtime.inflight import Claim, Slots
+from drover._runtime.inflight import Claim, InFlight, Slots
 from drover.context import JobContext
 from drover.errors import ArgsDecodeError, UnknownJobKind
 from drover.job import Job, JobRow
@@ -94,11 +94,13 @@ class Runner:
         chain: Handler,
         retry_policy: RetryPolicy,
         slots: Slots,
+        inflight: InFlight,
         settle: Callable[[Claim, Decision], None],
         logger: logging.Logger,
     ) -> None:
         self._policy = retry_policy
         self._slots = slots
+        self._inflight = inflight
         self._settle = settle
         self._log = logger
         self._chain = chain
@@ -127,7 +129,9 @@ class Runner:
                 exc_info=True,
             )
         finally:
-            claim.finished = True
+            # Its queue's count first, then the slot: a fetcher woken by the
+            # free slot must already see the queue's room under its max_workers.
+            self._inflight.finished(claim)
             self._slots.free()
         self._settle(claim, decision)
 

@@ -27,6 +27,7 @@ from drover.cli.common import (
     url_of,
     usage,
 )
+from drover.cli.limits import limits_app
 from drover.cli.run import bench_command, demo_command, worker_command
 from drover.cli.web import web_command
 from drover.cli.workers import workers_command
@@ -53,6 +54,7 @@ queues_app = typer.Typer(
 app.add_typer(queues_app, name="queues")
 periodic_app = typer.Typer(help="Periodic jobs.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(periodic_app, name="periodic")
+app.add_typer(limits_app, name="limits")
 
 
 def _print_version(value: bool) -> None:
@@ -446,6 +448,8 @@ _VALUE_OPTIONS = {
     "--args",
     "--at",
     "--concurrency",
+    "--rate",
+    "--per",
     "--queues",
     "--ops-addr",
     "--shutdown-timeout",

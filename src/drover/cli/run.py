@@ -23,20 +23,39 @@ from drover.cli.common import (
 )
 from drover.cli.logs import LOG_FORMAT_HELP, LOG_LEVEL_HELP, configure_logging, logging_choice
 from drover.cli.supervisor import Supervisor, child_command, run_child
+from drover.queues import format_queues
 
 __all__ = ["bench_command", "demo_command", "worker_command"]
 
 _log = logging.getLogger("drover.cli")
 
 
-def _parse_queues(text: str) -> dict[str, int]:
-    queues: dict[str, int] = {}
+_QUEUES_SHAPE = (
+    "--queues must look like name=weight:max_workers,name=weight,name (e.g. images=2:4,default)"
+)
+
+
+def _digits(text: str) -> bool:
+    # isdigit() alone accepts superscripts and other digits int() refuses.
+    return text.isascii() and text.isdigit()
+
+
+def _parse_queues(text: str) -> dict[str, drover.Queue]:
+    """``images=2:4,default`` as queues: weight (default 1), then ``:max_workers``."""
+    queues: dict[str, drover.Queue] = {}
     for part in text.split(","):
-        name, sep, weight = part.strip().partition("=")
-        weight = weight.strip()
-        if not name or (sep and not (weight.isascii() and weight.isdigit())):
-            usage(f"--queues must look like name=weight,name=weight, not {text!r}")
-        queues[name] = int(weight) if sep else 1
+        name, sep, spec = part.strip().partition("=")
+        weight, colon, cap = spec.strip().partition(":")
+        if not name or (sep and not _digits(weight)) or (colon and not _digits(cap)):
+            usage(f"{_QUEUES_SHAPE}; not {text!r}")
+        if name in queues:
+            usage(f"--queues names queue {name!r} twice: {text!r}")
+        try:
+            queues[name] = drover.Queue(
+                weight=int(weight) if sep else 1, max_workers=int(cap) if colon else None
+            )
+        except drover.ConfigError as exc:
+            usage(f"--queues {name}={spec}: {exc}")
     return queues
 
 
@@ -49,10 +68,11 @@ def _process_count(text: str) -> int:
 
 
 def _start_line(
-    app_spec: str, client: drover.Client, concurrency: int, queues: dict[str, int], processes: int
+    app_spec: str, client: drover.Client, config: drover.Config, processes: int
 ) -> None:
     database = database_of(client)
-    shown = ",".join(f"{q}={w}" for q, w in queues.items())
+    shown = format_queues(config.queues)
+    concurrency = config.concurrency
     _log.info(
         "drover %s worker starting: app %s, database %s, queues %s, concurrency %d, processes %d",
         drover.__version__,
@@ -77,7 +97,9 @@ def worker_command(
     ctx: typer.Context,
     app_spec: str = typer.Argument(..., metavar="APP", help="module:attribute of a Client."),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="Pool threads."),
-    queues: str | None = typer.Option(None, "--queues", help="name=weight,... to work."),
+    queues: str | None = typer.Option(
+        None, "--queues", help="Queues to work: name=weight:max_workers,... (images=2:4,default)."
+    ),
     ops_addr: str | None = typer.Option(None, "--ops-addr", help="host:port for /metrics."),
     shutdown_timeout: float | None = typer.Option(
         None, "--shutdown-timeout", min=0, help="Seconds to drain on SIGINT/SIGTERM."
@@ -117,15 +139,27 @@ def worker_command(
             "register your workers in a drover.Workers and build the client with "
             "drover.Client(url, drover.Config(workers=workers))"
         )
+    changes: dict[str, Any] = {}
+    if concurrency is not None:
+        changes["concurrency"] = concurrency
+    if parsed_queues is not None:
+        changes["queues"] = parsed_queues
+    if ops_addr is not None:
+        changes["ops_addr"] = ops_addr
+    if shutdown_timeout is not None:
+        changes["shutdown_timeout"] = shutdown_timeout
+    config = client.config
+    if changes:
+        # Checked here, before any process starts: a max_workers above the
+        # concurrency is a usage error of this command, not of each child.
+        try:
+            config = client.config.replace(**changes, metrics_registry=None)
+        except drover.ConfigError as exc:
+            client.close()
+            usage(str(exc))
     configure_logging(choice)
     if not supervised:
-        _start_line(
-            app_spec,
-            client,
-            concurrency if concurrency is not None else client.config.concurrency,
-            parsed_queues if parsed_queues is not None else dict(client.config.queues),
-            count,
-        )
+        _start_line(app_spec, client, config, count)
     if not supervised and (count > 1 or max_jobs_per_child or max_memory_per_child):
         budget = (
             shutdown_timeout
@@ -151,21 +185,7 @@ def worker_command(
             fail(supervisor.failure or "a worker process did not drain cleanly")
         typer.echo("drover worker stopped cleanly", err=True)
         return
-    changes: dict[str, Any] = {}
-    if concurrency is not None:
-        changes["concurrency"] = concurrency
-    if parsed_queues is not None:
-        changes["queues"] = parsed_queues
-    if ops_addr is not None:
-        changes["ops_addr"] = ops_addr
-    if shutdown_timeout is not None:
-        changes["shutdown_timeout"] = shutdown_timeout
     if changes:
-        try:
-            config = client.config.replace(**changes, metrics_registry=None)
-        except drover.ConfigError as exc:
-            client.close()
-            usage(str(exc))
         original = client
         client = drover.Client(original.pool, config)
     if supervised:

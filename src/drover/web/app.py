@@ -8,7 +8,6 @@ import re
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import files
 from typing import Any
@@ -29,15 +28,29 @@ from drover.errors import (
 from drover.inspector import Inspector
 from drover.job import (
     CANCELLABLE_STATES,
-    MAX_KIND_LENGTH,
     PUBLISHED_STATES,
     RETRIABLE_STATES,
     WAITING_STATES,
     JobState,
-    _check_name,
 )
+from drover.limits import period_text
 from drover.queues import check_queue_name
 from drover.web.chart import SERIES, throughput_svg
+from drover.web.limits import (
+    LIMIT_POSTS,
+    limit_action,
+    limits_context,
+)
+from drover.web.params import (
+    FLASH_ERRORS,
+    FLASH_KEYS,
+    MAX_LIMIT,
+    STATES,
+    BadFilter,
+    flash_text,
+    parse_filters,
+    positive_id,
+)
 from drover.web.traces import fold_trace
 
 __all__ = ["CSP", "StatusPage", "make_app"]
@@ -48,155 +61,13 @@ CSP = (
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 CSRF_COOKIE = "drover_csrf"
-STATES = ("dead", "all", *(s.value for s in JobState if s is not JobState.DEAD))
-MAX_LIMIT = 1000
 _JOB_ACTION = re.compile(r"^/jobs/([0-9]{1,19})/(retry|cancel)$")
 _JOB = re.compile(r"^/jobs/([0-9]{1,19})$")
-_POSTS = {"/queues/pause", "/queues/resume", "/jobs/retry-dead", "/jobs/bulk"}
-MAX_ARGS_FILTER = 4096
+_POSTS = {"/queues/pause", "/queues/resume", "/jobs/retry-dead", "/jobs/bulk", *LIMIT_POSTS}
 # The only files served from /static/: the page's own script, by exact name.
 STATIC = {"live.js": "text/javascript; charset=utf-8"}
 
 StartResponse = Callable[..., Any]
-
-
-class BadFilter(Exception):
-    """A query parameter the page refuses; ``field`` names it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-@dataclass(frozen=True, slots=True)
-class Filters:
-    queue: str | None
-    kind: str | None
-    state: str
-    limit: int
-    before: int | None
-    args: str | None = None
-    """The args filter as typed (kept in links); ``args_value`` is what it parsed to."""
-    args_value: dict[str, Any] | None = None
-
-    def query(self, **changes: object) -> str:
-        values: dict[str, object] = {
-            "queue": self.queue,
-            "kind": self.kind,
-            "state": self.state,
-            "limit": self.limit,
-            "before": self.before,
-            "args": self.args,
-        }
-        values.update(changes)
-        kept = {k: v for k, v in values.items() if v not in (None, "")}
-        if kept.get("state") == "dead":
-            del kept["state"]
-        if kept.get("limit") == 100:
-            del kept["limit"]
-        return urlencode(sorted(kept.items()))
-
-
-def _positive_id(text: str, field: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 2**63 - 1:
-        raise BadFilter(field, f"{field} must be a job id (a whole number from 1), not {text!r}")
-    return int(text)
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def parse_args_filter(text: str) -> dict[str, Any]:
-    """The job list's ``args`` filter: a JSON object, or `BadFilter` saying what is wrong."""
-    example = 'like {"to": "ada@example.com"}'
-    if len(text) > MAX_ARGS_FILTER:
-        raise BadFilter("args", f"args must be at most {MAX_ARGS_FILTER} characters of JSON")
-    try:
-        value = json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as exc:
-        raise BadFilter(
-            "args", f"args is not valid JSON ({exc.msg} at column {exc.colno}); {example}"
-        ) from None
-    except (ValueError, RecursionError) as exc:
-        raise BadFilter("args", f"args is not valid JSON ({exc}); {example}") from None
-    if not isinstance(value, dict):
-        raise BadFilter(
-            "args", f"args must be a JSON object, not {type(value).__name__}; {example}"
-        )
-    if "\x00" in text or "\\u0000" in text:
-        raise BadFilter("args", "args must not contain NUL characters")
-    return value
-
-
-def parse_filters(args: Any) -> Filters:
-    """The job list's filters from a query string, or `BadFilter` naming the field."""
-    queue = args.get("queue") or None
-    if queue is not None:
-        try:
-            check_queue_name(queue)
-        except InvalidInsertOpts as exc:
-            raise BadFilter("queue", str(exc)) from None
-    kind = args.get("kind") or None
-    if kind is not None:
-        try:
-            _check_name(kind, "kind", MAX_KIND_LENGTH)
-        except (TypeError, ValueError) as exc:
-            raise BadFilter("kind", str(exc)) from None
-    state = args.get("state") or "dead"
-    if state not in STATES:
-        raise BadFilter("state", f"unknown state {state!r}; use one of: {', '.join(STATES)}")
-    raw_limit = args.get("limit") or "100"
-    if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= MAX_LIMIT:
-        raise BadFilter("limit", f"limit must be a whole number from 1 to {MAX_LIMIT}")
-    raw_before = args.get("before") or None
-    before = None if raw_before is None else _positive_id(raw_before, "before")
-    raw_args = (args.get("args") or "").strip() or None
-    args_value = None if raw_args is None else parse_args_filter(raw_args)
-    return Filters(queue, kind, state, int(raw_limit), before, raw_args, args_value)
-
-
-FLASHES = {
-    "retried": "Retried job {job}: it is available again.",
-    "cancelled": "Cancelled job {job}.",
-    "not_found": "Job {job} does not exist.",
-    "refused": "Job {job} is {state}; that action does not apply.",
-    "duplicate": "Job {job} was not retried: another job holds its unique key.",
-    "paused": "Paused queue {queue}.",
-    "resumed": "Resumed queue {queue}.",
-    "not_paused": "Queue {queue} was not paused.",
-    "retried_dead": "Retried {count} dead job(s) of kind {kind}.",
-    "bulk_retried": "Retried {count} of {selected} selected job(s).",
-    "bulk_cancelled": "Cancelled {count} of {selected} selected job(s).",
-    "none_selected": "No job was selected.",
-}
-_FLASH_ERRORS = {"not_found", "refused", "duplicate", "none_selected"}
-_FLASH_KEYS = {"flash", "job", "state_was", "queue_name", "count", "kind_name", "selected"}
-
-
-def flash_text(args: Any) -> str | None:
-    """The message a redirect asked for, or None for an unknown or malformed one."""
-    template = FLASHES.get(args.get("flash", ""))
-    if template is None:
-        return None
-    values = {
-        "job": args.get("job", ""),
-        "state": args.get("state_was", ""),
-        "queue": args.get("queue_name", ""),
-        "count": args.get("count", ""),
-        "kind": args.get("kind_name", ""),
-        "selected": args.get("selected", ""),
-    }
-    if "{job}" in template and not (values["job"].isascii() and values["job"].isdigit()):
-        return None
-    if "{state}" in template and values["state"] not in {s.value for s in JobState}:
-        return None
-    for number in ("count", "selected"):
-        if "{" + number + "}" in template and not (
-            values[number].isascii() and values[number].isdigit()
-        ):
-            return None
-    return template.format(**values)  # the template escapes it when rendering
 
 
 class StatusPage:
@@ -223,6 +94,7 @@ class StatusPage:
         self._env.filters["when"] = _when
         self._env.filters["compact_json"] = _compact_json
         self._env.filters["seconds"] = _seconds
+        self._env.filters["period"] = period_text
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         # A fresh token for a client without the cookie; one with it keeps
@@ -262,6 +134,8 @@ class StatusPage:
                 return self._jobs(request)
             if path == "/workers":
                 return self._workers(request)
+            if path == "/limits":
+                return self._limits(request)
             if path.startswith("/static/"):
                 return self._static(request, path.removeprefix("/static/"))
             job = _JOB.match(path)
@@ -283,7 +157,7 @@ class StatusPage:
             read_only=self.read_only,
             csrf=request.cookies.get(CSRF_COOKIE) or request.environ["drover.csrf"],
             flash=flash,
-            flash_error=request.args.get("flash") in _FLASH_ERRORS,
+            flash_error=request.args.get("flash") in FLASH_ERRORS,
             here=(request.script_root + request.full_path).rstrip("?"),
             **context,
         )
@@ -334,6 +208,16 @@ class StatusPage:
             workers=self.inspector.workers(),
             refresh_url=self._refresh_url(request, "/workers"),
             live_seconds=self._live_seconds,
+        )
+
+    def _limits(self, request: Request) -> Response:
+        return self._render(
+            request,
+            "limits.html",
+            title="Limits",
+            refresh_url=None,  # the set form would lose what was typed on a reload
+            live_seconds=self._live_seconds,
+            **limits_context(self.inspector, request.args),
         )
 
     def _static(self, request: Request, name: str) -> Response:
@@ -409,6 +293,8 @@ class StatusPage:
         try:
             if path == "/jobs/bulk":
                 return self._bulk(request, back)
+            if path in LIMIT_POSTS:
+                return _redirect(back, **limit_action(self.inspector, path, request.form))
             if action is not None:
                 job_id, verb = int(action.group(1)), action.group(2)
                 return self._job_action(back, job_id, verb)
@@ -435,7 +321,7 @@ class StatusPage:
         if verb not in ("retry", "cancel"):
             return self._error(request, 400, "Bad request", "action must be retry or cancel.")
         try:
-            ids = sorted({_positive_id(v, "id") for v in request.form.getlist("id")})
+            ids = sorted({positive_id(v, "id") for v in request.form.getlist("id")})
         except BadFilter as exc:
             return self._error(request, 400, "Bad request", str(exc))
         if not ids:
@@ -508,7 +394,7 @@ def _safe_next(value: str, base: str) -> str:
 
 def _redirect(back: str, **flash: object) -> Response:
     path, _, query = back.partition("?")
-    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in _FLASH_KEYS]
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in FLASH_KEYS]
     target = f"{path}?{urlencode([*kept, *((k, str(v)) for k, v in flash.items())])}"
     response = Response("", status=303)
     response.headers["Location"] = target
@@ -560,11 +446,15 @@ def make_app(
     from `Inspector.workers`), the job list (filters ``queue``, ``kind``,
     ``state`` (``dead`` by default, ``all`` for any), ``args`` (a JSON object
     the args contain) and ``limit`` 1..1000, paged by id; bulk retry and
-    cancel of ticked jobs) and one page per job (args, every error with its
-    traceback, drover's own frames folded, timestamps, the lease holder).
+    cancel of ticked jobs), one page per job (args, every error with its
+    traceback, drover's own frames folded, timestamps, the lease holder) and
+    the limits (each cluster-wide limit with its use now: running jobs
+    against its concurrency, starts in the window against its rate,
+    partitions at their limit; who set it; a form to override one and a
+    button to clear an override).
 
     Mutations (retry, cancel, bulk retry and cancel, retry every dead job of
-    a kind, pause, resume) are POST only, checked for a same-origin
+    a kind, pause, resume, set and clear a limit) are POST only, checked for a same-origin
     ``Origin``/``Referer`` and a double-submit form token, and go through the
     Inspector's state-conditioned writes, so they are safe against workers
     finishing the same jobs. With ``read_only`` there are no buttons and

@@ -41,6 +41,9 @@ Violation codes (``CODES``):
     attempt moved on without the rescuer (so its lease was overridden).
 ``DRAIN_OVERRUN``
     A drain took longer than its budget + ε.
+``LIMIT_EXCEEDED``
+    More executions held a concurrency limit's slots (one partition's) at
+    once than the limit allows (``drover.faults.harness.limit_check``).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from drover.faults.harness.history import TERMINAL_STATES, Effect, Fault, History, JobFinal, Start
+from drover.faults.harness.limit_check import Exceeded, LimitFinding, check_limits
 
 __all__ = ["CODES", "NO_EFFECT_WORKLOADS", "RESCUE_PREFIX", "Report", "Violation", "check"]
 
@@ -76,6 +80,7 @@ CODES: dict[str, str] = {
     "DRAIN_OVERRUN": "a drain took longer than its budget + epsilon",
     "WRONG_OUTCOME": "a job ended in a state its workload cannot explain (a job that succeeds "
     "died with attempts left, a cancelling job did not end cancelled)",
+    "LIMIT_EXCEEDED": "more executions held a concurrency limit's slots at once than it allows",
 }
 """Every violation code the checker reports, with a one-line meaning."""
 
@@ -114,7 +119,11 @@ class Report:
     a killed or stopped process; samples overlapping a database/network-wide
     fault are counted in ``recovery_confounded`` and left out of the figures
     (the lease bound is for a process fault alone). ``drains`` counts drains
-    with a budget; ``history`` is what was checked (for ``summary``).
+    with a budget. ``limits`` has, per concurrency limit of the history, its
+    ``concurrency``, the ``executions`` it counted and the ``peak`` holding
+    its slots at once (in one partition); ``limit_exceeded`` counts the
+    instants a limit was exceeded. ``history`` is what was checked (for
+    ``summary``).
     """
 
     jobs: int = 0
@@ -139,6 +148,8 @@ class Report:
     recovery_confounded: int = 0
     drains: int = 0
     drain_worst: float | None = None
+    limits: dict[str, dict[str, int]] = field(default_factory=dict)
+    limit_exceeded: int = 0
     violations: list[Violation] = field(default_factory=list)
     history: History | None = field(default=None, repr=False, compare=False)
 
@@ -180,6 +191,8 @@ class Report:
             "recovery_confounded": self.recovery_confounded,
             "drains": self.drains,
             "drain_worst": _micro(self.drain_worst),
+            "limits": {key: dict(figures) for key, figures in self.limits.items()},
+            "limit_exceeded": self.limit_exceeded,
             "violations_total": len(self.violations),
             "violations_by_code": self.codes(),
             "violations": [v.to_json() for v in self.violations[:_MAX_VIOLATIONS_IN_JSON]],
@@ -212,6 +225,14 @@ class Report:
             recovery,
             f"drains: {self.drains}, worst {_secs(self.drain_worst)}",
         ]
+        if self.limits:
+            lines.append(
+                "limits (peak of limit, executions): "
+                + ", ".join(
+                    f"{key} {f['peak']} of {f['concurrency']} ({f['executions']})"
+                    for key, f in self.limits.items()
+                )
+            )
         if self.ok:
             lines.append("OK: no violations")
             return "\n".join(lines)
@@ -339,6 +360,7 @@ class _Checker:
             self.duplicates(job)
         self.recovery()
         self.drain()
+        self.limits()
         r.duplicates_by_fault = dict(sorted(r.duplicates_by_fault.items()))
         order = {code: n for n, code in enumerate(CODES)}
         r.violations.sort(key=lambda v: (order.get(v.code, len(order)), v.job or 0))
@@ -642,6 +664,45 @@ class _Checker:
                 )
         self.report.drain_worst = worst
 
+    # 8. concurrency limits ---------------------------------------------------------------------
+
+    def limits(self) -> None:
+        released: dict[tuple[int, int], float] = {}
+        for job_id, entries in self.entries.items():
+            for entry in entries:
+                if entry.attempt is None or entry.at is None:
+                    continue
+                key = (job_id, entry.attempt)
+                released[key] = min(entry.at, released.get(key, math.inf))
+        for finding in check_limits(self.h, released):
+            self.report.limits[str(finding.rule)] = {
+                "concurrency": finding.rule.concurrency,
+                "executions": finding.executions,
+                "peak": finding.peak,
+            }
+            for excess in finding.exceeded:
+                self.report.limit_exceeded += 1
+                self.flag("LIMIT_EXCEEDED", _tipping_job(excess), _excess_text(finding, excess))
+
+
+def _tipping_job(excess: Exceeded) -> int:
+    """The job whose start took the slot one too many."""
+    return max(excess.slots, key=lambda s: (s.start, s.job)).job
+
+
+def _excess_text(finding: LimitFinding, excess: Exceeded) -> str:
+    rule = finding.rule
+    where = f"{rule}={excess.partition}" if rule.partition_by is not None else str(rule)
+    held = "; ".join(
+        f"job {s.job} attempt {s.attempt} pid {s.pid} from {s.start:.6f} until "
+        + ("the end of the history" if s.end == math.inf else f"{s.end:.6f} ({s.ended_by})")
+        for s in excess.slots
+    )
+    return (
+        f"{len(excess.slots)} executions held slots of {where} at once at {excess.at:.6f} "
+        f"(limit {rule.concurrency}): {held}"
+    )
+
 
 class _Timeline:
     """Renders one job's events (starts, effects, refusals, errors, faults) for the summary."""
@@ -684,6 +745,9 @@ class _Timeline:
                         f"{self.rel(e.t_start)}, db {self.rel(e.db_at)}{', tx' if e.tx else ''})",
                     )
                 )
+        for end in h.ends:
+            if end.job == job_id:
+                rows.append((end.t, f"end       attempt {end.attempt} pid {end.pid}"))
         for r in h.refused:
             if r.job == job_id:
                 pids.add(r.pid)

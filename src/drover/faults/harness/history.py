@@ -9,9 +9,11 @@ per line, whose ``ev`` field names the record type:
 ``job``     ``JobFinal``: a job row after the run (the database snapshot)
 ``effect``  ``Effect``: one committed side effect of a handler
 ``start``   ``Start``: a handler began (a worker's own history file)
+``end``     ``End``: a handler finished, returned or raised (the same file)
 ``refused`` ``Refused``: drover refused a stale claim's fenced write
 ``fault``   ``Fault``: what the nemesis did, and when
 ``params``  ``Params``: the run's lease, intervals and mode (optional)
+``limit``   ``LimitRule``: a concurrency limit the workload declares
 =========== ===================================================================
 
 Any other ``ev`` (``process``, say) and any field a record type does not
@@ -29,12 +31,12 @@ only this data.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from drover.faults.harness.jsonl import Fields, dump_records, read_records
 
 __all__ = [
     "FAULT_KINDS",
@@ -43,9 +45,11 @@ __all__ = [
     "TERMINAL_STATES",
     "WORKLOADS",
     "Effect",
+    "End",
     "Fault",
     "History",
     "JobFinal",
+    "LimitRule",
     "Params",
     "Record",
     "Refused",
@@ -56,7 +60,7 @@ __all__ = [
     "record_of",
 ]
 
-WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison")
+WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited")
 """How a job's handler behaves; ``cancel`` and ``poison`` jobs never have an effect."""
 
 STATES = ("available", "scheduled", "retryable", "running", "completed", "cancelled", "dead")
@@ -82,6 +86,8 @@ class JobFinal:
     ``errors`` are drover's per-attempt error entries, ``{"attempt": int, "at":
     ISO-8601 with timezone, "error": str, "trace": str | None}``; an entry whose
     ``error`` starts with ``drover: lease expired`` is a rescue by the rescuer.
+    ``kind``, ``queue`` and ``args`` say which limits count the job (empty
+    when a snapshot did not record them).
     """
 
     id: int
@@ -91,6 +97,9 @@ class JobFinal:
     max_attempts: int
     finalized_at: float | None
     errors: list[dict[str, Any]]
+    kind: str = ""
+    queue: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,45 @@ class Start:
     attempt: int
     pid: int
     t: float
+
+
+@dataclass(frozen=True)
+class End:
+    """A handler finished an attempt, whatever its outcome (absent if its process died first)."""
+
+    job: int
+    attempt: int
+    pid: int
+    t: float
+
+
+@dataclass(frozen=True)
+class LimitRule:
+    """A concurrency limit the run's workload declares: at most ``concurrency`` running at once.
+
+    ``scope`` is ``kind`` or ``queue`` and ``target`` its name; with
+    ``partition_by`` the limit holds per value of that top-level args field
+    (a missing field is the value null), as ``drover.Limit`` does.
+    """
+
+    scope: str
+    target: str
+    concurrency: int
+    partition_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.scope not in ("kind", "queue"):
+            raise ValueError(f"LimitRule.scope must be 'kind' or 'queue', not {self.scope!r}")
+        if not self.target:
+            raise ValueError("LimitRule.target must name a kind or a queue")
+        if isinstance(self.concurrency, bool) or self.concurrency < 1:
+            raise ValueError(f"LimitRule.concurrency must be 1 or more, not {self.concurrency!r}")
+        if self.partition_by == "":
+            raise ValueError("LimitRule.partition_by must name an args field, or be None")
+
+    def __str__(self) -> str:
+        by = "" if self.partition_by is None else f"[{self.partition_by}]"
+        return f"{self.scope}:{self.target}{by}"
 
 
 @dataclass(frozen=True)
@@ -178,7 +226,7 @@ class Params:
 
 @dataclass(frozen=True)
 class History:
-    """Everything one run recorded: the jobs by id, the effects, starts, refusals and faults."""
+    """Everything one run recorded: jobs by id, effects, starts, refusals, faults, ends, limits."""
 
     jobs: dict[int, JobFinal]
     effects: list[Effect]
@@ -186,6 +234,8 @@ class History:
     refused: list[Refused]
     faults: list[Fault]
     params: Params
+    ends: list[End] = field(default_factory=list)
+    limits: list[LimitRule] = field(default_factory=list)
 
     def canonical(self) -> History:
         """This history, jobs by id and every list in time order (as ``load_history`` gives)."""
@@ -196,10 +246,12 @@ class History:
             refused=sorted(self.refused, key=_refused_key),
             faults=sorted(self.faults, key=_fault_key),
             params=self.params,
+            ends=sorted(self.ends, key=_start_key),
+            limits=sorted(self.limits, key=str),
         )
 
 
-Record = JobFinal | Effect | Start | Refused | Fault | Params
+Record = JobFinal | Effect | Start | End | Refused | Fault | Params | LimitRule
 """Any record type of a history file."""
 
 
@@ -207,7 +259,7 @@ def _effect_key(e: Effect) -> tuple[float, float, int, int, int]:
     return (e.t_start, e.t_end, e.job, e.attempt, e.pid)
 
 
-def _start_key(s: Start) -> tuple[float, int, int, int]:
+def _start_key(s: Start | End) -> tuple[float, int, int, int]:
     return (s.t, s.job, s.attempt, s.pid)
 
 
@@ -223,9 +275,11 @@ _EV: dict[type[Any], str] = {
     JobFinal: "job",
     Effect: "effect",
     Start: "start",
+    End: "end",
     Refused: "refused",
     Fault: "fault",
     Params: "params",
+    LimitRule: "limit",
 }
 
 
@@ -234,19 +288,12 @@ def record_of(item: Record) -> dict[str, Any]:
     return {"ev": _EV[type(item)], **dataclasses.asdict(item)}
 
 
-def dump_records(path: Path, records: Iterable[Mapping[str, Any]], *, append: bool = False) -> None:
-    """Write ``records`` to ``path`` as JSON lines (one compact object per line)."""
-    with path.open("a" if append else "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n")
-
-
 def dump_history(history: History, directory: Path) -> None:
     """Write ``history`` as a run would leave it: ``db.jsonl``, ``worker-<pid>.jsonl``, and so on.
 
     The database's truth (jobs, effects) goes to ``db.jsonl``, each worker's
-    starts and refusals to ``worker-<pid>.jsonl``, the faults to
-    ``orchestrator.jsonl`` and the params to ``params.jsonl``. Files of the
+    starts, ends and refusals to ``worker-<pid>.jsonl``, the faults and limits
+    to ``orchestrator.jsonl`` and the params to ``params.jsonl``. Files of the
     same names are replaced; ``load_history`` reads it all back.
     """
     directory.mkdir(parents=True, exist_ok=True)
@@ -256,9 +303,12 @@ def dump_history(history: History, directory: Path) -> None:
         directory / "db.jsonl",
         [*(record_of(j) for j in h.jobs.values()), *(record_of(e) for e in h.effects)],
     )
-    dump_records(directory / "orchestrator.jsonl", [record_of(f) for f in h.faults])
+    dump_records(
+        directory / "orchestrator.jsonl",
+        [*(record_of(f) for f in h.faults), *(record_of(lim) for lim in h.limits)],
+    )
     per_pid: dict[int, list[dict[str, Any]]] = {}
-    items: list[Start | Refused] = [*h.starts, *h.refused]
+    items: list[Start | End | Refused] = [*h.starts, *h.ends, *h.refused]
     for item in items:
         per_pid.setdefault(item.pid, []).append(record_of(item))
     for pid, records in sorted(per_pid.items()):
@@ -268,94 +318,7 @@ def dump_history(history: History, directory: Path) -> None:
 # --- loading --------------------------------------------------------------------------
 
 
-class _Fields:
-    """Typed access to one record's fields; every error names the file and line."""
-
-    def __init__(self, record: Mapping[str, Any], where: str) -> None:
-        self._r = record
-        self.where = where
-
-    def has(self, name: str) -> bool:
-        return name in self._r
-
-    def get_present(self, name: str) -> bool:
-        """Whether the field exists and is not null."""
-        return self._r.get(name) is not None
-
-    def _get(self, name: str) -> Any:
-        if name not in self._r:
-            raise ValueError(f"{self.where}: {self._r.get('ev')!r} record has no field {name!r}")
-        return self._r[name]
-
-    def _bad(self, name: str, wanted: str) -> ValueError:
-        return ValueError(f"{self.where}: field {name!r} must be {wanted}, not {self._r[name]!r}")
-
-    def get_int(self, name: str) -> int:
-        value = self._get(name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._bad(name, "an integer")
-        return value
-
-    def get_opt_int(self, name: str) -> int | None:
-        return None if self._r.get(name) is None else self.get_int(name)
-
-    def get_float(self, name: str) -> float:
-        value = self._get(name)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self._bad(name, "a number")
-        if not math.isfinite(value):
-            raise self._bad(name, "a finite number")
-        return float(value)
-
-    def get_opt_float(self, name: str) -> float | None:
-        return None if self._r.get(name) is None else self.get_float(name)
-
-    def get_str(self, name: str) -> str:
-        value = self._get(name)
-        if not isinstance(value, str):
-            raise self._bad(name, "a string")
-        return value
-
-    def get_bool(self, name: str) -> bool:
-        value = self._get(name)
-        if not isinstance(value, bool):
-            raise self._bad(name, "true or false")
-        return value
-
-    def get_errors(self, name: str) -> list[dict[str, Any]]:
-        value = self._r.get(name)
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
-            raise self._bad(name, "a list of objects")
-        return [dict(e) for e in value]
-
-
-def _lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The records of one file, with ``file:line``; a cut-short last line is dropped."""
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    # A file written line by line ends with "\n", leaving an empty last element;
-    # a non-empty last element is a line whose writer never finished it.
-    unterminated = len(lines) - 1 if lines[-1] else None
-    for index, raw in enumerate(lines):
-        if not raw.strip():
-            continue
-        where = f"{path}:{index + 1}"
-        try:
-            record = json.loads(raw)
-        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
-            if index == unterminated:
-                return  # truncated by a SIGKILL mid-write: never a complete record
-            raise ValueError(f"{where}: not a JSON line ({exc})") from None
-        if not isinstance(record, dict):
-            raise ValueError(
-                f"{where}: a record must be a JSON object, not {type(record).__name__}"
-            )
-        yield where, record
-
-
-def _params(f: _Fields) -> Params:
+def _params(f: Fields) -> Params:
     return Params(
         lease=f.get_float("lease"),
         rescue_interval=f.get_float("rescue_interval"),
@@ -382,10 +345,12 @@ def load_history(directory: Path, params: Params | None = None) -> History:
     starts: list[Start] = []
     refused: list[Refused] = []
     faults: list[Fault] = []
+    ends: list[End] = []
+    limits: list[LimitRule] = []
     recorded: Params | None = None
     for path in sorted(directory.glob("*.jsonl")):
-        for where, record in _lines(path):
-            f = _Fields(record, where)
+        for where, record in read_records(path):
+            f = Fields(record, where)
             ev = f.get_str("ev")
             if ev == "job":
                 job = JobFinal(
@@ -397,6 +362,9 @@ def load_history(directory: Path, params: Params | None = None) -> History:
                     max_attempts=f.get_int("max_attempts"),
                     finalized_at=f.get_opt_float("finalized_at"),
                     errors=f.get_errors("errors"),
+                    kind=f.get_opt_str("kind") or "",
+                    queue=f.get_opt_str("queue") or "",
+                    args=f.get_object("args"),
                 )
                 if job.id in jobs:
                     raise ValueError(f"{where}: job {job.id} recorded twice")
@@ -413,13 +381,24 @@ def load_history(directory: Path, params: Params | None = None) -> History:
                         tx=f.get_bool("tx"),
                     )
                 )
-            elif ev == "start":
-                starts.append(
-                    Start(
-                        job=f.get_int("job"),
-                        attempt=f.get_int("attempt"),
-                        pid=f.get_int("pid"),
-                        t=f.get_float("t"),
+            elif ev in ("start", "end"):
+                made = (Start if ev == "start" else End)(
+                    job=f.get_int("job"),
+                    attempt=f.get_int("attempt"),
+                    pid=f.get_int("pid"),
+                    t=f.get_float("t"),
+                )
+                if isinstance(made, Start):
+                    starts.append(made)
+                else:
+                    ends.append(made)
+            elif ev == "limit":
+                limits.append(
+                    LimitRule(
+                        scope=f.get_str("scope"),
+                        target=f.get_str("target"),
+                        concurrency=f.get_int("concurrency"),
+                        partition_by=f.get_opt_str("partition_by"),
                     )
                 )
             elif ev == "refused":
@@ -454,5 +433,12 @@ def load_history(directory: Path, params: Params | None = None) -> History:
             f"{directory}: no params record in the history; pass params to load_history"
         )
     return History(
-        jobs=jobs, effects=effects, starts=starts, refused=refused, faults=faults, params=chosen
+        jobs=jobs,
+        effects=effects,
+        starts=starts,
+        refused=refused,
+        faults=faults,
+        params=chosen,
+        ends=ends,
+        limits=limits,
     ).canonical()

@@ -32,7 +32,13 @@ from drover.faults.harness.checker import Report, check
 from drover.faults.harness.cluster import Cluster
 from drover.faults.harness.history import Params, load_history
 from drover.faults.harness.proxy import Mode, TcpProxy
-from drover.faults.suite.workload import EFFECTS_DDL, FaultJob, HistoryFile
+from drover.faults.suite.workload import (
+    EFFECTS_DDL,
+    LIMITED_PARTS,
+    FaultJob,
+    FaultLimited,
+    HistoryFile,
+)
 
 __all__ = ["FAULT_KINDS", "Scenario", "main", "run"]
 
@@ -43,7 +49,8 @@ FAULT_KINDS = (
 
 _MIX = (
     # workload, share of the jobs
-    ("fast", 0.80),
+    ("fast", 0.72),
+    ("limited", 0.08),
     ("slow", 0.01),
     ("flaky", 0.08),
     ("snooze", 0.05),
@@ -270,6 +277,8 @@ def _workload(scenario: Scenario, rng: random.Random) -> list[drover.InsertItem]
             item = (FaultJob(workload="flaky", fail_times=fails), drover.InsertOpts(max_attempts=8))
         elif workload == "poison":
             item = (FaultJob(workload="poison"), drover.InsertOpts(max_attempts=2))
+        elif workload == "limited":
+            item = FaultLimited(part=rng.randrange(LIMITED_PARTS), seconds=rng.uniform(0.01, 0.05))
         else:
             item = FaultJob(workload=workload)
         items.append(item)
@@ -322,17 +331,36 @@ def _unsettled(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
+def _declare_limits(history: HistoryFile) -> None:
+    """Record the concurrency limits the workload's code declares, for the checker.
+
+    Taken from the args class, not from the database, so a limit the
+    database lost or changed is still judged by what the code asked for.
+    """
+    for limit in FaultLimited.declared_limits:
+        if limit.concurrency is not None:
+            history.write(
+                ev="limit",
+                scope="kind",
+                target=FaultLimited.kind,
+                concurrency=limit.concurrency,
+                partition_by=limit.partition_by,
+            )
+
+
 def _snapshot(dsn: str, history_dir: Path) -> None:
     """Write the database's truth (jobs and effects) next to the process histories."""
     out = HistoryFile(history_dir / "db.jsonl")
     with psycopg.connect(dsn) as conn:
         for row in conn.execute(
             "SELECT id, args->>'workload', state::text, attempt, max_attempts,"
-            " extract(epoch FROM finalized_at)::float8, errors FROM drover_jobs ORDER BY id"
+            " extract(epoch FROM finalized_at)::float8, errors, kind, queue, args"
+            " FROM drover_jobs ORDER BY id"
         ):
             out.write(
                 ev="job", id=row[0], workload=row[1], state=row[2], attempt=row[3],
-                max_attempts=row[4], finalized_at=row[5], errors=row[6],
+                max_attempts=row[4], finalized_at=row[5], errors=row[6], kind=row[7],
+                queue=row[8], args=row[9],
             )  # fmt: skip
         for row in conn.execute(
             "SELECT job_id, attempt, pid, t_start, t_end, db_at, tx FROM fault_effects"
@@ -364,6 +392,7 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
         # Named apart from the workers' connections, so `terminate` never picks it.
         feeder = drover.Client(make_conninfo(dsn, application_name="fault-feeder"))
         orchestrator = HistoryFile(history_dir / "orchestrator.jsonl")
+        _declare_limits(orchestrator)
         with (
             TcpProxy(("127.0.0.1", cluster.port)) as proxy,
             contextlib.closing(feeder),

@@ -2,8 +2,9 @@
 
 Run by the orchestrator as ``python -m drover.faults.suite.workload --dsn ... --history DIR``.
 Every handler appends a ``start`` record to this process's history file
-before it does anything, and records its side effect (an ``effect`` row in
-the ``fault_effects`` table) only when it succeeds, independently of drover:
+before it does anything and an ``end`` record as it returns or raises, and
+records its side effect (an ``effect`` row in the ``fault_effects`` table)
+only when it succeeds, independently of drover:
 
 - mode ``plain``: the effect row is committed on a connection of the
   workload's own, then the handler returns and drover completes the job;
@@ -34,9 +35,24 @@ from psycopg_pool import ConnectionPool
 
 import drover
 
-__all__ = ["EFFECTS_DDL", "WORKLOADS", "FaultJob", "HistoryFile", "main"]
+__all__ = [
+    "EFFECTS_DDL",
+    "LIMITED_CONCURRENCY",
+    "LIMITED_PARTS",
+    "WORKLOADS",
+    "FaultJob",
+    "FaultLimited",
+    "HistoryFile",
+    "main",
+]
 
-WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison")
+WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited")
+
+LIMITED_CONCURRENCY = 3
+"""At most this many ``limited`` jobs run at once in the whole cluster (of 3 x 4 slots)."""
+
+LIMITED_PARTS = 4
+"""``limited`` jobs spread over this many values of ``part``, one running per value."""
 
 EFFECTS_DDL = """
 CREATE TABLE IF NOT EXISTS fault_effects (
@@ -60,6 +76,21 @@ class FaultJob(drover.JobArgs, kind="fault_job"):
     """How long the handler works (``slow`` outlives the lease; the heartbeat keeps it)."""
     fail_times: int = 0
     """``flaky``: the first attempts that fail before one succeeds."""
+
+
+class FaultLimited(
+    drover.JobArgs,
+    kind="fault_limited",
+    limits=[
+        drover.Limit(concurrency=LIMITED_CONCURRENCY),
+        drover.Limit(concurrency=1, partition_by="part"),
+    ],
+):
+    """A job of the ``limited`` workload: runs like a ``fast`` one, under two concurrency limits."""
+
+    workload: str = "limited"
+    part: int = 0
+    seconds: float = 0.0
 
 
 class HistoryFile:
@@ -125,6 +156,29 @@ class FaultWorker(drover.Worker[FaultJob]):
     def work(self, job: drover.Job[FaultJob]) -> None:
         t_start = time.time()
         self._history.write(ev="start", job=job.id, attempt=job.attempt, pid=self._pid, t=t_start)
+        try:
+            self._behave(job, t_start)
+        finally:
+            # After the effect and any complete_tx, before drover writes the
+            # outcome: the span the checker counts against a limit.
+            self.ended(job)
+
+    def ended(self, job: drover.Job[Any]) -> None:
+        """Record that ``job``'s handler is done with this attempt."""
+        self._history.write(ev="end", job=job.id, attempt=job.attempt, pid=self._pid, t=time.time())
+
+    def limited(self, job: drover.Job[FaultLimited]) -> None:
+        """The ``limited`` workload: a short run, then the effect, as a ``fast`` job."""
+        t_start = time.time()
+        self._history.write(ev="start", job=job.id, attempt=job.attempt, pid=self._pid, t=t_start)
+        try:
+            if job.context.wait(job.args.seconds):
+                raise RuntimeError(f"interrupted: {job.context.reason}")
+            self._record_effect(job, t_start)
+        finally:
+            self.ended(job)
+
+    def _behave(self, job: drover.Job[FaultJob], t_start: float) -> None:
         args = job.args
         if args.workload == "cancel":
             raise drover.Cancel("the workload cancels this job")
@@ -148,7 +202,7 @@ class FaultWorker(drover.Worker[FaultJob]):
             ).fetchone()
         return marked is not None
 
-    def _record_effect(self, job: drover.Job[FaultJob], t_start: float) -> None:
+    def _record_effect(self, job: drover.Job[Any], t_start: float) -> None:
         insert = (
             "INSERT INTO fault_effects (job_id, attempt, pid, t_start, t_end, tx) "
             "VALUES (%s, %s, %s, %s, %s, %s)"
@@ -206,7 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         open=True,
     )
     workers = drover.Workers()
-    workers.add(FaultWorker(effects, history, options.mode))
+    worker = FaultWorker(effects, history, options.mode)
+    workers.add(worker)
+    workers.register(worker.limited)
     client = drover.Client(
         options.dsn,
         drover.Config(

@@ -17,6 +17,7 @@ from drover.cli.logs import LoggingChoice, configure_logging, parse_log_format, 
 from drover.contrib.django.settings import conninfo
 from drover.contrib.django.task_args import TASK_KIND
 from drover.contrib.django.worker import build_client, workers
+from drover.queues import format_queues
 
 _log = logging.getLogger("drover.cli")
 
@@ -128,7 +129,7 @@ class Command(BaseCommand):
         client = build_client(**overrides)
         configure_logging(choice)
         config = client.config
-        queues = ",".join(f"{q}={w}" for q, w in config.queues.items())
+        queues = format_queues(config.queues)
         database = database_of(client)
         _log.info(
             "drover %s worker starting under Django: database %s, queues %s, concurrency %d",
