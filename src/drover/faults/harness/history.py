@@ -60,7 +60,7 @@ __all__ = [
     "record_of",
 ]
 
-WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited")
+WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited", "step")
 """How a job's handler behaves; ``cancel`` and ``poison`` jobs never have an effect."""
 
 STATES = (

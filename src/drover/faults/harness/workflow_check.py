@@ -256,7 +256,9 @@ class _WorkflowChecker:
 
     def reruns(self, job: JobFinal, starts: list[Start]) -> None:
         code = "CALLBACK_DUPLICATE" if job.depends_on else "STEP_DUPLICATE"
-        for prev, nxt in pairwise(starts):
+        # In claim order, not start order: a paused worker may begin its
+        # superseded attempt only after it wakes, when the rerun has finished.
+        for prev, nxt in pairwise(sorted(starts, key=lambda s: (s.attempt, s.t))):
             if (job.id, prev.attempt) in self.failed_attempts:
                 self.f.retried += 1
                 continue
