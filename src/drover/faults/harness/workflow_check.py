@@ -196,7 +196,7 @@ class _WorkflowChecker:
 
     def completion(self, dep: JobFinal) -> tuple[float, str]:
         """The latest moment known to precede ``dep``'s completion commit, and what it is."""
-        bounds = [(dep.finalized_at or -math.inf, "its completion (finalized_at)")]
+        bounds = [(dep.finalized_at or -math.inf, "completion (finalized_at)")]
         effect = self.effect_end.get((dep.id, dep.attempt))
         if effect is not None:
             bounds.append((effect, f"attempt {dep.attempt}'s effect"))
