@@ -129,8 +129,9 @@ class Report:
     with a budget. ``limits`` has, per concurrency limit of the history, its
     ``concurrency``, the ``executions`` it counted and the ``peak`` holding
     its slots at once (in one partition); ``limit_exceeded`` counts the
-    instants a limit was exceeded. ``history`` is what was checked (for
-    ``summary``).
+    instants a limit was exceeded. ``workflows`` has the workflow check's
+    figures (``WorkflowFindings.figures``), empty for a history without
+    workflow steps. ``history`` is what was checked (for ``summary``).
     """
 
     jobs: int = 0

@@ -274,6 +274,34 @@ def _configure_logging(history: HistoryFile, log_path: Path) -> None:
     logger.addHandler(to_file)
 
 
+_START_PATIENCE = 60.0
+"""How long a worker keeps trying to start while the database is unreachable."""
+
+
+def _run(dsn: str, config: drover.Config, history: HistoryFile) -> None:
+    """``Client.run`` until SIGTERM, starting again while the database is down at start.
+
+    The nemesis may restart or crash the server while a replacement worker
+    is still importing; a worker that gave up then would leave the run a
+    worker short (its jobs rescued by nobody while another is paused), as a
+    process supervisor would not. Only ``start`` raises ``DatabaseError``
+    here: once started, a client rides out outages itself.
+    """
+    deadline = time.monotonic() + _START_PATIENCE
+    while True:
+        client = drover.Client(dsn, config)
+        try:
+            client.run()
+            return
+        except drover.DatabaseError:
+            if time.monotonic() > deadline:
+                raise
+            history.write(ev="process", pid=os.getpid(), t=time.time(), what="start failed")
+            time.sleep(0.2)
+        finally:
+            client.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one worker until SIGTERM; exit 0 after a complete drain, 3 after an incomplete one."""
     parser = argparse.ArgumentParser(prog="python -m drover.faults.suite.workload")
@@ -310,28 +338,24 @@ def main(argv: list[str] | None = None) -> int:
     workers.add(worker)
     workers.register(worker.limited)
     workers.register(worker.step)
-    client = drover.Client(
-        options.dsn,
-        drover.Config(
-            workers=workers,
-            concurrency=options.concurrency,
-            lease_duration=options.lease,
-            heartbeat_interval=options.heartbeat,
-            rescue_interval=options.rescue,
-            poll_interval=options.poll,
-            shutdown_timeout=options.shutdown_timeout,
-            retry_policy=_QuickRetry(),
-        ),
+    config = drover.Config(
+        workers=workers,
+        concurrency=options.concurrency,
+        lease_duration=options.lease,
+        heartbeat_interval=options.heartbeat,
+        rescue_interval=options.rescue,
+        poll_interval=options.poll,
+        shutdown_timeout=options.shutdown_timeout,
+        retry_policy=_QuickRetry(),
     )
     history.write(ev="process", pid=pid, t=time.time(), what="started")
     code = 0
     try:
-        client.run()
+        _run(options.dsn, config, history)
     except drover.DrainIncomplete:
         code = 3
     finally:
         history.write(ev="process", pid=pid, t=time.time(), what="stopped", code=code)
-        client.close()
         effects.close(timeout=1)
         history.close()
     return code
