@@ -16,6 +16,8 @@ the test judges from those records and the final rows:
   dependency's ``finalized_at`` (the completing transaction's start) and
   after its accepted execution's recorded end (a step returns before drover
   writes its completion); and each step read every dependency's result;
+- each completion is the accepted execution's, written after it returned
+  (the woken process's completions of its superseded steps were fenced off);
 - a step ran more than once only where the killed or the stopped process
   held it, and each step those two held ran again elsewhere (at least once).
 """
@@ -277,6 +279,16 @@ def test_workflows_survive_a_sigkill_and_a_sigstop_with_no_early_start_and_attri
             misread.append((r, rows[r.job].deps))  # a dependency read without its result
     assert early == [], early[:5]
     assert misread == [], misread[:5]
+
+    # Every completion is the accepted execution's, written after it returned: a
+    # superseded execution's completion (the paused process's, woken) was fenced off.
+    late = [
+        (row, by_job[row.id])
+        for row in rows.values()
+        if row.state == "completed"
+        and (row.finalized_at is None or row.finalized_at <= accepted_end[row.id])
+    ]
+    assert late == [], late[:5]
 
     # Reruns: only where the killed or the stopped process held the step, and each
     # step those held ran again elsewhere, at a later attempt.
