@@ -17,6 +17,8 @@ import drover
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 LONG = "a long\nresult " + "x" * 80
+CUT = ['"a', "long\\nresult", "x" * 43 + "\u2026"]
+"""LONG's preview, split on spaces: the newline escaped, cut at 60 characters."""
 
 
 class Fetch(drover.JobArgs, kind="wfcli_fetch"):
@@ -83,16 +85,15 @@ def test_show_prints_a_chord_in_layers_with_states_waits_and_result_previews(
     a, b, c, count, report, last = (r.id for r in chord.jobs)
     stdout = ok(cli(db_url, "workflow", "show", str(count)))
     lines = stdout.splitlines()
+    waits_all = ["waits", "for", f"{a}-{c}"]  # the group's members, folded
     assert lines[0] == (f"workflow {a}: running, 6 jobs (1 pending, 1 available, 4 completed)")
     assert [line.split() for line in lines[1:]] == [
         ["layer", "1", "(starts", "first)"],
         [str(a), "wfcli_fetch", "completed", "attempt", "1", "result", '{"size":11}'],
         [str(b), "wfcli_fetch", "completed", "attempt", "1", "result", '{"size":12}'],
-        [str(c), "wfcli_fetch", "completed", "attempt", "1", "result", '"a', "long\\nresult"]
-        + ["x" * 43 + "\u2026"],  # cut at 60 characters
+        [str(c), "wfcli_fetch", "completed", "attempt", "1", "result", *CUT],
         ["layer", "2"],
-        [str(count), "wfcli_count", "completed", "attempt", "1", "waits", "for"]
-        + [f"{a}-{c}", "result", "3"],
+        [str(count), "wfcli_count", "completed", "attempt", "1", *waits_all, "result", "3"],
         ["layer", "3"],
         [str(report), "wfcli_report", "available", "attempt", "0", "waits", "for", str(count)],
         ["layer", "4"],
@@ -156,10 +157,7 @@ def test_layers_follow_the_longest_path_and_fold_a_groups_ids(
     assert isinstance(inserted, drover.InsertedWorkflow)
     ids = {r.args["name"]: r.id for r in inserted.jobs}
     stdout = ok(cli(db_url, "workflow", "show", str(ids["g2"])))
-    layered = [
-        line.split()[0] if line.startswith("layer") else line.split()[0]
-        for line in stdout.splitlines()[1:]
-    ]
+    layered = [line.split()[0] for line in stdout.splitlines()[1:]]
     name_of = {str(v): k for k, v in ids.items()}
     assert [name_of.get(token, token) for token in layered] == [
         "layer", "a",
