@@ -247,6 +247,7 @@ def test_the_inspector_reads_a_workflow_back_from_any_of_its_jobs(
         a, b, _ = (j.row.id for j in read.jobs)
         assert [j.depends_on for j in read.jobs] == [(), (), (a, b)]
         assert [j.row.args["name"] for j in read.jobs] == ["a", "b", "c"]
+        assert [j.result for j in read.jobs] == [{"from": n} for n in "abc"]
         with pytest.raises(drover.NotFound, match="belongs to no workflow"):
             inspector.workflow(lone.id)
         with pytest.raises(drover.NotFound):

@@ -121,11 +121,8 @@ def workflow_show_command(
             except drover.NotFound:
                 fail(f"job {checked} does not exist")
             fail(f"job {checked} belongs to no workflow (it was inserted on its own)")
-        results: dict[int, Any] = {}
-        for job in workflow.jobs:
-            if job.row.state is JobState.COMPLETED:
-                try:
-                    results[job.row.id] = inspector.get_result(job.row.id)
-                except drover.NotFound:  # retention deleted it after the snapshot
-                    results[job.row.id] = None
+        # Read with the workflow, in the same statement.
+        results: dict[int, Any] = {
+            job.row.id: job.result for job in workflow.jobs if job.row.state is JobState.COMPLETED
+        }
     emit(g, workflow_text(workflow, results), workflow_dict(workflow, results))
