@@ -35,12 +35,41 @@ SELECT * FROM cancelled WHERE (SELECT count(*) FROM dependents) >= 0;
 
 -- name: job_retry
 -- Redrive a dead or cancelled job: a full set of attempts again, its error
--- history kept.
-UPDATE drover_jobs
-SET state = 'available', attempt = 0, scheduled_at = now(), leased_until = NULL,
+-- history kept. A job with dependencies (a workflow step) goes back to
+-- pending while some of them have not completed, and is not redriven while
+-- one of them is dead or cancelled (the operator retries that one first).
+-- Its dependencies are locked first, in the order the completion statement
+-- locks them (the dependency, then its dependents: no deadlock), so a
+-- dependency completing meanwhile is either seen completed here or sees this
+-- job pending and releases it (ADR 0029).
+WITH deps AS MATERIALIZED (
+    SELECT p.id, p.state
+    FROM drover_jobs p
+    WHERE p.id IN (SELECT e.depends_on FROM drover_job_deps e WHERE e.job_id = %(id)s)
+    ORDER BY p.id
+    FOR NO KEY UPDATE
+), open AS (
+    SELECT count(*) FILTER (WHERE state <> 'completed')::integer AS n,
+           COALESCE(bool_or(state IN ({{states:unsuccessful}})), false) AS failed
+    FROM deps
+)
+UPDATE drover_jobs j
+SET state = CASE WHEN o.n > 0 THEN 'pending' ELSE 'available' END::drover_job_state,
+    pending_deps = o.n, attempt = 0, scheduled_at = now(), leased_until = NULL,
     finalized_at = NULL
-WHERE id = %(id)s AND state IN ({{states:retriable}})
-RETURNING {{job_columns}};
+FROM open o
+WHERE j.id = %(id)s AND j.state IN ({{states:retriable}}) AND NOT o.failed
+RETURNING {{job_columns:j}};
+
+-- name: job_failed_dependency
+-- Why a retry was refused: the first dependency of the job that ended dead
+-- or cancelled, and its state.
+SELECT p.id, p.state::text
+FROM drover_job_deps e
+JOIN drover_jobs p ON p.id = e.depends_on
+WHERE e.job_id = %(id)s AND p.state IN ({{states:unsuccessful}})
+ORDER BY p.id
+LIMIT 1;
 
 -- name: job_retry_dead_of_kind
 -- Redrive every dead job of one kind (optionally one queue) at once. A dead
@@ -102,10 +131,31 @@ SELECT id FROM cancelled WHERE (SELECT count(*) FROM dependents) >= 0;
 -- or running job stays as it is, of several listed jobs sharing a key only
 -- the newest is redriven, rows a concurrent operator holds are skipped, and
 -- listening workers are woken per queue at commit. Returns the redriven ids.
-WITH candidates AS (
-    SELECT d.id
+-- Dependencies as in job_retry: locked first; a job goes back to pending
+-- while some are not completed, and stays as it is while one is dead or
+-- cancelled.
+WITH deps AS MATERIALIZED (
+    SELECT p.id, p.state
+    FROM drover_jobs p
+    WHERE p.id IN (
+        SELECT e.depends_on FROM drover_job_deps e WHERE e.job_id = ANY (%(ids)s::bigint[])
+    )
+    ORDER BY p.id
+    FOR NO KEY UPDATE
+), open AS MATERIALIZED (
+    SELECT e.job_id,
+           count(*) FILTER (WHERE x.state <> 'completed')::integer AS n,
+           bool_or(x.state IN ({{states:unsuccessful}})) AS failed
+    FROM drover_job_deps e
+    JOIN deps x ON x.id = e.depends_on
+    WHERE e.job_id = ANY (%(ids)s::bigint[])
+    GROUP BY e.job_id
+), candidates AS (
+    SELECT d.id, COALESCE(o.n, 0) AS n
     FROM drover_jobs d
+    LEFT JOIN open o ON o.job_id = d.id
     WHERE d.id = ANY (%(ids)s::bigint[]) AND d.state IN ({{states:retriable}})
+      AND NOT COALESCE(o.failed, false)
       AND (d.unique_key IS NULL OR (
           NOT EXISTS (
               SELECT 1 FROM drover_jobs a
@@ -119,17 +169,19 @@ WITH candidates AS (
                 AND x.state IN ({{states:retriable}})
           )
       ))
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF d SKIP LOCKED
 ), redriven AS (
     UPDATE drover_jobs j
-    SET state = 'available', attempt = 0, scheduled_at = now(), leased_until = NULL,
+    SET state = CASE WHEN c.n > 0 THEN 'pending' ELSE 'available' END::drover_job_state,
+        pending_deps = c.n, attempt = 0, scheduled_at = now(), leased_until = NULL,
         finalized_at = NULL
     FROM candidates c
     WHERE j.id = c.id AND j.state IN ({{states:retriable}})
-    RETURNING j.id, j.queue
+    RETURNING j.id, j.queue, j.state
 )
 SELECT COALESCE(array_agg(id ORDER BY id), '{}'::bigint[]),
-       (SELECT count(pg_notify('drover', q)) FROM (SELECT DISTINCT queue AS q FROM redriven) qs)
+       (SELECT count(pg_notify('drover', q))
+        FROM (SELECT DISTINCT queue AS q FROM redriven WHERE state = 'available') qs)
 FROM redriven;
 
 -- name: job_lease_holder

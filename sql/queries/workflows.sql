@@ -75,8 +75,9 @@ WHERE e.job_id = %(id)s
 ORDER BY p.id;
 
 -- name: workflow_jobs
--- Every job of a workflow, in id order, with the ids it depends on.
-SELECT {{job_columns:j}}, j.workflow_id,
+-- Every job of a workflow, in id order, with its result and the ids it
+-- depends on.
+SELECT {{job_columns:j}}, j.result::text,
        COALESCE(ARRAY(SELECT e.depends_on FROM drover_job_deps e
                       WHERE e.job_id = j.id ORDER BY e.depends_on), '{}')
 FROM drover_jobs j

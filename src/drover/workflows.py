@@ -13,7 +13,7 @@ This module only describes and flattens workflows; it does no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
 from drover.job import InsertOpts, JobArgs, JobRow, JobState
@@ -110,10 +110,12 @@ class Graph(NamedTuple):
 
 
 class WorkflowJob(NamedTuple):
-    """One job of a workflow, as read back, and the ids of the jobs it waits for."""
+    """One job of a workflow, as read back: its row, the ids of the jobs it waits
+    for, and its stored result (``None`` for none, or not completed yet)."""
 
     row: JobRow
     depends_on: tuple[int, ...]
+    result: Any = None
 
 
 class Workflow(NamedTuple):

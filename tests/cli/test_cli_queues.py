@@ -30,6 +30,7 @@ def test_queues_list_shows_counts_and_paused_state(db_url: str, conn: Conn) -> N
     assert lines[0].split() == [
         "QUEUE",
         "PAUSED_SINCE",
+        "PENDING",
         "AVAILABLE",
         "SCHEDULED",
         "RETRYABLE",
@@ -38,14 +39,16 @@ def test_queues_list_shows_counts_and_paused_state(db_url: str, conn: Conn) -> N
         "OLDEST_AGE_SECONDS",
     ]
     bulk, mail = (line.split() for line in lines[1:])
-    assert bulk[0] == "bulk" and bulk[1].endswith("Z") and bulk[2:7] == ["0", "1", "0", "0", "0"]
-    assert bulk[7] == "-"
-    assert mail[:7] == ["mail", "-", "1", "0", "0", "0", "1"]
-    assert float(mail[7]) >= 2.0
+    assert bulk[0] == "bulk" and bulk[1].endswith("Z")
+    assert bulk[2:8] == ["0", "0", "1", "0", "0", "0"]
+    assert bulk[8] == "-"
+    assert mail[:8] == ["mail", "-", "0", "1", "0", "0", "0", "1"]
+    assert float(mail[8]) >= 2.0
 
     listed = json.loads(ok(cli(db_url, "--json", "queues", "list")))
     assert [(q["name"], q["paused"]) for q in listed] == [("bulk", True), ("mail", False)]
     assert listed[1]["counts"] == {
+        "pending": 0,
         "available": 1,
         "scheduled": 0,
         "retryable": 0,

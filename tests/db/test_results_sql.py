@@ -86,3 +86,21 @@ def test_marking_a_finished_job_writes_nothing(conn: Conn) -> None:
     ).fetchone()
     assert after is not None and before is not None
     assert after == (before[0], False)
+
+
+def test_awaiting_a_claimable_job_wakes_its_queue(db_url: str, conn: Conn) -> None:
+    # The flag's update holds the row for a moment; a claim then skips it and
+    # its worker would sleep a whole poll if nothing woke it again.
+    (claimable, scheduled) = _put(conn, 2)
+    conn.execute(
+        "UPDATE drover_jobs SET state = 'scheduled', scheduled_at = now() + interval '1 hour' "
+        "WHERE id = %s",
+        (scheduled,),
+    )
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN drover")
+        job_mark_awaited(conn, scheduled)
+        assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
+        job_mark_awaited(conn, claimable)
+        got = [n.payload for n in listener.notifies(timeout=2.0, stop_after=1)]
+    assert got == ["default"]

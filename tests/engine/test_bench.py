@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -90,3 +91,46 @@ def test_bad_mode_is_a_usage_error(db_url: str) -> None:
     )
     assert result.returncode == 2
     assert "--mode must be one of" in result.stderr
+
+
+BENCH_WORKFLOWS = Path(__file__).resolve().parents[2] / "bench" / "workflows.py"
+
+
+def test_workflows_bench_runs_every_row_in_scratch_databases_and_drops_them(
+    db_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "workflows.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable, str(BENCH_WORKFLOWS), "--database", db_url,
+            "--base-python", sys.executable, "--rounds", "1", "--no-warmup",
+            "--fanout-jobs", "30", "--chain-steps", "5", "--drain-jobs", "40", "--probes", "3",
+            "--json", str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, output
+    report = json.loads(out.read_text())
+    results = report["results"]
+    assert set(results) == {"fanout", "chain", "base", "result-cost", "result-wait"}
+    for row in results.values():
+        assert len(row["ratios"]) == 1
+        assert row["a_median"] > 0
+        assert row["b_median"] > 0
+    ((fanout_a, fanout_b),) = report["raw"]["fanout"]
+    assert (fanout_a["jobs"], fanout_b["jobs"]) == (30, 31)  # the members and the callback
+    ((_, chain_b),) = report["raw"]["chain"]
+    assert chain_b["jobs"] == 5
+    ((_, probes_b),) = report["raw"]["result-wait"]
+    assert len(probes_b["latencies_ms"]) == 3
+    assert "fanout" in output
+    assert "B/A" in output
+    # Nothing ran in the test's own database, and the scratch databases are gone.
+    assert conn.execute("SELECT count(*) FROM drover_jobs").fetchone() == (0,)
+    left = conn.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"drover_wfbench_{proc.pid}_%",)
+    ).fetchall()
+    assert left == []

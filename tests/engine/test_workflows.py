@@ -247,9 +247,49 @@ def test_the_inspector_reads_a_workflow_back_from_any_of_its_jobs(
         a, b, _ = (j.row.id for j in read.jobs)
         assert [j.depends_on for j in read.jobs] == [(), (), (a, b)]
         assert [j.row.args["name"] for j in read.jobs] == ["a", "b", "c"]
+        assert [j.result for j in read.jobs] == [{"from": n} for n in "abc"]
         with pytest.raises(drover.NotFound, match="belongs to no workflow"):
             inspector.workflow(lone.id)
         with pytest.raises(drover.NotFound):
             inspector.workflow(987654)
     finally:
         inspector.close()
+
+
+def test_a_retried_step_waits_again_for_its_dependencies(
+    make_client: MakeClient, conn: Conn, db_url: str
+) -> None:
+    client = make_client()  # nothing runs
+    a, b, c = client.insert(drover.chain(Step(name="a"), Step(name="b"), Step(name="c"))).jobs
+    inspector = drover.Inspector(db_url)
+    try:
+        inspector.cancel_job(a.id)  # b and c are cancelled with it
+        with pytest.raises(
+            drover.InvalidTransition, match=f"waits for job {a.id}, which ended cancelled"
+        ):
+            inspector.retry_job(b.id)
+        assert inspector.retry_jobs([b.id]) == []  # skipped, not an error
+        assert _states(conn, [a.id, b.id, c.id]) == ["cancelled"] * 3
+        inspector.retry_job(a.id)
+        assert inspector.retry_job(b.id).state == drover.JobState.PENDING
+        assert inspector.retry_jobs([c.id]) == [c.id]
+        assert _states(conn, [a.id, b.id, c.id]) == ["available", "pending", "pending"]
+    finally:
+        inspector.close()
+
+
+def test_retried_steps_run_in_order_once_their_dependency_completes(
+    make_client: MakeClient, journal: Journal, conn: Conn, db_url: str
+) -> None:
+    idle = make_client()
+    a, b = idle.insert(drover.chain(Step(name="a"), Step(name="b"))).jobs
+    inspector = drover.Inspector(db_url)
+    try:
+        inspector.cancel_job(a.id)
+        inspector.retry_job(a.id)
+        inspector.retry_job(b.id)
+    finally:
+        inspector.close()
+    client = _client(make_client, journal)
+    assert client.result(b, timeout=10) == {"from": "b"}
+    assert journal.order == ["a", "b"]

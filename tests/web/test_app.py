@@ -121,7 +121,10 @@ def test_overview_shows_queues_counts_pause_state_and_the_chart(
     assert page.status_code == 200
     assert page.headers["Set-Cookie"].startswith("drover_csrf=")
     assert "SameSite=Strict" in page.headers["Set-Cookie"]
-    assert re.search(r">mail</a></td>\s*<td class=\"num\">1</td>", page.text)
+    # pending 0, then available 1
+    assert re.search(
+        r">mail</a></td>\s*<td class=\"num\">0</td>\s*<td class=\"num\">1</td>", page.text
+    )
     assert '<span class="paused">paused</span>' in page.text
     assert 'action="/queues/resume"' in page.text and 'action="/queues/pause"' in page.text
     svg = re.search(r"<svg .*?</svg>", page.text, re.S)
@@ -480,7 +483,7 @@ def test_the_overview_flags_a_queue_with_waiting_jobs_and_no_live_worker(
     page = get(browser, "/").text
     assert "has waiting jobs and no live worker" not in page
     assert "1 live worker</a>, running 2 job(s) in 5 slot(s)." in page
-    assert re.search(r">mail</a></td>(\s*<td[^>]*>[^<]*</td>){6}\s*<td class=\"num\">1</td>", page)
+    assert re.search(r">mail</a></td>(\s*<td[^>]*>[^<]*</td>){7}\s*<td class=\"num\">1</td>", page)
     assert "<th>Paused?</th>" in page and "<title>Overview · drover</title>" in page
 
 

@@ -359,3 +359,78 @@ def test_an_operator_raises_a_limit_and_the_held_back_jobs_start(
             assert row.locator("td").nth(4).inner_text() == "code"
     finally:
         release.set()
+
+
+class CrawlFetch(drover.JobArgs, kind="crawl_fetch"):
+    url: str
+
+
+class CrawlCount(drover.JobArgs, kind="crawl_count"):
+    pass
+
+
+class CrawlPublish(drover.JobArgs, kind="crawl_publish", queue="publishing"):
+    """On a queue the test's client does not work: it waits, available."""
+
+    title: str
+
+
+def test_a_chords_workflow_page_draws_the_graph_and_links_each_job(
+    db_url: str, conn: Conn, page: Any, make_client: MakeClient, poll: Poll
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def fetch(job: drover.Job[CrawlFetch]) -> dict[str, Any]:
+        return {"url": job.args.url, "bytes": 1000 * len(job.args.url)}
+
+    @workers.register
+    def count(job: drover.Job[CrawlCount]) -> int:
+        return sum(r["bytes"] for r in job.parent_results())
+
+    client = make_client(workers=workers, poll_interval=0.1)
+    client.start()
+    urls = [f"https://example.com/{p}" for p in ("a", "bb", "ccc", "dddd")]
+    inserted = client.insert(
+        drover.chain(
+            drover.group(*(CrawlFetch(url=u) for u in urls)).then(CrawlCount()),
+            CrawlPublish(title="crawl"),
+            CrawlPublish(title="digest"),
+        )
+    )
+    assert isinstance(inserted, drover.InsertedWorkflow)
+    ids = [r.id for r in inserted.jobs]
+    counted = ids[4]
+    poll(lambda: _state(conn, counted) == "completed", message="the chord's callback completes")
+    client.stop(timeout=5)
+
+    with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "0") as (url, _):
+        page.goto(f"{url}jobs/{counted}")
+        assert page.locator("#waits-for a").all_inner_texts() == [str(i) for i in ids[:4]]
+        result = page.locator("#result")
+        assert result.inner_text() == str(sum(1000 * len(u) for u in urls))
+        page.locator("#workflow-link").click()
+        page.wait_for_url(f"**/workflows/{ids[0]}")
+        svg = page.locator("svg.workflow")
+        assert svg.is_visible()
+        nodes = svg.locator("a.node")
+        assert nodes.count() == 7
+        assert svg.locator("path.edge").count() == 6  # four into the callback, then a chain
+        states = {n.get_attribute("data-job"): n.get_attribute("class") for n in nodes.all()}
+        assert states == {
+            **{str(i): "node state-completed" for i in ids[:5]},
+            str(ids[5]): "node state-available",
+            str(ids[6]): "node state-pending",
+        }
+        # Columns run left to right: members, callback, then the two chained steps.
+        xs = [svg.locator(f'a.node[data-job="{i}"] rect').bounding_box()["x"] for i in ids]
+        assert len(set(xs[:4])) == 1 and xs[3] < xs[4] < xs[5] < xs[6]
+        assert "fill: rgb(232, 245, 233)" in svg.locator(
+            f'a.node[data-job="{ids[0]}"] rect'
+        ).evaluate("r => 'fill: ' + getComputedStyle(r).fill")
+        _shot(page, "workflow-page")
+
+        svg.locator(f'a.node[data-job="{ids[6]}"]').click()  # a box opens its job
+        page.wait_for_url(f"**/jobs/{ids[6]}")
+        assert page.locator("h1").inner_text() == f"Job {ids[6]} pending"
+        assert page.locator("#waits-for a").all_inner_texts() == [str(ids[5])]

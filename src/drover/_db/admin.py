@@ -45,6 +45,13 @@ RETRY = OperatorAction(
 )
 
 
+def _failed_dependency(conn: Connection, job_id: int) -> tuple[int, str] | None:
+    with translate(f"read the dependencies of job {job_id}"), conn.cursor() as cur:
+        cur.execute(query("job_failed_dependency"), {"id": job_id})
+        row = cur.fetchone()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
 def job_get(conn: Connection, job_id: int) -> JobRow | None:
     """The job with ``job_id``, or ``None``."""
     with translate(f"get job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
@@ -131,6 +138,15 @@ def job_operator_transition(conn: Connection, job_id: int, action: OperatorActio
         current = job_get(conn, job_id)
         if current is None:
             raise NotFound(f"job {job_id} does not exist")
+        if action is RETRY and current.state.value in action.allowed:
+            failed = _failed_dependency(conn, job_id)
+            if failed is not None:
+                dep_id, dep_state = failed
+                raise InvalidTransition(
+                    f"job {job_id} waits for job {dep_id}, which ended {dep_state}: "
+                    f"retry job {dep_id} first",
+                    state=current.state,
+                )
         if current.state.value in action.allowed and attempt == 0:
             continue
         raise InvalidTransition(

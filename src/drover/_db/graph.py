@@ -128,5 +128,12 @@ def workflow_jobs(
             return None
         workflow_id = int(found[0])
         cur.execute(query("workflow_jobs"), {"id": workflow_id})
-        jobs = [WorkflowJob(row_from_db(r), tuple(int(d) for d in r[-1])) for r in cur.fetchall()]
+        jobs = [
+            WorkflowJob(
+                row_from_db(r),
+                tuple(int(d) for d in r[-1]),
+                None if r[-2] is None else decode_json(r[-2]),
+            )
+            for r in cur.fetchall()
+        ]
     return workflow_id, jobs

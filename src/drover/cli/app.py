@@ -24,6 +24,7 @@ from drover.cli.common import (
     get_globals,
     load_workers,
     open_inspector,
+    parse_job_id,
     url_of,
     usage,
 )
@@ -31,12 +32,11 @@ from drover.cli.limits import limits_app
 from drover.cli.run import bench_command, demo_command, worker_command
 from drover.cli.web import web_command
 from drover.cli.workers import workers_command
+from drover.cli.workflow import workflow_app
 from drover.job import MAX_PRIORITY, MIN_PRIORITY
 from drover.queues import check_queue_name
 
 __all__ = ["app", "main"]
-
-MAX_ID = 2**63 - 1
 
 app = typer.Typer(
     name="drover",
@@ -55,6 +55,7 @@ app.add_typer(queues_app, name="queues")
 periodic_app = typer.Typer(help="Periodic jobs.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(periodic_app, name="periodic")
 app.add_typer(limits_app, name="limits")
+app.add_typer(workflow_app, name="workflow")
 
 
 def _print_version(value: bool) -> None:
@@ -160,19 +161,11 @@ def jobs_list_command(
     emit(g, human, [out.job_dict(r) for r in rows])
 
 
-def _parse_id(text: str) -> int:
-    value = text.strip()
-    # isdigit() alone accepts "²"; only ASCII digits are an id.
-    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_ID:
-        usage(f"invalid job id {text!r}: expected a whole number from 1 to {MAX_ID}")
-    return int(value)
-
-
 @jobs_app.command("get")
 def jobs_get_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """One job, with its args, its errors (tracebacks as text) and its result."""
     g = get_globals(ctx)
-    checked = _parse_id(job_id)
+    checked = parse_job_id(job_id)
     with open_inspector(g) as inspector:
         try:
             row = inspector.get_job(checked)
@@ -187,7 +180,7 @@ def jobs_get_command(ctx: typer.Context, job_id: str = typer.Argument(..., metav
 def retry_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Send a dead job back to the queue with a fresh set of attempts."""
     g = get_globals(ctx)
-    checked = _parse_id(job_id)
+    checked = parse_job_id(job_id)
     with open_inspector(g) as inspector:
         try:
             row = inspector.retry_job(checked)
@@ -200,7 +193,7 @@ def retry_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar=
 def cancel_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
     """Cancel a waiting or dead job (a running job belongs to its worker)."""
     g = get_globals(ctx)
-    checked = _parse_id(job_id)
+    checked = parse_job_id(job_id)
     with open_inspector(g) as inspector:
         try:
             row = inspector.cancel_job(checked)

@@ -20,6 +20,7 @@ from drover._db.errors import redact
 from drover.cli import output as out
 
 __all__ = [
+    "MAX_ID",
     "MIGRATE_COMMAND",
     "Globals",
     "database_error",
@@ -33,6 +34,7 @@ __all__ = [
     "load_object",
     "load_workers",
     "open_inspector",
+    "parse_job_id",
     "url_of",
     "usage",
 ]
@@ -58,6 +60,18 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 def usage(message: str) -> NoReturn:
     fail(message, code=2)
+
+
+MAX_ID = 2**63 - 1
+
+
+def parse_job_id(text: str) -> int:
+    """A job id from the command line; anything but 1..2**63-1 in ASCII digits is a usage error."""
+    value = text.strip()
+    # isdigit() alone accepts "²"; only ASCII digits are an id.
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_ID:
+        usage(f"invalid job id {text!r}: expected a whole number from 1 to {MAX_ID}")
+    return int(value)
 
 
 def _module_hint(spec: str, module_name: str, attribute: str) -> str | None:

@@ -52,6 +52,7 @@ from drover.web.params import (
     positive_id,
 )
 from drover.web.traces import fold_trace
+from drover.web.workflow import job_links, result_text, workflow_context
 
 __all__ = ["CSP", "StatusPage", "make_app"]
 
@@ -63,6 +64,8 @@ CSP = (
 CSRF_COOKIE = "drover_csrf"
 _JOB_ACTION = re.compile(r"^/jobs/([0-9]{1,19})/(retry|cancel)$")
 _JOB = re.compile(r"^/jobs/([0-9]{1,19})$")
+_WORKFLOW = re.compile(r"^/workflows/([0-9]{1,19})$")
+_MAX_ID = 2**63 - 1
 _POSTS = {"/queues/pause", "/queues/resume", "/jobs/retry-dead", "/jobs/bulk", *LIMIT_POSTS}
 # The only files served from /static/: the page's own script, by exact name.
 STATIC = {"live.js": "text/javascript; charset=utf-8"}
@@ -141,6 +144,9 @@ class StatusPage:
             job = _JOB.match(path)
             if job is not None:
                 return self._job(request, int(job.group(1)))
+            workflow = _WORKFLOW.match(path)
+            if workflow is not None:
+                return self._workflow(request, int(workflow.group(1)))
         except DroverError as exc:
             return self._error(request, 500, "The database refused", str(exc))
         return self._error(request, 404, "Not found", "No such page.")
@@ -270,10 +276,29 @@ class StatusPage:
             holder=holder,
             args=json.dumps(row.args, indent=2, ensure_ascii=False, sort_keys=True),
             errors=[_error_entry(e) for e in row.errors],
+            result=result_text(self.inspector, row),
+            links=job_links(self.inspector, row),
             retriable={s.value for s in RETRIABLE_STATES},
             cancellable={s.value for s in CANCELLABLE_STATES},
             refresh_url=self._refresh_url(request, f"/jobs/{row.id}"),
             live_seconds=self._live_seconds,
+        )
+
+    def _workflow(self, request: Request, job_id: int) -> Response:
+        missing = f"Job {job_id} does not exist or belongs to no workflow."
+        if not 1 <= job_id <= _MAX_ID:
+            return self._error(request, 404, "Not found", missing)
+        try:
+            workflow = self.inspector.workflow(job_id)
+        except NotFound:
+            return self._error(request, 404, "Not found", missing)
+        return self._render(
+            request,
+            "workflow.html",
+            title=f"Workflow {workflow.id}",
+            refresh_url=self._refresh_url(request, f"/workflows/{job_id}"),
+            live_seconds=self._live_seconds,
+            **workflow_context(workflow, self._base(request)),
         )
 
     def _error(self, request: Request, status: int, title: str, message: str) -> Response:
@@ -447,7 +472,11 @@ def make_app(
     ``state`` (``dead`` by default, ``all`` for any), ``args`` (a JSON object
     the args contain) and ``limit`` 1..1000, paged by id; bulk retry and
     cancel of ticked jobs), one page per job (args, every error with its
-    traceback, drover's own frames folded, timestamps, the lease holder) and
+    traceback, drover's own frames folded, timestamps, the lease holder; a
+    completed job's result; a workflow job's link to its workflow and the
+    jobs it waits for), one page per workflow (``/workflows/<any job id>``:
+    its jobs drawn as an SVG graph in dependency layers, each box coloured by
+    state and linking to its job, at most 300 drawn, and a table of them) and
     the limits (each cluster-wide limit with its use now: running jobs
     against its concurrency, starts in the window against its rate,
     partitions at their limit; who set it; a form to override one and a
