@@ -44,6 +44,11 @@ Violation codes (``CODES``):
 ``LIMIT_EXCEEDED``
     More executions held a concurrency limit's slots (one partition's) at
     once than the limit allows (``drover.faults.harness.limit_check``).
+``DEPENDENT_EARLY``, ``CALLBACK_DUPLICATE``, ``STEP_DUPLICATE``, ``DEPENDENT_OF_FAILED_RAN``
+    A workflow step started before a dependency completed, started again
+    with no failure or fault to explain it, or ran although a dependency
+    failed (``drover.faults.harness.workflow_check``). A step left
+    ``pending`` is ``LOST``, its detail saying which release was lost.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from typing import Any
 
 from drover.faults.harness.history import TERMINAL_STATES, Effect, Fault, History, JobFinal, Start
 from drover.faults.harness.limit_check import Exceeded, LimitFinding, check_limits
+from drover.faults.harness.workflow_check import WORKFLOW_CODES, check_workflows, pending_reason
 
 __all__ = ["CODES", "NO_EFFECT_WORKLOADS", "RESCUE_PREFIX", "Report", "Violation", "check"]
 
@@ -81,6 +87,7 @@ CODES: dict[str, str] = {
     "WRONG_OUTCOME": "a job ended in a state its workload cannot explain (a job that succeeds "
     "died with attempts left, a cancelling job did not end cancelled)",
     "LIMIT_EXCEEDED": "more executions held a concurrency limit's slots at once than it allows",
+    **WORKFLOW_CODES,
 }
 """Every violation code the checker reports, with a one-line meaning."""
 
@@ -122,8 +129,9 @@ class Report:
     with a budget. ``limits`` has, per concurrency limit of the history, its
     ``concurrency``, the ``executions`` it counted and the ``peak`` holding
     its slots at once (in one partition); ``limit_exceeded`` counts the
-    instants a limit was exceeded. ``history`` is what was checked (for
-    ``summary``).
+    instants a limit was exceeded. ``workflows`` has the workflow check's
+    figures (``WorkflowFindings.figures``), empty for a history without
+    workflow steps. ``history`` is what was checked (for ``summary``).
     """
 
     jobs: int = 0
@@ -150,6 +158,7 @@ class Report:
     drain_worst: float | None = None
     limits: dict[str, dict[str, int]] = field(default_factory=dict)
     limit_exceeded: int = 0
+    workflows: dict[str, Any] = field(default_factory=dict)
     violations: list[Violation] = field(default_factory=list)
     history: History | None = field(default=None, repr=False, compare=False)
 
@@ -193,6 +202,7 @@ class Report:
             "drain_worst": _micro(self.drain_worst),
             "limits": {key: dict(figures) for key, figures in self.limits.items()},
             "limit_exceeded": self.limit_exceeded,
+            "workflows": dict(self.workflows),
             "violations_total": len(self.violations),
             "violations_by_code": self.codes(),
             "violations": [v.to_json() for v in self.violations[:_MAX_VIOLATIONS_IN_JSON]],
@@ -232,6 +242,14 @@ class Report:
                     f"{key} {f['peak']} of {f['concurrency']} ({f['executions']})"
                     for key, f in self.limits.items()
                 )
+            )
+        if self.workflows.get("steps"):
+            w = self.workflows
+            lines.append(
+                f"workflows: {w['workflows']} ({w['steps']} steps, {w['dependents']} waiting); "
+                f"reruns: retried {w['retried']}, attributed {w['duplicates_attributed']}, "
+                f"unattributed {w['duplicates_unattributed']}; cancelled by a dependency "
+                f"{w['cancelled_by_dependency']}; release lag worst {_secs(w['release_lag_worst'])}"
             )
         if self.ok:
             lines.append("OK: no violations")
@@ -361,6 +379,7 @@ class _Checker:
         self.recovery()
         self.drain()
         self.limits()
+        self.workflows()
         r.duplicates_by_fault = dict(sorted(r.duplicates_by_fault.items()))
         order = {code: n for n, code in enumerate(CODES)}
         r.violations.sort(key=lambda v: (order.get(v.code, len(order)), v.job or 0))
@@ -372,11 +391,12 @@ class _Checker:
         for job in self.h.jobs.values():
             if job.state not in TERMINAL_STATES:
                 self.report.lost += 1
+                why = pending_reason(job, self.h.jobs) if job.state == "pending" else ""
                 self.flag(
                     "LOST",
                     job.id,
                     f"{job.workload} job left {job.state} (attempt {job.attempt}/"
-                    f"{job.max_attempts}) after the final drain",
+                    f"{job.max_attempts}) after the final drain" + (f": {why}" if why else ""),
                 )
         unknown = sorted((set(self.starts_by_job) | set(self.effects_by_job)) - set(self.h.jobs))
         for job_id in unknown:
@@ -394,6 +414,11 @@ class _Checker:
     def outcome(self, job: JobFinal) -> None:
         if job.state not in TERMINAL_STATES or not job.workload:
             return  # LOST already says so; a job not of the workload has no expectation
+        if any(
+            d in self.h.jobs and self.h.jobs[d].state in ("dead", "cancelled")
+            for d in job.depends_on
+        ):
+            return  # a dependency failed: the workflow check says what this step must be
         expected = _EXPECTED_STATE.get(job.workload, "completed")
         if job.state == expected:
             return
@@ -507,19 +532,28 @@ class _Checker:
 
     def _explaining_fault(self, e: Effect) -> Fault | None:
         """The fault that best explains why ``e``'s completion was not accepted, if any."""
+        return self.explain(e.pid, e.t_start, e.t_end)
+
+    def explain(self, pid: int, t_start: float, t_end: float) -> Fault | None:
+        """The fault that best explains why an execution by ``pid`` over [t_start, t_end] ran again.
+
+        A fault of that process, or a database- or network-wide one, that
+        overlaps the execution or the lease and rescue that follow it;
+        the process's own and the nearest first.
+        """
         p = self.p
-        lo = e.t_start - p.epsilon
-        hi = e.t_end + p.lease + p.rescue_interval + p.epsilon
+        lo = t_start - p.epsilon
+        hi = t_end + p.lease + p.rescue_interval + p.epsilon
         candidates = [
             f
             for f in self.h.faults
-            if (f.pid is None or f.pid == e.pid) and f.t_start <= hi and f.t_end >= lo
+            if (f.pid is None or f.pid == pid) and f.t_start <= hi and f.t_end >= lo
         ]
         if not candidates:
             return None
 
         def rank(f: Fault) -> tuple[bool, float, float]:
-            gap = max(0.0, f.t_start - e.t_end, e.t_start - f.t_end)
+            gap = max(0.0, f.t_start - t_end, t_start - f.t_end)
             return (f.pid is None, gap, f.t_start)
 
         return min(candidates, key=rank)
@@ -683,6 +717,15 @@ class _Checker:
             for excess in finding.exceeded:
                 self.report.limit_exceeded += 1
                 self.flag("LIMIT_EXCEEDED", _tipping_job(excess), _excess_text(finding, excess))
+
+    # 9. workflows ------------------------------------------------------------------------------
+
+    def workflows(self) -> None:
+        found = check_workflows(self.h, self.explain)
+        if found.steps:
+            self.report.workflows = found.figures()
+        for code, job, detail in found.violations:
+            self.flag(code, job, detail)
 
 
 def _tipping_job(excess: Exceeded) -> int:

@@ -60,10 +60,12 @@ __all__ = [
     "record_of",
 ]
 
-WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited")
+WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited", "step")
 """How a job's handler behaves; ``cancel`` and ``poison`` jobs never have an effect."""
 
-STATES = ("available", "scheduled", "retryable", "running", "completed", "cancelled", "dead")
+STATES = (
+    "pending", "available", "scheduled", "retryable", "running", "completed", "cancelled", "dead",
+)  # fmt: skip
 """drover's job states."""
 
 TERMINAL_STATES = frozenset({"completed", "cancelled", "dead"})
@@ -87,7 +89,9 @@ class JobFinal:
     ISO-8601 with timezone, "error": str, "trace": str | None}``; an entry whose
     ``error`` starts with ``drover: lease expired`` is a rescue by the rescuer.
     ``kind``, ``queue`` and ``args`` say which limits count the job (empty
-    when a snapshot did not record them).
+    when a snapshot did not record them). ``workflow_id`` is the workflow the
+    job belongs to (None for a job inserted on its own) and ``depends_on``
+    the ids it waited for, from the database's edges (``drover_job_deps``).
     """
 
     id: int
@@ -100,6 +104,8 @@ class JobFinal:
     kind: str = ""
     queue: str = ""
     args: dict[str, Any] = field(default_factory=dict)
+    workflow_id: int | None = None
+    depends_on: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,12 +129,19 @@ class Effect:
 
 @dataclass(frozen=True)
 class Start:
-    """A handler began an attempt (from its worker's history; a SIGKILL may have lost it)."""
+    """A handler began an attempt (from its worker's history; a SIGKILL may have lost it).
+
+    ``deps`` is what a workflow step's handler read of its dependencies as it
+    began (``job.parent_results()``: each dependency's result, which the
+    suite's steps make their own job id; null for one without a result, so
+    not completed when read); None when the handler read nothing.
+    """
 
     job: int
     attempt: int
     pid: int
     t: float
+    deps: tuple[int | None, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -365,6 +378,8 @@ def load_history(directory: Path, params: Params | None = None) -> History:
                     kind=f.get_opt_str("kind") or "",
                     queue=f.get_opt_str("queue") or "",
                     args=f.get_object("args"),
+                    workflow_id=f.get_opt_int("workflow_id"),
+                    depends_on=f.get_ints("depends_on"),
                 )
                 if job.id in jobs:
                     raise ValueError(f"{where}: job {job.id} recorded twice")
@@ -381,17 +396,25 @@ def load_history(directory: Path, params: Params | None = None) -> History:
                         tx=f.get_bool("tx"),
                     )
                 )
-            elif ev in ("start", "end"):
-                made = (Start if ev == "start" else End)(
-                    job=f.get_int("job"),
-                    attempt=f.get_int("attempt"),
-                    pid=f.get_int("pid"),
-                    t=f.get_float("t"),
+            elif ev == "start":
+                starts.append(
+                    Start(
+                        job=f.get_int("job"),
+                        attempt=f.get_int("attempt"),
+                        pid=f.get_int("pid"),
+                        t=f.get_float("t"),
+                        deps=f.get_opt_ints_or_nulls("deps"),
+                    )
                 )
-                if isinstance(made, Start):
-                    starts.append(made)
-                else:
-                    ends.append(made)
+            elif ev == "end":
+                ends.append(
+                    End(
+                        job=f.get_int("job"),
+                        attempt=f.get_int("attempt"),
+                        pid=f.get_int("pid"),
+                        t=f.get_float("t"),
+                    )
+                )
             elif ev == "limit":
                 limits.append(
                     LimitRule(

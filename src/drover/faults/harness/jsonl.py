@@ -104,6 +104,28 @@ class Fields:
             raise self._bad(name, "an object")
         return dict(value)
 
+    def get_ints(self, name: str) -> tuple[int, ...]:
+        """A list of integers, as a tuple; ``()`` for a missing or null field."""
+        value = self._r.get(name)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise self._bad(name, "a list of integers")
+        return tuple(value)
+
+    def get_opt_ints_or_nulls(self, name: str) -> tuple[int | None, ...] | None:
+        """A list of integers and nulls, as a tuple; None for a missing or null field."""
+        value = self._r.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(
+            v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in value
+        ):
+            raise self._bad(name, "a list of integers or nulls")
+        return tuple(value)
+
     def get_errors(self, name: str) -> list[dict[str, Any]]:
         """A list of objects (drover's error entries); ``[]`` for a missing or null field."""
         value = self._r.get(name)

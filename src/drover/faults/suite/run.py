@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -32,6 +32,7 @@ from drover.faults.harness.checker import Report, check
 from drover.faults.harness.cluster import Cluster
 from drover.faults.harness.history import Params, load_history
 from drover.faults.harness.proxy import Mode, TcpProxy
+from drover.faults.suite import workflows
 from drover.faults.suite.workload import (
     EFFECTS_DDL,
     LIMITED_PARTS,
@@ -78,6 +79,8 @@ class Scenario:
     drain_budget: float = 1.0
     fault_every: float = 1.0
     """Seconds between two faults (after the previous one healed)."""
+    workflows: int | None = None
+    """Chains and chords inserted beside the jobs (``workflows.py``); None: one per 40 jobs."""
     quiesce_timeout: float = 240.0
     out: Path | None = None
     log: Callable[[str], None] = field(default=print, repr=False)
@@ -285,7 +288,10 @@ def _workload(scenario: Scenario, rng: random.Random) -> list[drover.InsertItem]
     return items
 
 
-def _chunks(items: list[drover.InsertItem], parts: int) -> list[list[drover.InsertItem]]:
+_T = TypeVar("_T")
+
+
+def _chunks(items: list[_T], parts: int) -> list[list[_T]]:
     """``items`` in ``parts`` consecutive chunks of near-equal size (the first gets the rest)."""
     size, extra = divmod(len(items), parts)
     chunks, start = [], 0
@@ -354,13 +360,14 @@ def _snapshot(dsn: str, history_dir: Path) -> None:
     with psycopg.connect(dsn) as conn:
         for row in conn.execute(
             "SELECT id, args->>'workload', state::text, attempt, max_attempts,"
-            " extract(epoch FROM finalized_at)::float8, errors, kind, queue, args"
-            " FROM drover_jobs ORDER BY id"
+            " extract(epoch FROM finalized_at)::float8, errors, kind, queue, args, workflow_id,"
+            " ARRAY(SELECT e.depends_on FROM drover_job_deps e WHERE e.job_id = j.id ORDER BY 1)"
+            " FROM drover_jobs j ORDER BY id"
         ):
             out.write(
                 ev="job", id=row[0], workload=row[1], state=row[2], attempt=row[3],
                 max_attempts=row[4], finalized_at=row[5], errors=row[6], kind=row[7],
-                queue=row[8], args=row[9],
+                queue=row[8], args=row[9], workflow_id=row[10], depends_on=row[11],
             )  # fmt: skip
         for row in conn.execute(
             "SELECT job_id, attempt, pid, t_start, t_end, db_at, tx FROM fault_effects"
@@ -389,6 +396,11 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
         # The jobs arrive in rounds, one before each fault, so every fault lands
         # on a working system rather than on one that already drained.
         rounds = _chunks(_workload(scenario, rng), scenario.faults + 1)
+        # Workflows draw from a generator of their own, so a seed's job mix and
+        # fault schedule stay what they were before workflows joined the suite.
+        count = scenario.workflows if scenario.workflows is not None else scenario.jobs // 40
+        flows = workflows.build(random.Random(f"{scenario.seed}/workflows"), count)  # noqa: S311
+        flow_rounds = _chunks(flows, scenario.faults + 1)
         # Named apart from the workers' connections, so `terminate` never picks it.
         feeder = drover.Client(make_conninfo(dsn, application_name="fault-feeder"))
         orchestrator = HistoryFile(history_dir / "orchestrator.jsonl")
@@ -399,13 +411,18 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
             _Fleet(scenario, proxy.via(dsn), dsn, history_dir) as fleet,
         ):
             _feed(feeder, rounds[0])
-            say(f"{scenario.jobs} jobs in {len(rounds)} rounds; {scenario.workers} workers")
+            workflows.feed(feeder, dsn, flow_rounds[0])
+            say(
+                f"{scenario.jobs} jobs and {count} workflows in {len(rounds)} rounds; "
+                f"{scenario.workers} workers"
+            )
             nemesis = _Nemesis(scenario, fleet, cluster, proxy, dsn, orchestrator, rng)
             began = time.time()
             for _ in range(scenario.workers):
                 fleet.spawn()
             for n, kind in enumerate(_schedule(scenario, rng)):
                 _feed(feeder, rounds[n + 1])
+                workflows.feed(feeder, dsn, flow_rounds[n + 1])
                 time.sleep(scenario.fault_every)
                 nemesis.inject(kind)
                 say(f"fault {n + 1}/{scenario.faults}: {kind}")
@@ -468,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated fault kinds (default: all of {', '.join(FAULT_KINDS)})",
     )
     parser.add_argument("--fault-every", type=float, default=1.0)
+    parser.add_argument(
+        "--workflows", type=int, default=None, help="chains and chords (default: jobs / 40)"
+    )
     parser.add_argument("--out", type=Path, help="keep history, server log and report here")
     options = parser.parse_args(argv)
     kinds = tuple(k for k in options.kinds.split(",") if k)
@@ -483,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         mode=options.mode,
         kinds=kinds,
         fault_every=options.fault_every,
+        workflows=options.workflows,
         out=options.out,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )

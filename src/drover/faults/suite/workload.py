@@ -12,6 +12,12 @@ only when it succeeds, independently of drover:
 - mode ``tx``: the effect row and ``job.complete_tx`` share one transaction,
   so an effect exists only if the completion committed.
 
+Workflow steps (``FaultStep``, see ``drover.faults.suite.workflows``) also
+read their dependencies' results as they begin (``job.parent_results()``;
+every step returns its own job id as its result) and record what they read
+in their ``start`` record, so the checker can see a step that began before
+a dependency completed.
+
 drover's own refusals of a stale claim's write (the ``outcome_discarded``
 and ``complete_tx_refused`` log events) are appended as ``refused`` records.
 One ``os.write`` per record to an ``O_APPEND`` file: a record written before a
@@ -42,11 +48,12 @@ __all__ = [
     "WORKLOADS",
     "FaultJob",
     "FaultLimited",
+    "FaultStep",
     "HistoryFile",
     "main",
 ]
 
-WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited")
+WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited", "step")
 
 LIMITED_CONCURRENCY = 3
 """At most this many ``limited`` jobs run at once in the whole cluster (of 3 x 4 slots)."""
@@ -91,6 +98,20 @@ class FaultLimited(
     workload: str = "limited"
     part: int = 0
     seconds: float = 0.0
+
+
+class FaultStep(drover.JobArgs, kind="fault_step"):
+    """A step of a workflow (a chain's step, a chord's member or callback).
+
+    ``workload`` is ``step`` (succeeds, after ``fail_times`` failed attempts)
+    or ``poison`` (always fails: its dependents must be cancelled, never run).
+    The handler's result is its own job id, so a dependent's
+    ``parent_results()`` names the dependencies it found completed.
+    """
+
+    workload: str = "step"
+    seconds: float = 0.0
+    fail_times: int = 0
 
 
 class HistoryFile:
@@ -178,6 +199,31 @@ class FaultWorker(drover.Worker[FaultJob]):
         finally:
             self.ended(job)
 
+    def step(self, job: drover.Job[FaultStep]) -> int:
+        """A workflow step: read the dependencies' results, behave, record the effect."""
+        t_start = time.time()
+        read: list[int | None] | None = None
+        try:
+            # Before anything else, as a start record would be; the record is
+            # written after the read so that it carries what was read.
+            read = [r if isinstance(r, int) else None for r in job.parent_results()]
+        finally:
+            self._history.write(
+                ev="start", job=job.id, attempt=job.attempt, pid=self._pid, t=t_start, deps=read
+            )
+        try:
+            args = job.args
+            if args.workload == "poison":
+                raise RuntimeError("the workload always fails this step")
+            if job.attempt <= args.fail_times:
+                raise RuntimeError(f"the workload fails attempt {job.attempt} of this step")
+            if args.seconds > 0 and job.context.wait(args.seconds):
+                raise RuntimeError(f"interrupted: {job.context.reason}")
+            self._record_effect(job, t_start, result=job.id)
+            return job.id
+        finally:
+            self.ended(job)
+
     def _behave(self, job: drover.Job[FaultJob], t_start: float) -> None:
         args = job.args
         if args.workload == "cancel":
@@ -202,7 +248,7 @@ class FaultWorker(drover.Worker[FaultJob]):
             ).fetchone()
         return marked is not None
 
-    def _record_effect(self, job: drover.Job[Any], t_start: float) -> None:
+    def _record_effect(self, job: drover.Job[Any], t_start: float, result: object = None) -> None:
         insert = (
             "INSERT INTO fault_effects (job_id, attempt, pid, t_start, t_end, tx) "
             "VALUES (%s, %s, %s, %s, %s, %s)"
@@ -213,7 +259,7 @@ class FaultWorker(drover.Worker[FaultJob]):
                     conn.execute(
                         insert, (job.id, job.attempt, self._pid, t_start, time.time(), True)
                     )
-                    job.complete_tx(conn)
+                    job.complete_tx(conn, result=result)
             else:
                 conn.execute(insert, (job.id, job.attempt, self._pid, t_start, time.time(), False))
 
@@ -226,6 +272,34 @@ def _configure_logging(history: HistoryFile, log_path: Path) -> None:
     to_file.setLevel(logging.WARNING)
     to_file.setFormatter(logging.Formatter("%(created).3f %(levelname)s %(message)s"))
     logger.addHandler(to_file)
+
+
+_START_PATIENCE = 60.0
+"""How long a worker keeps trying to start while the database is unreachable."""
+
+
+def _run(dsn: str, config: drover.Config, history: HistoryFile) -> None:
+    """``Client.run`` until SIGTERM, starting again while the database is down at start.
+
+    The nemesis may restart or crash the server while a replacement worker
+    is still importing; a worker that gave up then would leave the run a
+    worker short (its jobs rescued by nobody while another is paused), as a
+    process supervisor would not. Only ``start`` raises ``DatabaseError``
+    here: once started, a client rides out outages itself.
+    """
+    deadline = time.monotonic() + _START_PATIENCE
+    while True:
+        client = drover.Client(dsn, config)
+        try:
+            client.run()
+            return
+        except drover.DatabaseError:
+            if time.monotonic() > deadline:
+                raise
+            history.write(ev="process", pid=os.getpid(), t=time.time(), what="start failed")
+            time.sleep(0.2)
+        finally:
+            client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,28 +337,25 @@ def main(argv: list[str] | None = None) -> int:
     worker = FaultWorker(effects, history, options.mode)
     workers.add(worker)
     workers.register(worker.limited)
-    client = drover.Client(
-        options.dsn,
-        drover.Config(
-            workers=workers,
-            concurrency=options.concurrency,
-            lease_duration=options.lease,
-            heartbeat_interval=options.heartbeat,
-            rescue_interval=options.rescue,
-            poll_interval=options.poll,
-            shutdown_timeout=options.shutdown_timeout,
-            retry_policy=_QuickRetry(),
-        ),
+    workers.register(worker.step)
+    config = drover.Config(
+        workers=workers,
+        concurrency=options.concurrency,
+        lease_duration=options.lease,
+        heartbeat_interval=options.heartbeat,
+        rescue_interval=options.rescue,
+        poll_interval=options.poll,
+        shutdown_timeout=options.shutdown_timeout,
+        retry_policy=_QuickRetry(),
     )
     history.write(ev="process", pid=pid, t=time.time(), what="started")
     code = 0
     try:
-        client.run()
+        _run(options.dsn, config, history)
     except drover.DrainIncomplete:
         code = 3
     finally:
         history.write(ev="process", pid=pid, t=time.time(), what="stopped", code=code)
-        client.close()
         effects.close(timeout=1)
         history.close()
     return code
