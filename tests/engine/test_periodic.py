@@ -176,7 +176,7 @@ def test_a_tick_already_held_by_a_waiting_job_is_absorbed_without_an_error(
     # Far enough ahead that the client leads (and registers its watermark,
     # which starts from then) before the first planted fire time, even on a
     # loaded machine.
-    start = drover.Schedule("@every 250ms").next(now + timedelta(seconds=2))
+    start = drover.Schedule("@every 250ms").next(now + timedelta(seconds=4))
     assert start is not None
     planted = [start + i * PERIOD for i in range(3)]
     producer = make_client()
