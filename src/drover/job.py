@@ -8,7 +8,6 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -322,7 +321,22 @@ def _unknown_message(cls: type[JobArgs], unknown: list[str], exc: ValidationErro
     return message
 
 
-_NO_META: Mapping[str, Any] = MappingProxyType({})
+class _NoMeta(dict[str, Any]):
+    """The empty metadata every row without any shares: a dict that refuses changes."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        raise TypeError("a JobRow's metadata is read-only")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self) -> str:
+        return "NO_META"
+
+
+_NO_META: Mapping[str, Any] = _NoMeta()
 
 
 class JobRow(NamedTuple):

@@ -187,6 +187,7 @@ class Store:
         kind: str | None,
         before_id: int | None,
         args_json: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> list[JobRow]:
         """Jobs newest first, filtered by whatever is given (``args_json``: args containing it)."""
         with borrow(self._pool, "list jobs") as conn:
@@ -198,6 +199,7 @@ class Store:
                 kind=kind,
                 before_id=before_id,
                 args_json=args_json,
+                tags=tags,
             )
 
     def lease_holder(self, job_id: int) -> tuple[bool, str | None]:
@@ -358,7 +360,7 @@ class Store:
             return claims.job_record_outcomes(conn, outcomes)
 
     def report_progress(self, reports: Sequence[ProgressReport]) -> set[int]:
-        """Write progress reports in one statement, each fenced on its execution; the ids written."""
+        """Write progress reports in one statement, each fenced on its execution."""
         with borrow(self._pool, "report job progress") as conn:
             return job_report_progress(conn, reports)
 

@@ -11,10 +11,10 @@ from drover._records import WriteResult
 from drover._runtime.completer import Completer
 from drover._runtime.fetcher import Fetcher
 from drover._runtime.heartbeat import Heartbeat
-from drover._runtime.progress import ProgressWriter
 from drover._runtime.inflight import InFlight, Slots
 from drover._runtime.jobpool import JobPool
 from drover._runtime.listener import Listener
+from drover._runtime.progress import ProgressWriter
 from drover._runtime.pruner import Pruner
 from drover._runtime.refresher import StatsRefresher
 from drover._runtime.registry import Registry
