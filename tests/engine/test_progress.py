@@ -71,8 +71,7 @@ def test_progress_and_metadata_are_visible_while_the_job_runs(
     )
     assert handlers.reported.wait(SAFETY)
     poll(
-        lambda: _progress(conn, job.id)
-        == ("running", 1.0, "step 4", {"owner": "ops", "rows": 10}),
+        lambda: _progress(conn, job.id) == ("running", 1.0, "step 4", {"owner": "ops", "rows": 10}),
         message="the writer wrote the report of a running job",
     )
     seen = drover.Inspector(client._store.pool).get_job(job.id)
