@@ -19,20 +19,9 @@ def _stored(conn: Conn, job_id: int) -> tuple[Any, ...]:
 
 
 def test_enqueue_with_tags_and_meta_then_list_by_tag(db_url: str, conn: Conn) -> None:
+    meta = '{"owner": "ops"}'
     first = json.loads(
-        ok(
-            cli(
-                db_url,
-                "--json",
-                "enqueue",
-                "--kind",
-                "k",
-                "--tag",
-                "billing,eu",
-                "--meta",
-                '{"owner": "ops"}',
-            )
-        )  # fmt: skip
+        ok(cli(db_url, "--json", "enqueue", "--kind", "k", "--tag", "billing,eu", "--meta", meta))
     )
     second = json.loads(ok(cli(db_url, "--json", "enqueue", "--kind", "k", "--tag", "billing")))
     assert _stored(conn, first["id"]) == (["billing", "eu"], {"owner": "ops"})

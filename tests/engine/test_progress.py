@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import pydantic
 import pytest
 from jobdb import Conn, MakeClient, Poll, start_client, wiring
 
@@ -21,7 +22,7 @@ class Step(drover.JobArgs, kind="progress_step"):
     calls: int = 1
     block: bool = False
     final: float | None = None
-    meta: dict[str, Any] = {}
+    meta: dict[str, Any] = pydantic.Field(default_factory=dict)
 
 
 class Handlers:

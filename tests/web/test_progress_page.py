@@ -1,4 +1,4 @@
-"""The status page shows progress, metadata and tags, and filters the job list by tags (ADR 0032)."""
+"""The status page: progress, metadata and tags on a job, the job list by tags (ADR 0032)."""
 
 from __future__ import annotations
 
