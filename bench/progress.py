@@ -18,7 +18,9 @@ client against a table emptied before it:
 A drain is timed from the client's start until every job is ``completed``
 (read from the table every 5 ms). The figures are medians over the rounds of
 jobs per second, with each variant's per-round ratio to ``none`` beside them:
-the target is ``progress`` >= 0.90 x ``none``. The parent creates a scratch
+the target is ``progress`` >= 0.90 x ``none``. Beside them, this process's CPU
+time per job (all its threads) and its ratio to ``none``: steadier than the
+wall clock on a machine shared with other work. The parent creates a scratch
 database on the server (the embedded one by default, ``fsync`` on) and drops
 it at the end. See docs/benchmarks.md, "Progress".
 """
@@ -86,8 +88,14 @@ def _workers(variant: str) -> drover.Workers:
     return workers
 
 
-def drain(url: str, variant: str, jobs: int, concurrency: int, timeout: float) -> float:
-    """Insert ``jobs``, then time a fresh client draining them; jobs per second."""
+def drain(
+    url: str, variant: str, jobs: int, concurrency: int, timeout: float
+) -> tuple[float, float]:
+    """Insert ``jobs``, then time a fresh client draining them.
+
+    Returns jobs per second and this process's CPU time per job in
+    microseconds (every thread: the handlers, drover's services, the poll).
+    """
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE drover_jobs CASCADE")
     inserter = drover.Client(url)
@@ -105,6 +113,7 @@ def drain(url: str, variant: str, jobs: int, concurrency: int, timeout: float) -
     pause = threading.Event()
     with psycopg.connect(url, autocommit=True) as conn:
         began = time.perf_counter()
+        cpu = time.process_time()
         client.start()
         deadline = began + timeout
         try:
@@ -118,10 +127,11 @@ def drain(url: str, variant: str, jobs: int, concurrency: int, timeout: float) -
                     raise RuntimeError(f"{variant}: the drain did not finish in {timeout}s")
                 pause.wait(0.005)
             elapsed = time.perf_counter() - began
+            cpu = time.process_time() - cpu
         finally:
             client.stop(timeout=30)
             client.close()
-    return jobs / elapsed
+    return jobs / elapsed, cpu / jobs * 1e6
 
 
 @contextlib.contextmanager
@@ -175,29 +185,40 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1 or args.rounds < 1 or args.concurrency < 1:
         parser.error("--jobs, --rounds and --concurrency must be at least 1")
     raw: dict[str, list[float]] = {v: [] for v in chosen}
+    cpu: dict[str, list[float]] = {v: [] for v in chosen}
     with server(args.database) as url_root, scratch_database(url_root) as url:
         if not args.no_warmup:
             drain(url, "none", min(args.jobs, 1000), args.concurrency, args.timeout)
         for round_ in range(args.rounds):
             order = chosen if round_ % 2 == 0 else chosen[::-1]
             for variant in order:
-                raw[variant].append(drain(url, variant, args.jobs, args.concurrency, args.timeout))
-            shown = ", ".join(f"{v} {raw[v][-1]:.0f}/s" for v in chosen)
+                rate, cpu_us = drain(url, variant, args.jobs, args.concurrency, args.timeout)
+                raw[variant].append(rate)
+                cpu[variant].append(cpu_us)
+            shown = ", ".join(f"{v} {raw[v][-1]:.0f}/s {cpu[v][-1]:.0f} us" for v in chosen)
             print(f"round {round_ + 1}: {shown}", file=sys.stderr)
     results: dict[str, Any] = {}
-    print(f"{'variant':<18} {'jobs/s (median)':>16} {'B/A per round':>30} {'B/A median':>11}")
+    print(
+        f"{'variant':<18} {'jobs/s':>8} {'B/A per round':>36} {'B/A':>6} "
+        f"{'CPU us/job':>11} {'CPU B/A':>8}"
+    )
     for variant in chosen:
         ratios = [b / a for a, b in zip(raw["none"], raw[variant], strict=True)]
+        cpu_ratios = [b / a for a, b in zip(cpu["none"], cpu[variant], strict=True)]
         median = statistics.median(ratios)
         results[variant] = {
             "jobs_per_s": statistics.median(raw[variant]),
             "ratios": ratios,
             "ratio_median": median,
+            "cpu_us_per_job": statistics.median(cpu[variant]),
+            "cpu_ratios": cpu_ratios,
+            "cpu_ratio_median": statistics.median(cpu_ratios),
         }
         per_round = " ".join(f"{r:.2f}" for r in ratios)
         print(
-            f"{variant:<18} {statistics.median(raw[variant]):>16.0f} {per_round:>30} "
-            f"{median:>11.2f}"
+            f"{variant:<18} {statistics.median(raw[variant]):>8.0f} {per_round:>36} "
+            f"{median:>6.2f} {statistics.median(cpu[variant]):>11.0f} "
+            f"{statistics.median(cpu_ratios):>8.2f}"
         )
     met = None
     if "progress" in results:
@@ -211,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             "calls_per_job": CALLS,
             "results": results,
             "raw": raw,
+            "cpu_us": cpu,
             "target": TARGET,
             "met": met,
         }
