@@ -16,7 +16,7 @@ from drover._db.store import Store
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import JobInsertParams, KindStats, PeriodicInfo, WorkerInfo
-from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
+from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs, NotFound
 from drover.job import (
     DEFAULT_PRIORITY,
     MAX_KIND_LENGTH,
@@ -384,7 +384,7 @@ class Inspector(JobsAndQueues):
                 unique_key=opts.unique_key or None,
                 priority=DEFAULT_PRIORITY if opts.priority is None else opts.priority,
                 tags=tuple(opts.tags),
-                meta=None if opts.meta is None else encode_meta(opts.meta, "InsertOpts.meta"),
+                meta=None if opts.meta is None else _meta_json(opts.meta),
             )
         return self._store.insert(params, notify=True)
 
@@ -560,3 +560,11 @@ def _tag_filter(tags: object) -> tuple[str, ...]:
         return check_tags(tags, "tags")
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(str(exc)) from None
+
+
+def _meta_json(meta: object) -> str:
+    # Checked when the InsertOpts was built; again here, as the dict may have changed.
+    try:
+        return encode_meta(meta, "InsertOpts.meta")
+    except (TypeError, ValueError) as exc:
+        raise InvalidInsertOpts(str(exc)) from None
