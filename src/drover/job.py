@@ -599,7 +599,7 @@ class Job(Generic[ArgsT]):
         state = 'running')``: once the lease is lost, the reports of this
         execution are refused by the database and the row keeps what the
         current execution says. Visible as ``JobRow.progress`` and
-        ``progress_message`` (``Inspector.get_job``, ``drover jobs show``, the
+        ``progress_message`` (``Inspector.get_job``, ``drover jobs get``, the
         job's page). A report from a retried attempt replaces the earlier
         attempt's.
 
