@@ -92,7 +92,7 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         "drover_jobs_workflow_idx",
         "drover_jobs_tags_idx",
     }
-    assert "USING gin (tags)" in idx["drover_jobs_tags_idx"]
+    assert "USING gin (tags) WHERE (tags <> '{}'::text[])" in idx["drover_jobs_tags_idx"]
     assert "drover_jobs_fetch_idx" not in idx and "drover_jobs_fetch_v2_idx" not in idx
     assert (
         "(state, finalized_at) WHERE (finalized_at IS NOT NULL)" in idx["drover_jobs_finalized_idx"]
