@@ -6,7 +6,9 @@
 -- name: job_list
 -- %(args)s, when given, is JSON the job's args must contain (jsonb @>): every
 -- key of an object with an equal value, recursively. No index serves it; the
--- walk down the primary key stops at the limit.
+-- walk down the primary key stops at the limit. %(tags)s, when given, are tags
+-- the job must all carry (ADR 0032); "tags <> '{}'" lets the partial GIN index
+-- serve it (never called with an empty list).
 SELECT {{job_columns}}
 FROM drover_jobs
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -14,6 +16,7 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
   AND (%(args)s::jsonb IS NULL OR args @> %(args)s::jsonb)
+  AND (%(tags)s::text[] IS NULL OR (tags @> %(tags)s::text[] AND tags <> '{}'))
 ORDER BY id DESC
 LIMIT %(limit)s;
 

@@ -25,15 +25,15 @@ RETURNING id, created_at, CASE WHEN %s::boolean THEN pg_notify('drover', queue):
 -- aborted by a duplicate. With notify set, the same statement queues a
 -- wake-up for the job's queue, delivered when the transaction commits.
 -- Positional parameters: scheduled_at, kind, queue, args, max_attempts,
--- unique_key, priority, notify.
+-- unique_key, priority, tags, meta, notify.
 WITH due AS (
     SELECT GREATEST(COALESCE(%s::timestamptz, now()), now()) AS at
 )
 INSERT INTO drover_jobs (kind, queue, args, max_attempts, scheduled_at, state, unique_key,
-                         priority)
+                         priority, tags, meta)
 SELECT %s, %s, %s::jsonb, %s, due.at,
        CASE WHEN due.at > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
-       %s, %s::smallint
+       %s, %s::smallint, %s::text[], COALESCE(%s::jsonb, '{}')
 FROM due
 ON CONFLICT (queue, kind, unique_key)
     WHERE unique_key IS NOT NULL
@@ -46,7 +46,8 @@ RETURNING id, created_at, state::text, scheduled_at,
 -- Single-row inserts of concurrent callers, combined into one statement and
 -- one transaction (see drover._inserter). The jobs arrive as one JSON array
 -- of [kind, queue, args, max_attempts, scheduled_at, unique_key, priority]
--- arrays: one parameter that drover builds from JSON it already holds, far
+-- arrays, with [..., tags, meta] appended for a job that has either (ADR 0032):
+-- one parameter that drover builds from JSON it already holds, far
 -- cheaper than seven array parameters. Ids are drawn first, so each input position learns
 -- its id; a position whose unique key lost comes back with a NULL id (the
 -- rules of job_insert, row by row; of two equal keys in one statement the
@@ -56,15 +57,17 @@ WITH r AS MATERIALIZED (
            e.v->>0 AS kind, e.v->>1 AS queue, e.v->2 AS args,
            (e.v->>3)::integer AS max_attempts, e.v->>5 AS unique_key,
            (e.v->>6)::smallint AS priority,
+           ARRAY(SELECT jsonb_array_elements_text(e.v->7)) AS tags,
+           COALESCE(e.v->8, '{}') AS meta,
            GREATEST(COALESCE((e.v->>4)::timestamptz, now()), now()) AS at
     FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(v, ord)
 ), inserted AS (
     INSERT INTO drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state, unique_key,
-                             priority)
+                             priority, tags, meta)
     OVERRIDING SYSTEM VALUE
     SELECT id, kind, queue, args, max_attempts, at,
            CASE WHEN at > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
-           unique_key, priority
+           unique_key, priority, tags, meta
     FROM r
     ORDER BY ord
     ON CONFLICT (queue, kind, unique_key)
@@ -115,13 +118,15 @@ CREATE TEMP TABLE IF NOT EXISTS drover_insert_batch (
     max_attempts integer     NOT NULL,
     scheduled_at timestamptz,
     unique_key   text,
-    priority     smallint    NOT NULL
+    priority     smallint    NOT NULL,
+    tags         text[]      NOT NULL DEFAULT '{}',
+    meta         jsonb       NOT NULL DEFAULT '{}'
 ) ON COMMIT DROP;
 TRUNCATE drover_insert_batch;
 
 -- name: job_insert_batch_copy
 COPY drover_insert_batch (ord, kind, queue, args, max_attempts, scheduled_at, unique_key,
-                         priority)
+                         priority, tags, meta)
 FROM STDIN;
 
 -- name: job_insert_batch_apply
@@ -129,11 +134,11 @@ FROM STDIN;
 -- ON CONFLICT are simply missing from the result; the caller compares counts.
 WITH inserted AS (
     INSERT INTO drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state, unique_key,
-                             priority)
+                             priority, tags, meta)
     OVERRIDING SYSTEM VALUE
     SELECT b.id, b.kind, b.queue, b.args, b.max_attempts, due.at,
            CASE WHEN due.at > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
-           b.unique_key, b.priority
+           b.unique_key, b.priority, b.tags, b.meta
     FROM drover_insert_batch b
     CROSS JOIN LATERAL (
         SELECT GREATEST(COALESCE(b.scheduled_at, now()), now()) AS at

@@ -21,7 +21,8 @@ WHERE id = ANY (%(ids)s::bigint[]) AND NOT has_dependents;
 -- the workflow's id, its first job's, is known to every row), the edges
 -- between them and to existing jobs, and a wake-up for the queues of the
 -- jobs that are claimable at once. Each node is [kind, queue, args,
--- max_attempts, scheduled_at, priority, pending_deps, has_dependents].
+-- max_attempts, scheduled_at, priority, pending_deps, has_dependents], with
+-- [..., tags, meta] appended for a job that has either (ADR 0032).
 -- Foreign keys are checked at the end of the statement, after the rows
 -- exist.
 WITH r AS MATERIALIZED (
@@ -31,19 +32,21 @@ WITH r AS MATERIALIZED (
            GREATEST(COALESCE((e.v->>4)::timestamptz, now()), now()) AS at,
            (e.v->>5)::smallint AS priority,
            (e.v->>6)::integer AS pending_deps,
-           (e.v->>7)::boolean AS has_dependents
+           (e.v->>7)::boolean AS has_dependents,
+           ARRAY(SELECT jsonb_array_elements_text(e.v->8)) AS tags,
+           COALESCE(e.v->9, '{}') AS meta
     FROM jsonb_array_elements(%(nodes)s::jsonb) WITH ORDINALITY AS e(v, ord)
 ), w AS (
     SELECT CASE WHEN %(workflow)s::boolean THEN min(id) END AS id FROM r
 ), inserted AS (
     INSERT INTO drover_jobs (id, kind, queue, args, max_attempts, scheduled_at, state, priority,
-                             pending_deps, has_dependents, workflow_id)
+                             pending_deps, has_dependents, workflow_id, tags, meta)
     OVERRIDING SYSTEM VALUE
     SELECT r.id, r.kind, r.queue, r.args, r.max_attempts, r.at,
            CASE WHEN r.pending_deps > 0 THEN 'pending'
                 WHEN r.at > now() THEN 'scheduled'
                 ELSE 'available' END::drover_job_state,
-           r.priority, r.pending_deps, r.has_dependents, w.id
+           r.priority, r.pending_deps, r.has_dependents, w.id, r.tags, r.meta
     FROM r, w
     ORDER BY r.ord
     RETURNING id, created_at, state, scheduled_at, queue

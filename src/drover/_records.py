@@ -49,6 +49,9 @@ class JobInsertParams(NamedTuple):
     scheduled_at: datetime | None
     unique_key: str | None
     priority: int
+    tags: tuple[str, ...] = ()
+    meta: str | None = None
+    """``InsertOpts.meta`` as JSON text, or ``None`` for none (stored as ``{}``)."""
 
 
 class EncodedGraph(NamedTuple):
@@ -111,6 +114,8 @@ class EncodedBatch(NamedTuple):
     """Some item has a unique key."""
     timed: bool
     """Some item has a time."""
+    decorated: bool = False
+    """Some item has tags or metadata."""
 
 
 class Outcome(NamedTuple):

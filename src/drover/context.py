@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from drover._durations import Duration, to_seconds
+from drover.progress import ProgressSlot
 
 __all__ = ["JobContext", "Lease"]
 
@@ -183,6 +184,29 @@ class JobContext:
         if _read_parents is None and _parent is not None:
             _read_parents = _parent._read_parents
         self._read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = _read_parents
+        # What Job.set_progress and Job.update_meta report into (ADR 0032):
+        # made on first use (most handlers never report), by the root context,
+        # so that a child's reports are the execution's.
+        self._progress: ProgressSlot | None = None
+        self._meta: Any = None
+        """The claimed row's metadata: the base update_meta checks the size against."""
+
+    def _progress_slot(self) -> ProgressSlot:
+        """The execution's progress slot, made on first use (shared with child contexts)."""
+        slot = self._progress
+        if slot is None:
+            if self._parent is not None:
+                slot = self._parent._progress_slot()
+            else:
+                with self._lock:
+                    slot = self._progress
+                    if slot is None:
+                        lease = self.lease
+                        slot = self._progress = ProgressSlot(
+                            lease.job_id, lease.attempt, self._meta
+                        )
+            self._progress = slot
+        return slot
 
     @property
     def deadline(self) -> float | None:

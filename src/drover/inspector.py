@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -16,7 +16,7 @@ from drover._db.store import Store
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import JobInsertParams, KindStats, PeriodicInfo, WorkerInfo
-from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
+from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs, NotFound
 from drover.job import (
     DEFAULT_PRIORITY,
     MAX_KIND_LENGTH,
@@ -29,6 +29,7 @@ from drover.job import (
     check_job_id,
 )
 from drover.limits import LimitKey, LimitState, Period, check_override, parse_limit_key
+from drover.progress import check_tags, encode_meta
 from drover.queues import QueueSummary, check_queue_name
 from drover.worker import Workers
 from drover.workflows import Workflow
@@ -210,6 +211,7 @@ class Inspector(JobsAndQueues):
         kind: str | None = None,
         before_id: int | None = None,
         args_contain: Mapping[str, Any] | None = None,
+        tags: Sequence[str] | None = None,
     ) -> list[JobRow]:
         """Jobs newest first, optionally of one queue, state and kind; at most ``limit`` (≤ 1000).
 
@@ -219,7 +221,8 @@ class Inspector(JobsAndQueues):
         (PostgreSQL's ``@>``: each of its keys present with an equal value,
         nested objects compared the same way): ``{"to": "ada@example.com"}``
         finds every job sent to Ada. No index serves it; the scan stops once
-        ``limit`` jobs matched.
+        ``limit`` jobs matched. ``tags`` keeps jobs that carry every one of
+        them (``InsertOpts.tags``; a GIN index serves it).
 
         Raises:
             ValueError: an unknown state (``drover.InvalidInsertOpts`` for a bad
@@ -246,6 +249,7 @@ class Inspector(JobsAndQueues):
                 raise InvalidArgument(str(exc)) from None
         before = None if before_id is None else check_job_id(before_id)
         args_json = None if args_contain is None else _containment_json(args_contain)
+        wanted = None if tags is None else _tag_filter(tags)
         return self._store.list_jobs(
             queue=queue,
             state=parsed_state,
@@ -253,6 +257,7 @@ class Inspector(JobsAndQueues):
             kind=kind,
             before_id=before,
             args_json=args_json,
+            tags=wanted,
         )
 
     def workers(self) -> list[WorkerInfo]:
@@ -359,7 +364,7 @@ class Inspector(JobsAndQueues):
         class's ``queue``, ``max_attempts`` and ``priority`` defaults apply
         where ``opts`` leaves them unset; for an unknown kind any JSON value is
         accepted, with queue ``default``, 25 attempts and priority 0. Honours
-        ``opts`` (queue, time, unique key, attempts, priority) and wakes
+        ``opts`` (queue, time, unique key, attempts, priority, tags, metadata) and wakes
         listening workers.
         """
         checked_kind, canonical = self.validate_enqueue(kind, args_json)
@@ -378,6 +383,8 @@ class Inspector(JobsAndQueues):
                 scheduled_at=opts.scheduled_at,
                 unique_key=opts.unique_key or None,
                 priority=DEFAULT_PRIORITY if opts.priority is None else opts.priority,
+                tags=tuple(opts.tags),
+                meta=None if opts.meta is None else _meta_json(opts.meta),
             )
         return self._store.insert(params, notify=True)
 
@@ -546,3 +553,18 @@ class Inspector(JobsAndQueues):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _tag_filter(tags: object) -> tuple[str, ...]:
+    try:
+        return check_tags(tags, "tags")
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def _meta_json(meta: object) -> str:
+    # Checked when the InsertOpts was built; again here, as the dict may have changed.
+    try:
+        return encode_meta(meta, "InsertOpts.meta")
+    except (TypeError, ValueError) as exc:
+        raise InvalidInsertOpts(str(exc)) from None

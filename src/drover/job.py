@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
 from drover.limits import Limit, limits_tuple
+from drover.progress import MAX_PROGRESS_MESSAGE, check_progress, check_tags, encode_meta
 from drover.results import DEFAULT_MAX_RESULT_BYTES, decode_result, encode_result
 
 __all__ = [
@@ -320,6 +321,24 @@ def _unknown_message(cls: type[JobArgs], unknown: list[str], exc: ValidationErro
     return message
 
 
+class _NoMeta(dict[str, Any]):
+    """The empty metadata every row without any shares: a dict that refuses changes."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> Any:
+        raise TypeError("a JobRow's metadata is read-only")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = _refuse
+    __ior__ = _refuse
+
+    def __reduce__(self) -> str:
+        return "NO_META"
+
+
+_NO_META: Mapping[str, Any] = _NoMeta()
+
+
 class JobRow(NamedTuple):
     """One row of ``drover_jobs`` as stored, with ``args`` still raw JSON (decoded to Python).
 
@@ -350,6 +369,19 @@ class JobRow(NamedTuple):
     unique_key: str | None
     priority: int = DEFAULT_PRIORITY
     """From -100 to 100; within a queue, due jobs of a higher priority are claimed first."""
+    progress: float | None = None
+    """What the handler last reported with ``Job.set_progress`` (0 to 1), or ``None``."""
+    progress_message: str | None = None
+    """The message reported with that progress, if any."""
+    meta: Mapping[str, Any] = _NO_META
+    """The job's metadata: a dict given at insert (``InsertOpts.meta``), merged into by
+    ``Job.update_meta``."""
+    tags: tuple[str, ...] = ()
+    """Labels given at insert (``InsertOpts.tags``), to filter jobs by."""
+
+
+NO_META = _NO_META
+"""``JobRow.meta`` of a job without metadata: an empty, read-only mapping shared by every row."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -382,6 +414,12 @@ class InsertOpts:
       it. A job that does not exist, or that already ended dead or
       cancelled, is an error at insert; one already completed counts as
       done. At most 10,000 ids; stored sorted, without repeats.
+    - ``tags``: labels to find the job by (``Inspector.list_jobs(tags=...)``,
+      ``drover jobs list --tag``, the status page). Each a string of 1 to 64
+      characters without commas or control characters; at most 20; repeats
+      are dropped.
+    - ``meta``: a dict of JSON values stored with the job (at most 64 KiB as
+      JSON); the handler can merge more into it with ``Job.update_meta``.
 
     Invalid values raise ``drover.InvalidInsertOpts`` at construction.
     """
@@ -392,10 +430,15 @@ class InsertOpts:
     max_attempts: int | None = None
     priority: int | None = None
     depends_on: Sequence[int | JobRow] = ()
+    tags: Sequence[str] = ()
+    meta: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         try:
             object.__setattr__(self, "depends_on", _dependency_ids(self.depends_on))
+            object.__setattr__(self, "tags", check_tags(self.tags, "InsertOpts.tags"))
+            if self.meta is not None:
+                encode_meta(self.meta, "InsertOpts.meta")
             if self.queue is not None:
                 _check_name(self.queue, "InsertOpts.queue", MAX_QUEUE_LENGTH)
             if self.scheduled_at is not None:
@@ -543,6 +586,65 @@ class Job(Generic[ArgsT]):
                 "parent_results needs a job claimed by a drover worker; this Job was built by hand"
             )
         return [decode_result(value, as_type, self.id) for _, _, value in read(self.id)]
+
+    def set_progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the handler has got: ``fraction`` from 0 to 1, and a short message.
+
+        Cheap enough for a tight loop: the call stores the latest values and
+        returns, taking no lock and making no round trip. The client's progress
+        writer writes every running job's latest report in one statement about
+        twice a second (only jobs whose report changed), and the last report
+        is written just before the job's outcome, so it is never lost to the
+        throttling. The writes are fenced on this execution ``(id, attempt,
+        state = 'running')``: once the lease is lost, the reports of this
+        execution are refused by the database and the row keeps what the
+        current execution says. Visible as ``JobRow.progress`` and
+        ``progress_message`` (``Inspector.get_job``, ``drover jobs get``, the
+        job's page). A report from a retried attempt replaces the earlier
+        attempt's.
+
+        Raises ``drover.InvalidArgument`` for a fraction that is not a number
+        from 0 to 1 or a message that is not a string of at most 1,000
+        characters. On a hand-built ``Job`` the values are kept and never
+        written.
+        """
+        if (
+            fraction.__class__ is not float
+            or not 0.0 <= fraction <= 1.0
+            or (
+                message is not None
+                and (
+                    message.__class__ is not str
+                    or len(message) > MAX_PROGRESS_MESSAGE
+                    or "\x00" in message
+                )
+            )
+        ):
+            try:
+                fraction = check_progress(fraction, message)
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(str(exc)) from None
+        context = self.context
+        slot = context._progress
+        if slot is None:
+            slot = context._progress_slot()
+        slot.latest = (fraction, message)
+
+    def update_meta(self, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into the job's metadata (top-level keys replace, as jsonb ``||``).
+
+        Written like progress: by the client's progress writer within about
+        half a second, and before the job's outcome at the latest, fenced on
+        this execution. The whole metadata must stay JSON of at most 64 KiB.
+
+        Raises ``drover.InvalidArgument`` (and merges nothing) for a value
+        that is not a dict with string keys of JSON values, or that would take
+        the metadata past its size limit.
+        """
+        try:
+            self.context._progress_slot().merge(values)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(str(exc)) from None
 
     def complete_tx(self, conn: object, *, result: object = None) -> None:
         """Complete this job inside the caller's transaction, fenced on this execution.

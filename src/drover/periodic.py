@@ -121,4 +121,6 @@ def tick_opts(job: PeriodicJob, fire: datetime) -> InsertOpts:
         priority=job.opts.priority,
         scheduled_at=fire,
         unique_key=tick_key(job.id, fire),
+        tags=job.opts.tags,
+        meta=job.opts.meta,
     )

@@ -52,6 +52,10 @@ JOB_KEYS = [
     "finalized_at",
     "unique_key",
     "priority",
+    "progress",
+    "progress_message",
+    "meta",
+    "tags",
 ]
 HOSTILE = [
     "'; DROP TABLE drover_jobs; --",
@@ -148,7 +152,8 @@ def expected_job(conn: Conn, job_id: int) -> dict[str, Any]:
     """The job as ``--json`` must print it, read independently from the table."""
     row = conn.execute(
         "SELECT id, kind, queue, state::text, attempt, max_attempts, args, errors, "
-        "  scheduled_at, leased_until, created_at, finalized_at, unique_key, priority "
+        "  scheduled_at, leased_until, created_at, finalized_at, unique_key, priority, "
+        "  progress, progress_message, meta, tags "
         "FROM drover_jobs WHERE id = %s",
         (job_id,),
     ).fetchone()

@@ -37,6 +37,10 @@ EXPECTED_COLUMNS = {
     "pending_deps": ("integer", "NO", "0"),
     "has_dependents": ("boolean", "NO", "false"),
     "workflow_id": ("bigint", "YES", None),
+    "progress": ("real", "YES", None),
+    "progress_message": ("text", "YES", None),
+    "meta": ("jsonb", "NO", "'{}'::jsonb"),
+    "tags": ("ARRAY", "NO", "'{}'::text[]"),
 }
 
 
@@ -86,7 +90,9 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         "drover_jobs_unique_active_v2_idx",
         "drover_jobs_finalized_idx",
         "drover_jobs_workflow_idx",
+        "drover_jobs_tags_idx",
     }
+    assert "USING gin (tags) WHERE (tags <> '{}'::text[])" in idx["drover_jobs_tags_idx"]
     assert "drover_jobs_fetch_idx" not in idx and "drover_jobs_fetch_v2_idx" not in idx
     assert (
         "(state, finalized_at) WHERE (finalized_at IS NOT NULL)" in idx["drover_jobs_finalized_idx"]

@@ -45,6 +45,7 @@ def test_a_service_that_fails_to_start_stops_the_ones_already_running(
         client.start()
     assert started == [
         "completer",
+        "progress",
         "heartbeat",
         "rescuer",
         "refresher",

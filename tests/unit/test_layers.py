@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.queues",
             "drover.limits",
             "drover.results",
+            "drover.progress",
             "drover.workflows",
             "drover.schedule",
             "drover.retry",

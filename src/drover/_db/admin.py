@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import LiteralString
 
@@ -69,9 +70,10 @@ def job_list(
     kind: str | None = None,
     before_id: int | None = None,
     args_json: str | None = None,
+    tags: Sequence[str] | None = None,
 ) -> list[JobRow]:
     """Newest first, filtered by queue, state and kind if given, ids below ``before_id``,
-    args containing the JSON ``args_json``."""
+    args containing the JSON ``args_json``, every one of ``tags``."""
     with translate("list jobs"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
             query("job_list"),
@@ -81,6 +83,7 @@ def job_list(
                 "kind": kind,
                 "before": before_id,
                 "args": args_json,
+                "tags": None if not tags else list(tags),
                 "limit": limit,
             },
         )

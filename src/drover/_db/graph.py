@@ -9,6 +9,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.insert import decoration
 from drover._db.queries import query
 from drover._db.rows import decode_json, new_row, row_from_db
 from drover._records import EncodedGraph
@@ -66,7 +67,8 @@ def job_insert_graph(
         nodes = ",".join(
             f"[{_json_string(p.kind)},{_json_string(p.queue)},{p.args_json},{p.max_attempts},"
             f"{'null' if p.scheduled_at is None else _json_string(p.scheduled_at.isoformat())},"
-            f"{p.priority},{pending[i]},{'true' if has_dependents[i] else 'false'}]"
+            f"{p.priority},{pending[i]},{'true' if has_dependents[i] else 'false'}"
+            f"{decoration(p) if p.tags or p.meta is not None else ''}]"
             for i, p in enumerate(graph.params)
         )
         # 1-based ordinals, as WITH ORDINALITY numbers the nodes.

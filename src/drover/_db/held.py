@@ -20,6 +20,7 @@ from drover._db import Connection
 from drover._db.claims import job_claim_limited, job_record_outcomes
 from drover._db.errors import translate
 from drover._db.pool import ConnectionPool, borrow_connection
+from drover._db.progress import ProgressReport, job_report_progress
 from drover._records import Outcome, Recorded
 from drover.job import JobRow
 
@@ -141,6 +142,11 @@ class HeldSession:
         """Write a batch of outcomes, each fenced on its claim; one result per outcome."""
         with self._held as conn:
             return job_record_outcomes(conn, outcomes)
+
+    def report_progress(self, reports: Sequence[ProgressReport]) -> set[int]:
+        """Write progress reports, each fenced on its execution; the ids written (ADR 0032)."""
+        with self._held as conn:
+            return job_report_progress(conn, reports)
 
     def release(self) -> None:
         """Return the connection to the pool, if one is held."""

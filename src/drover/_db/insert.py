@@ -25,7 +25,7 @@ from drover._records import EncodedBatch, JobInsertParams, UniformBatch
 from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
 
-__all__ = ["duplicate_error", "job_insert", "job_insert_many", "job_insert_rows"]
+__all__ = ["decoration", "duplicate_error", "job_insert", "job_insert_many", "job_insert_rows"]
 
 
 def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
@@ -46,7 +46,12 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
     unique key is taken (the query skips the row instead of raising).
     """
     with translate(f"insert job kind {params.kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
-        if params.scheduled_at is None and params.unique_key is None:
+        if (
+            params.scheduled_at is None
+            and params.unique_key is None
+            and not params.tags
+            and params.meta is None
+        ):
             cur.execute(
                 query("job_insert_now"),
                 (
@@ -70,6 +75,8 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
                 params.max_attempts,
                 params.unique_key,
                 params.priority,
+                list(params.tags),
+                params.meta,
                 notify,
             ),
         )
@@ -84,6 +91,12 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
 _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
+def decoration(p: JobInsertParams) -> str:
+    """``,tags,meta`` as JSON, appended to a job's array by the statements that take one."""
+    tags = ",".join(_json_string(tag) for tag in p.tags)
+    return f",[{tags}],{'null' if p.meta is None else p.meta}"
+
+
 def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[JobRow | None]:
     """Insert single jobs of several callers in one statement; ``None`` where a unique key lost.
 
@@ -94,7 +107,8 @@ def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[
     document = ",".join(
         f"[{quote(p.kind)},{quote(p.queue)},{p.args_json},{p.max_attempts},"
         f"{'null' if p.scheduled_at is None else quote(p.scheduled_at.isoformat())},"
-        f"{'null' if p.unique_key is None else quote(p.unique_key)},{p.priority}]"
+        f"{'null' if p.unique_key is None else quote(p.unique_key)},{p.priority}"
+        f"{decoration(p) if p.tags or p.meta is not None else ''}]"
         for p in batch
     )
     with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
@@ -120,7 +134,9 @@ def job_insert_many(
     batch = encoded.params
     if not batch:
         return []
-    if encoded.unique:
+    if encoded.unique or encoded.decorated:
+        # Tags and metadata go through the staging table too: its COPY adapts
+        # them, and the direct COPY's hand-formatted rows stay lean.
         return _insert_many_staged(conn, batch, caller_tx=caller_tx, notify=notify)
     timed = encoded.timed
     queues = sorted(encoded.queues) if notify else []
@@ -275,6 +291,8 @@ def _insert_many_staged(
                             p.scheduled_at,
                             p.unique_key,
                             p.priority,
+                            list(p.tags),
+                            "{}" if p.meta is None else p.meta,
                         )
                     )
             cur.execute(query("job_insert_batch_apply"))

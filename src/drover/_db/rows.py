@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from drover._records import JobInsertParams
-from drover.job import JobRow, JobState
+from drover.job import NO_META, JobRow, JobState
 
 __all__ = [
     "JOB_COLUMNS",
@@ -44,6 +44,10 @@ JOB_COLUMNS = (
     "finalized_at",
     "unique_key",
     "priority",
+    "progress",
+    "progress_message",
+    "meta::text",
+    "tags",
 )
 """What every job query returns, in ``JobRow``'s field order; jsonb and enums as text
 (Django registers its own loaders for jsonb on its connections)."""
@@ -119,6 +123,15 @@ def _errors(text: str) -> tuple[dict[str, Any], ...]:
     return NO_ERRORS if text == "[]" else tuple(decode_json(text))
 
 
+def _meta(text: str) -> Any:
+    # Most rows have no metadata: skip the decoder, and share one empty mapping.
+    return NO_META if text == "{}" else decode_json(text)
+
+
+def _sent_meta(text: str | None) -> Any:
+    return NO_META if text is None or text == "{}" else decode_sent_json(text)
+
+
 def new_rows(
     kind: str,
     queue: str,
@@ -149,6 +162,10 @@ def new_rows(
                 None,
                 None,
                 priority,
+                None,
+                None,
+                NO_META,
+                (),
             ),
         )
         for id_, text in zip(ids, args_json, strict=True)
@@ -174,6 +191,10 @@ def row_from_db(values: Sequence[Any]) -> JobRow:
             values[11],
             values[12],
             values[13],
+            values[14],
+            values[15],
+            _meta(values[16]),
+            tuple(values[17]),
         ),
     )
 
@@ -208,5 +229,9 @@ def new_row(
             None,
             params.unique_key,
             params.priority,
+            None,
+            None,
+            _sent_meta(params.meta),
+            params.tags,
         ),
     )

@@ -46,6 +46,7 @@ from drover._db.held import HeldSession
 from drover._db.migrator import require_current_schema
 from drover._db.notify import Listening, notify_queues_now
 from drover._db.pool import borrow, pool_from
+from drover._db.progress import ProgressReport, job_report_progress
 from drover._records import (
     EncodedBatch,
     EncodedGraph,
@@ -186,6 +187,7 @@ class Store:
         kind: str | None,
         before_id: int | None,
         args_json: str | None = None,
+        tags: Sequence[str] | None = None,
     ) -> list[JobRow]:
         """Jobs newest first, filtered by whatever is given (``args_json``: args containing it)."""
         with borrow(self._pool, "list jobs") as conn:
@@ -197,6 +199,7 @@ class Store:
                 kind=kind,
                 before_id=before_id,
                 args_json=args_json,
+                tags=tags,
             )
 
     def lease_holder(self, job_id: int) -> tuple[bool, str | None]:
@@ -355,6 +358,11 @@ class Store:
         """Write outcomes in one statement, each fenced on its claim (one result per outcome)."""
         with borrow(self._pool, action) as conn:
             return claims.job_record_outcomes(conn, outcomes)
+
+    def report_progress(self, reports: Sequence[ProgressReport]) -> set[int]:
+        """Write progress reports in one statement, each fenced on its execution."""
+        with borrow(self._pool, "report job progress") as conn:
+            return job_report_progress(conn, reports)
 
     def extend_leases(
         self, held: Sequence[tuple[int, int]], lease_seconds: float, *, deadline: float

@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from drover._records import EncodedBatch, JobInsertParams, UniformBatch
-from drover.errors import InvalidJobArgs
+from drover.errors import InvalidInsertOpts, InvalidJobArgs
 from drover.job import DEFAULT_PRIORITY, InsertOpts, JobArgs
+from drover.progress import encode_meta
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_QUEUE", "encode_batch", "encode_insert"]
 
@@ -98,7 +99,18 @@ def _apply(defaults: _Defaults, args_json: str, opts: object, where: str) -> Job
         opts.scheduled_at,
         opts.unique_key or None,
         priority if opts.priority is None else opts.priority,
+        opts.tags,  # type: ignore[arg-type]  # a tuple once InsertOpts checked it
+        None if opts.meta is None else _meta(opts.meta, where),
     )
+
+
+def _meta(meta: object, where: str) -> str:
+    # Checked when the InsertOpts was built; checked again here, as the dict
+    # may have been changed since.
+    try:
+        return encode_meta(meta, "InsertOpts.meta")
+    except (TypeError, ValueError) as exc:
+        raise InvalidInsertOpts(f"{where}{exc}") from None
 
 
 def encode_insert(args: object, opts: InsertOpts | None, where: str = "") -> JobInsertParams:
@@ -137,7 +149,7 @@ def encode_batch(items: object) -> EncodedBatch:
     first: tuple[type, _Defaults] | None = None
     encoded: list[JobInsertParams] | None = None  # once the batch is not uniform
     queues: set[str] = set()
-    unique = timed = False
+    unique = timed = decorated = False
     new = tuple.__new__
     index = 0
     try:
@@ -153,6 +165,7 @@ def encode_batch(items: object) -> EncodedBatch:
                 queues.add(params.queue)
                 unique = unique or params.unique_key is not None
                 timed = timed or params.scheduled_at is not None
+                decorated = decorated or bool(params.tags) or params.meta is not None
                 encoded.append(params)
                 continue
             cls = type(item)
@@ -182,13 +195,16 @@ def encode_batch(items: object) -> EncodedBatch:
                 encoded = _spill(first, texts)
             kind, queue, max_attempts, priority = defaults
             encoded.append(
-                new(JobInsertParams, (kind, queue, args_json, max_attempts, None, None, priority))
+                new(
+                    JobInsertParams,
+                    (kind, queue, args_json, max_attempts, None, None, priority, (), None),
+                )
             )
     except InvalidJobArgs as exc:
         # Only a failure pays for formatting the position into the message.
         raise InvalidJobArgs(f"item {index}: {exc}") from None
     if encoded is not None:
-        return EncodedBatch(encoded, queues, unique, timed)
+        return EncodedBatch(encoded, queues, unique, timed, decorated)
     if first is None:
         return EncodedBatch([], queues, unique, timed)
     kind, queue, max_attempts, priority = first[1]

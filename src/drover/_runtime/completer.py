@@ -17,10 +17,12 @@ from drover._records import Outcome, Recorded, WriteResult
 from drover._runtime import disposition
 from drover._runtime.disposition import Decision
 from drover._runtime.inflight import Claim
+from drover._runtime.progress import ProgressWriter
 from drover._runtime.service import ThreadService
 from drover._runtime.wiring import Wiring
 from drover.errors import DroverError
 from drover.job import JobState
+from drover.progress import ProgressSlot
 
 __all__ = ["Completer"]
 
@@ -50,7 +52,11 @@ class Completer(ThreadService):
     name = "completer"
 
     def __init__(
-        self, wiring: Wiring, *, released: Callable[[Collection[str]], None] | None = None
+        self,
+        wiring: Wiring,
+        *,
+        released: Callable[[Collection[str]], None] | None = None,
+        progress: ProgressWriter | None = None,
     ) -> None:
         super().__init__(client_id=wiring.client_id, logger=wiring.log)
         # Called with the queues of jobs a concurrency limit held once their
@@ -64,6 +70,11 @@ class Completer(ThreadService):
         self._accepting = True
         self._accept_lock = threading.Lock()
         self._session = wiring.store.held("record job outcomes")
+        # The last reports of finished handlers, written just before their
+        # outcomes (ADR 0032): queued before the outcome, so a batch's are
+        # always taken with it.
+        self._progress = progress
+        self._final_reports: queue.SimpleQueue[ProgressSlot] = queue.SimpleQueue()
 
     def settle(self, claim: Claim, decision: Decision) -> None:
         """Take a finished claim: queue its outcome for writing, or untrack it if there is none.
@@ -77,6 +88,9 @@ class Completer(ThreadService):
             return
         with self._accept_lock:
             if self._accepting:
+                slot = claim.context._progress
+                if slot is not None and slot.dirty:
+                    self._final_reports.put(slot)
                 self._queue.put(outcome)
                 return
         self._discarded(outcome, "client stopped")
@@ -191,7 +205,26 @@ class Completer(ThreadService):
             self._session.release()
         return len(batch)
 
+    def _flush_reports(self) -> None:
+        """Write the last progress reports of the jobs whose outcomes are about to be."""
+        slots: list[ProgressSlot] = []
+        while True:
+            try:
+                slots.append(self._final_reports.get_nowait())
+            except queue.Empty:
+                break
+        if not slots or self._progress is None:
+            return
+        try:
+            self._progress.flush(slots, self._session.report_progress)
+        except Exception:
+            # A report is worth less than an outcome: log it and write the outcomes.
+            self._log.warning(
+                "writing the last progress of %d job(s) failed", len(slots), exc_info=True
+            )
+
     def _write(self, batch: list[Outcome]) -> None:
+        self._flush_reports()
         attempt = 0
         while True:
             try:

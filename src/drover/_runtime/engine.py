@@ -14,6 +14,7 @@ from drover._runtime.heartbeat import Heartbeat
 from drover._runtime.inflight import InFlight, Slots
 from drover._runtime.jobpool import JobPool
 from drover._runtime.listener import Listener
+from drover._runtime.progress import ProgressWriter
 from drover._runtime.pruner import Pruner
 from drover._runtime.refresher import StatsRefresher
 from drover._runtime.registry import Registry
@@ -71,7 +72,8 @@ class Engine:
             metrics=metrics,
             client_id=client_id,
         )
-        self.completer = Completer(wiring, released=released)
+        self.progress = ProgressWriter(wiring)
+        self.completer = Completer(wiring, released=released, progress=self.progress)
         runner = Runner(
             chain=chain,
             retry_policy=config.retry_policy,
@@ -95,6 +97,7 @@ class Engine:
         optional = (self.pruner, self.listener, self.ticker)
         self.services: list[ThreadService] = [
             self.completer,
+            self.progress,
             self.heartbeat,
             self.rescuer,
             self.refresher,

@@ -72,6 +72,7 @@ class Claim:
             _complete_tx=self._tx,
             _read_parents=read_parents,
         )
+        self.context._meta = row.meta
         self.local_deadline = local_deadline
         """``time.monotonic()`` by which the lease must have been renewed: the last
         renewal's send time plus a lease, so it never outlives the database's expiry."""

@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Annotated
 
 import typer
 
@@ -34,6 +35,7 @@ from drover.cli.web import web_command
 from drover.cli.workers import workers_command
 from drover.cli.workflow import workflow_app
 from drover.job import MAX_PRIORITY, MIN_PRIORITY
+from drover.progress import check_tags
 from drover.queues import check_queue_name
 
 __all__ = ["app", "main"]
@@ -119,6 +121,13 @@ def jobs_list_command(
         help='Only jobs whose args contain this JSON object, e.g. \'{"to": "ada@example.com"}\'.',
     ),
     limit: int = typer.Option(100, "--limit", help="At most this many (1..1000)."),
+    tag: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tag",
+            help="Only jobs carrying this tag; repeat it (or give a,b) for jobs carrying all.",
+        ),
+    ] = None,
 ) -> None:
     """Jobs, newest first."""
     g = get_globals(ctx)
@@ -139,9 +148,10 @@ def jobs_list_command(
         usage(f"unknown --state {state!r}; use one of: {known}")
     if queue is not None:
         _check_queue(queue)
+    tags = _tags_option(tag)
     with open_inspector(g) as inspector:
         rows = inspector.list_jobs(
-            queue=queue, state=state, limit=limit, kind=kind, args_contain=contained
+            queue=queue, state=state, limit=limit, kind=kind, args_contain=contained, tags=tags
         )
     human = out.table(
         ["ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "SCHEDULED_AT", "CREATED_AT"],
@@ -158,7 +168,36 @@ def jobs_list_command(
             for r in rows
         ],
     )
+    if any(r.tags for r in rows):
+        human = out.table(
+            ["ID", "KIND", "QUEUE", "STATE", "ATTEMPT", "SCHEDULED_AT", "CREATED_AT", "TAGS"],
+            [
+                (
+                    r.id,
+                    r.kind,
+                    r.queue,
+                    r.state.value,
+                    f"{r.attempt}/{r.max_attempts}",
+                    out.timestamp(r.scheduled_at),
+                    out.timestamp(r.created_at),
+                    ",".join(r.tags) or "-",
+                )
+                for r in rows
+            ],
+        )
     emit(g, human, [out.job_dict(r) for r in rows])
+
+
+def _tags_option(given: list[str] | None) -> list[str] | None:
+    """``--tag`` values, each possibly ``a,b``, as one list of tags; a usage error if bad."""
+    if not given:
+        return None
+    tags = [t.strip() for value in given for t in value.split(",") if t.strip()]
+    try:
+        check_tags(tags, "--tag")
+    except (TypeError, ValueError) as exc:
+        usage(str(exc))
+    return tags
 
 
 @jobs_app.command("get")
@@ -291,6 +330,13 @@ def enqueue_command(
         help="module:attribute of your Client or Workers: known kinds get their args "
         "validated and their class's queue, max_attempts and priority defaults.",
     ),
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", help="A tag for the job; repeat it (or give a,b) for several."),
+    ] = None,
+    meta: str | None = typer.Option(
+        None, "--meta", help='Metadata for the job as a JSON object, e.g. \'{"owner": "ops"}\'.'
+    ),
 ) -> None:
     """Insert a job by kind with JSON args."""
     g = get_globals(ctx)
@@ -313,14 +359,30 @@ def enqueue_command(
     if workers is not None and kind not in workers:
         known = ", ".join(workers.kinds()) or "none"
         usage(f"--app {app_spec} has no worker for kind {kind!r} (it knows: {known})")
+    tags = _tags_option(tag) or ()
+    meta_value: dict[str, object] | None = None
+    if meta is not None:
+        try:
+            meta_value = json.loads(meta)
+        except ValueError as exc:
+            usage(f"--meta is not valid JSON ({exc})")
+        if not isinstance(meta_value, dict):
+            usage(f"--meta must be a JSON object, not {type(meta_value).__name__}")
     try:
         opts = drover.InsertOpts(
-            queue=queue, scheduled_at=scheduled_at, max_attempts=max_attempts, priority=priority
+            queue=queue,
+            scheduled_at=scheduled_at,
+            max_attempts=max_attempts,
+            priority=priority,
+            tags=tags,
+            meta=meta_value,
         )
     except drover.InvalidInsertOpts as exc:
         flag = "--at" if "scheduled_at" in str(exc) else "--max-attempts"
         if "priority" in str(exc):
             flag = "--priority"
+        if "InsertOpts.meta" in str(exc):
+            flag = "--meta"
         usage(f"{flag}: {exc}")
     with open_inspector(g, workers) as inspector:
         try:

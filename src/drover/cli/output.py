@@ -51,6 +51,10 @@ def job_dict(row: JobRow) -> dict[str, Any]:
         "finalized_at": timestamp(row.finalized_at),
         "unique_key": row.unique_key,
         "priority": row.priority,
+        "progress": row.progress,
+        "progress_message": row.progress_message,
+        "meta": dict(row.meta),
+        "tags": list(row.tags),
     }
 
 
@@ -121,6 +125,15 @@ def job_block(row: JobRow, result: Any = None) -> str:
         lines.append(f"finalized_at: {timestamp(row.finalized_at)}")
     if row.unique_key is not None:
         lines.append(f"unique_key:   {row.unique_key}")
+    if row.tags:
+        lines.append(f"tags:         {', '.join(row.tags)}")
+    if row.progress is not None:
+        said = f" ({row.progress_message})" if row.progress_message else ""
+        lines.append(f"progress:     {row.progress:.0%}{said}")
+    if row.meta:
+        lines.append("meta:")
+        shown_meta = json.dumps(row.meta, ensure_ascii=False, indent=2)
+        lines.extend("  " + line for line in shown_meta.splitlines())
     args = json.dumps(row.args, ensure_ascii=False, indent=2)
     lines.append("args:")
     lines.extend("  " + line for line in args.splitlines())

@@ -245,6 +245,7 @@ class StatusPage:
             kind=filters.kind,
             before_id=filters.before,
             args_contain=filters.args_value,
+            tags=filters.tags or None,
         )
         older = filters.query(before=rows[-1].id) if len(rows) == filters.limit else None
         return self._render(
@@ -275,6 +276,9 @@ class StatusPage:
             row=row,
             holder=holder,
             args=json.dumps(row.args, indent=2, ensure_ascii=False, sort_keys=True),
+            meta=json.dumps(row.meta, indent=2, ensure_ascii=False, sort_keys=True)
+            if row.meta
+            else None,
             errors=[_error_entry(e) for e in row.errors],
             result=result_text(self.inspector, row),
             links=job_links(self.inspector, row),

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 from drover.errors import InvalidInsertOpts
 from drover.job import MAX_KIND_LENGTH, JobState, _check_name
+from drover.progress import check_tags
 from drover.queues import check_queue_name
 from drover.web.limits import LIMIT_FLASH_ERRORS, LIMIT_FLASHES, valid_key_text
 
@@ -55,6 +56,8 @@ class Filters:
     args: str | None = None
     """The args filter as typed (kept in links); ``args_value`` is what it parsed to."""
     args_value: dict[str, Any] | None = None
+    tags: tuple[str, ...] = ()
+    """Jobs must carry every one of these (typed comma-separated)."""
 
     def query(self, **changes: object) -> str:
         values: dict[str, object] = {
@@ -64,6 +67,7 @@ class Filters:
             "limit": self.limit,
             "before": self.before,
             "args": self.args,
+            "tags": ",".join(self.tags),
         }
         values.update(changes)
         kept = {k: v for k, v in values.items() if v not in (None, "")}
@@ -130,7 +134,12 @@ def parse_filters(args: Any) -> Filters:
     before = None if raw_before is None else positive_id(raw_before, "before")
     raw_args = (args.get("args") or "").strip() or None
     args_value = None if raw_args is None else parse_args_filter(raw_args)
-    return Filters(queue, kind, state, int(raw_limit), before, raw_args, args_value)
+    raw_tags = [t.strip() for t in (args.get("tags") or "").split(",") if t.strip()]
+    try:
+        tags = check_tags(raw_tags, "tags")
+    except (TypeError, ValueError) as exc:
+        raise BadFilter("tags", str(exc)) from None
+    return Filters(queue, kind, state, int(raw_limit), before, raw_args, args_value, tags)
 
 
 FLASHES = {
