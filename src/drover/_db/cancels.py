@@ -41,8 +41,7 @@ def job_cancel_or_request(
         if current.state in _OPEN and attempt == 0:
             continue
         raise InvalidTransition(
-            f"job {job_id} is {current.state.value}: it has already finished, so there is "
-            "nothing to cancel",
+            f"job {job_id} is {current.state.value}, want running or cancellable",
             state=current.state,
         )
     raise AssertionError("unreachable")  # pragma: no cover

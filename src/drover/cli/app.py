@@ -223,7 +223,7 @@ def cancel_command(
         if requested
         else f"cancelled job {row.id}\n"
     )
-    emit(g, text + out.job_block(row), {**out.job_dict(row), "cancel_requested": requested})
+    emit(g, text + out.job_block(row), out.job_dict(row))
 
 
 def _check_queue(queue: str, what: str = "--queue") -> None:
