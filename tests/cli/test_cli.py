@@ -620,8 +620,11 @@ def test_retry_and_cancel_as_subprocesses(db_url: str, conn: Conn) -> None:
         "attempt ends\n"
     )
     assert state_of(conn, running) == "running"
-    request = conn.execute("SELECT cancel_request FROM drover_jobs WHERE id = %s", (running,))
-    assert request.fetchone()[0]["reason"] == "wrong input"
+    request = conn.execute(
+        "SELECT cancel_request FROM drover_jobs WHERE id = %s", (running,)
+    ).fetchone()
+    assert request is not None
+    assert request[0]["reason"] == "wrong input"
     cancelled = run("cancel", str(dead), url=db_url)
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith(f"cancelled job {dead}\n")

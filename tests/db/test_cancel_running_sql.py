@@ -60,9 +60,10 @@ def _row(conn: Conn, job_id: int) -> dict[str, Any]:
 def test_a_running_job_gets_the_request_and_its_owner_a_notification(
     db_url: str, inspector: drover.Inspector, conn: Conn
 ) -> None:
-    with psycopg.connect(db_url, autocommit=True) as worker, psycopg.connect(
-        db_url, autocommit=True
-    ) as listener:
+    with (
+        psycopg.connect(db_url, autocommit=True) as worker,
+        psycopg.connect(db_url, autocommit=True) as listener,
+    ):
         listener.execute("LISTEN drover_cancel")
         claimed = _running(inspector, worker)
         row = inspector.cancel_job(claimed.id, reason="bad input", hard=True, grace=2.5)
@@ -263,9 +264,7 @@ def test_a_stale_attempt_cannot_write_after_the_request(
     assert _row(conn, claimed.id)["state"] == "running"
 
 
-def test_a_redrive_clears_the_request(
-    db_url: str, inspector: drover.Inspector, conn: Conn
-) -> None:
+def test_a_redrive_clears_the_request(db_url: str, inspector: drover.Inspector, conn: Conn) -> None:
     with psycopg.connect(db_url, autocommit=True) as worker:
         claimed = _running(inspector, worker)
         inspector.cancel_job(claimed.id)

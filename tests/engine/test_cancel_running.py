@@ -235,7 +235,10 @@ def test_a_hard_cancel_replaces_the_supervised_process_after_handing_back_its_ot
     )
     folder = str(tmp_path)
     stuck, *others = _insert(
-        db_url, cancel_app.Stuck(dir=folder), cancel_app.Other(dir=folder), cancel_app.Other(dir=folder)
+        db_url,
+        cancel_app.Stuck(dir=folder),
+        cancel_app.Other(dir=folder),
+        cancel_app.Other(dir=folder),
     )
     pids = {_wait_file(poll, _file(tmp_path, j, 1, "started")) for j in (stuck, *others)}
     assert len(pids) == 1, pids
