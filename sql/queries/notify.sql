@@ -5,10 +5,10 @@
 -- name: notify_listen
 LISTEN drover;
 
--- name: notify_listen_with_cancels
--- The listener's channels: wake-ups, and operators' requests to cancel a
--- running job (payload: JSON naming the job, ADR 0030).
-LISTEN drover; LISTEN drover_cancel;
+-- name: notify_listen_cancels
+-- The listener's second channel: operators' requests to cancel a running job
+-- (payload: JSON naming the job, ADR 0030). Issued before notify_listen.
+LISTEN drover_cancel;
 
 -- name: notify_unlisten
 UNLISTEN drover;

@@ -33,10 +33,14 @@ class Listening:
         pool: ConnectionPool[Any],
         listen: LiteralString = "notify_listen",
         action: str = "listen for job notifications",
+        *,
+        also: LiteralString | None = None,
     ) -> None:
         conn = dedicated_connect(pool, action, "listener")
         try:
             with translate(action):
+                if also is not None:
+                    conn.execute(query(also))
                 conn.execute(query(listen))
         except BaseException:
             conn.close()

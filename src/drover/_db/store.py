@@ -110,7 +110,7 @@ class Store:
         """A dedicated connection listening for wake-ups (closed by its owner); with
         ``cancels``, for operators' requests to cancel running jobs too (ADR 0030)."""
         if cancels:
-            return Listening(self._pool, "notify_listen_with_cancels")
+            return Listening(self._pool, also="notify_listen_cancels")
         return Listening(self._pool)
 
     def listen_done(self) -> Listening:
