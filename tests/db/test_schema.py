@@ -37,6 +37,7 @@ EXPECTED_COLUMNS = {
     "pending_deps": ("integer", "NO", "0"),
     "has_dependents": ("boolean", "NO", "false"),
     "workflow_id": ("bigint", "YES", None),
+    "cancel_request": ("jsonb", "YES", None),
 }
 
 
