@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 
 from drover._db.store import Store
 from drover._records import WriteResult
-from drover._runtime.cancels import Cancels, HardCancel
+from drover._runtime.cancels import Cancels, HardCancel, log_cancelled
 from drover._runtime.completer import Completer
 from drover._runtime.fetcher import Fetcher
 from drover._runtime.heartbeat import Heartbeat
@@ -210,7 +210,9 @@ class Engine:
         rows = {c.row.id: c.row for c in unfinished}
         for recorded in results:
             row = rows[recorded.outcome.id]
-            if recorded.result is WriteResult.APPLIED:
+            if recorded.result is WriteResult.APPLIED and recorded.cancelled:
+                log_cancelled(self._log, row.id, row.attempt)
+            elif recorded.result is WriteResult.APPLIED:
                 log_job(
                     self._log,
                     logging.WARNING,
