@@ -2,8 +2,9 @@
 
 Two ways to run it, with ``tests/engine`` as the working directory:
 
-* ``python cancel_app.py URL notify|poll``: one worker process (its lease is
-  3 s, so its heartbeat runs every second; ``poll`` turns notifications off);
+* ``python cancel_app.py URL notify|poll [LEASE]``: one worker process (its
+  lease is 3 s unless given, so its heartbeat runs every second; ``poll``
+  turns notifications off);
 * ``python -m drover worker cancel_app:client ...`` (``DATABASE_URL`` set):
   the same client for ``drover worker --processes N``.
 
@@ -116,11 +117,11 @@ def other(job: drover.Job[Other]) -> None:
     _until_released(job.args.dir)
 
 
-def config(notify: bool = True) -> drover.Config:
+def config(notify: bool = True, lease: float = 3) -> drover.Config:
     return drover.Config(
         workers=workers,
         concurrency=4,
-        lease_duration=3,
+        lease_duration=lease,
         rescue_interval=0.5,
         poll_interval=0.1,
         notify=notify,
@@ -133,11 +134,11 @@ def make_client() -> drover.Client:
     return drover.Client(os.environ["DATABASE_URL"], config())
 
 
-def main(url: str, mode: str) -> None:
+def main(url: str, mode: str, lease: str = "3") -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
-    client = drover.Client(url, config(notify=mode == "notify"))
+    client = drover.Client(url, config(notify=mode == "notify", lease=float(lease)))
     client.run()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -113,7 +113,8 @@ def _cancelled_with(inspector: drover.Inspector, job_id: int, reason: str | None
 def test_the_notification_reaches_the_handler_and_the_job_ends_cancelled(
     db_url: str, tmp_path: Path, spawn: Spawn, inspector: drover.Inspector, poll: Poll
 ) -> None:
-    worker = spawn("cancel_app.py", db_url, "notify")
+    # A 30 s lease: the heartbeat runs every 10 s, so only the notification is in time.
+    worker = spawn("cancel_app.py", db_url, "notify", "30")
     (job,) = _insert(db_url, cancel_app.Cooperative(dir=str(tmp_path)))
     _wait_file(poll, _file(tmp_path, job, 1, "started"))
     asked = time.time()
@@ -121,8 +122,8 @@ def test_the_notification_reaches_the_handler_and_the_job_ends_cancelled(
     assert row.state is drover.JobState.RUNNING
     seen = float(_wait_file(poll, _file(tmp_path, job, 1, "seen")))
     latency = seen - asked
-    # The heartbeat runs every second here: well under it, only the notification was in time.
-    assert latency < 0.5, f"the handler saw the cancel {latency:.3f}s after the request"
+    # Milliseconds usually (bench/cancel_delivery.py); the bound leaves room for a busy machine.
+    assert latency < 3, f"the handler saw the cancel {latency:.3f}s after the request"
     poll(lambda: inspector.get_job(job.id).state is drover.JobState.CANCELLED)
     _cancelled_with(inspector, job.id, "wrong customer")
     code, err = _stop(worker)
@@ -139,8 +140,9 @@ def test_the_heartbeat_delivers_it_when_notifications_are_off(
     asked = time.time()
     inspector.cancel_job(job.id)
     seen = float(_wait_file(poll, _file(tmp_path, job, 1, "seen")))
-    # One heartbeat interval (a third of the 3 s lease), plus the beat's round trip.
-    assert seen - asked < 2.0
+    # One heartbeat interval (a third of the 3 s lease), plus the beat's round trip;
+    # without the heartbeat's answer it would never come (no notifications).
+    assert seen - asked < 3.0
     poll(lambda: inspector.get_job(job.id).state is drover.JobState.CANCELLED)
     _cancelled_with(inspector, job.id, None)
     code, err = _stop(worker)
