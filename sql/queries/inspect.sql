@@ -59,7 +59,7 @@ WITH deps AS MATERIALIZED (
 UPDATE drover_jobs j
 SET state = CASE WHEN o.n > 0 THEN 'pending' ELSE 'available' END::drover_job_state,
     pending_deps = o.n, attempt = 0, scheduled_at = now(), leased_until = NULL,
-    finalized_at = NULL
+    finalized_at = NULL, cancel_request = NULL
 FROM open o
 WHERE j.id = %(id)s AND j.state IN ({{states:retriable}}) AND NOT o.failed
 RETURNING {{job_columns:j}};
@@ -101,7 +101,7 @@ WITH candidates AS (
 ), redriven AS (
     UPDATE drover_jobs j
     SET state = 'available', attempt = 0, scheduled_at = now(), leased_until = NULL,
-        finalized_at = NULL
+        finalized_at = NULL, cancel_request = NULL
     FROM candidates c
     WHERE j.id = c.id AND j.state = 'dead'
     RETURNING j.id, j.queue
@@ -177,7 +177,7 @@ WITH deps AS MATERIALIZED (
     UPDATE drover_jobs j
     SET state = CASE WHEN c.n > 0 THEN 'pending' ELSE 'available' END::drover_job_state,
         pending_deps = c.n, attempt = 0, scheduled_at = now(), leased_until = NULL,
-        finalized_at = NULL
+        finalized_at = NULL, cancel_request = NULL
     FROM candidates c
     WHERE j.id = c.id AND j.state IN ({{states:retriable}})
     RETURNING j.id, j.queue, j.state

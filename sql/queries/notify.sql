@@ -5,6 +5,11 @@
 -- name: notify_listen
 LISTEN drover;
 
+-- name: notify_listen_cancels
+-- The listener's second channel: operators' requests to cancel a running job
+-- (payload: JSON naming the job, ADR 0030). Issued before notify_listen.
+LISTEN drover_cancel;
+
 -- name: notify_unlisten
 UNLISTEN drover;
 

@@ -129,21 +129,36 @@ WITH input AS (
     ) AS t(id, attempt, state, scheduled_at, error, refund_attempt, result)
 ),
 updated AS (
+    -- A job an operator asked to cancel while it ran (cancel_request, ADR
+    -- 0030) ends cancelled whatever the outcome: never retried, rescheduled
+    -- or completed, its errors entry the operator's reason.
     UPDATE drover_jobs j
-    SET state = i.state::drover_job_state,
-        attempt = CASE WHEN i.refund_attempt THEN GREATEST(j.attempt - 1, 0) ELSE j.attempt END,
+    SET state = CASE
+            WHEN j.cancel_request IS NULL THEN i.state::drover_job_state
+            ELSE 'cancelled'
+        END,
+        attempt = CASE
+            WHEN i.refund_attempt AND j.cancel_request IS NULL THEN GREATEST(j.attempt - 1, 0)
+            ELSE j.attempt
+        END,
         scheduled_at = CASE
-            WHEN i.state IN ({{states:waiting}}) THEN COALESCE(i.scheduled_at, now())
+            WHEN i.state IN ({{states:waiting}}) AND j.cancel_request IS NULL
+                THEN COALESCE(i.scheduled_at, now())
             ELSE j.scheduled_at
         END,
         errors = CASE
+            WHEN j.cancel_request IS NOT NULL
+                THEN j.errors || jsonb_build_array(drover_cancel_entry(j.cancel_request, j.attempt))
             WHEN i.error IS NULL THEN j.errors
             ELSE j.errors || jsonb_build_array(i.error)
         END,
-        result = CASE WHEN i.state = 'completed' THEN i.result::jsonb ELSE j.result END,
+        result = CASE
+            WHEN i.state = 'completed' AND j.cancel_request IS NULL THEN i.result::jsonb
+            ELSE j.result
+        END,
         leased_until = NULL,
         finalized_at = CASE
-            WHEN i.state IN ({{states:terminal}}) THEN now()
+            WHEN i.state IN ({{states:terminal}}) OR j.cancel_request IS NOT NULL THEN now()
             ELSE NULL
         END
     FROM input i
@@ -154,8 +169,8 @@ updated AS (
     -- and a current outcome for one job, and only the current one can apply.
     -- A caller waiting for an awaited job's end is told at commit (see
     -- job_complete_many).
-    RETURNING i.id, i.attempt, i.state, j.has_dependents,
-        (CASE WHEN j.awaited AND i.state IN ({{states:terminal}})
+    RETURNING i.id, i.attempt, j.state::text AS state, j.has_dependents,
+        (CASE WHEN j.awaited AND j.state IN ({{states:terminal}})
               THEN pg_notify('drover_done', i.id::text) END) IS NULL AS quiet
 ), released AS (
     -- Dependents (ADR 0029): completed jobs release theirs, dead and
@@ -169,7 +184,8 @@ updated AS (
     WHERE has_dependents
     HAVING count(*) > 0
 )
-SELECT i.id, i.attempt, u.id IS NOT NULL, cur.state::text, cur.attempt
+SELECT i.id, i.attempt, u.id IS NOT NULL, cur.state::text, cur.attempt,
+       COALESCE(u.state = 'cancelled' AND i.state <> 'cancelled', false)
 FROM input i
 LEFT JOIN updated u ON u.id = i.id AND u.attempt = i.attempt
 LEFT JOIN drover_jobs cur ON cur.id = i.id
@@ -196,32 +212,51 @@ WHERE (SELECT count(*) FROM released) >= 0;
 -- evaluates for every updated row even though nothing reads it. pg_notify
 -- runs only for awaited rows, so a batch nobody waits for sends nothing and
 -- its commit does not take the notification queue's lock (ADR 0008).
+--
+-- Cancel requests (ADR 0030): a job an operator asked to cancel while it ran
+-- (cancel_request set) ends cancelled instead, without its result, with the
+-- operator's reason as its errors entry; it comes back with cancelled =
+-- true. A refused claim comes back with false. Neither happens in a usual
+-- batch, which still returns no row.
 WITH done AS (
     UPDATE drover_jobs j
-    SET state = 'completed',
+    SET state = CASE
+            WHEN j.cancel_request IS NULL THEN 'completed'
+            ELSE 'cancelled'
+        END::drover_job_state,
         leased_until = NULL,
         finalized_at = now(),
-        result = d.result::jsonb
+        result = CASE WHEN j.cancel_request IS NULL THEN d.result::jsonb END,
+        errors = CASE
+            WHEN j.cancel_request IS NULL THEN j.errors
+            ELSE j.errors || jsonb_build_array(drover_cancel_entry(j.cancel_request, j.attempt))
+        END
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::text[])
         AS d(id, attempt, result)
     WHERE j.id = ANY (%(ids)s::bigint[])
       AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
-    RETURNING j.id, j.attempt, j.has_dependents,
+    RETURNING j.id, j.attempt, j.has_dependents, j.cancel_request IS NOT NULL AS cancelled,
         (CASE WHEN j.awaited THEN pg_notify('drover_done', j.id::text) END) IS NULL AS quiet
 ), released AS (
-    -- Dependents (ADR 0029): only when a completed job has some, so a batch
-    -- without any calls nothing (HAVING leaves no row).
-    SELECT drover_release_dependents(array_agg(id)) AS n
+    -- Dependents (ADR 0029): only when a finished job has some, so a batch
+    -- without any calls nothing (HAVING leaves no row). A completed job
+    -- releases its dependents; one cancelled on request cancels them.
+    SELECT drover_release_dependents(array_agg(id) FILTER (WHERE NOT cancelled)) AS n,
+           drover_cancel_dependents(
+               array_agg(id) FILTER (WHERE cancelled),
+               array_agg('cancelled'::text) FILTER (WHERE cancelled))
     FROM done
     WHERE has_dependents
     HAVING count(*) > 0
 )
-SELECT d.id, d.attempt
+SELECT d.id, d.attempt, false
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)
 -- A condition without columns runs once, before the first row (a one-time
 -- filter): it makes the release run even when every claim applied.
 WHERE (SELECT count(*) FROM released) >= 0
-  AND NOT EXISTS (SELECT 1 FROM done WHERE done.id = d.id AND done.attempt = d.attempt);
+  AND NOT EXISTS (SELECT 1 FROM done WHERE done.id = d.id AND done.attempt = d.attempt)
+UNION ALL
+SELECT id, attempt, true FROM done WHERE cancelled;
 
 -- name: job_current_states
 -- Why some fenced writes were refused (or a complete_tx): the rows' state and attempt now.
@@ -255,7 +290,10 @@ renewed AS (
     RETURNING j.id, j.leased_until
 )
 SELECT held.id, r.leased_until,
-       COALESCE(cur.state = 'running' AND cur.attempt = held.attempt, false)
+       COALESCE(cur.state = 'running' AND cur.attempt = held.attempt, false),
+       -- An operator's request to cancel the job (ADR 0030): the fallback
+       -- for a client that does not listen for it.
+       CASE WHEN cur.attempt = held.attempt THEN cur.cancel_request END
 FROM held
 LEFT JOIN renewed r ON r.id = held.id
 LEFT JOIN drover_jobs cur ON cur.id = held.id;

@@ -153,6 +153,9 @@ class Recorded(NamedTuple):
     result: WriteResult
     current_state: str | None
     current_attempt: int | None
+    cancelled: bool = False
+    """Applied, but the job ended ``cancelled``: an operator asked to cancel it while it
+    ran (ADR 0030)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,8 @@ class Renewal:
     """The new expiry, or ``None`` when not renewed this time."""
     current: bool
     """False once the claim moved on: this client has lost the job."""
+    cancel_request: dict[str, Any] | None = None
+    """An operator's request to cancel the running job (ADR 0030), or ``None``."""
 
 
 @dataclass(frozen=True, slots=True)

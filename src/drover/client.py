@@ -15,7 +15,7 @@ import secrets
 import signal
 import threading
 import warnings
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from types import FrameType, TracebackType
 from typing import Any, Self, TypeVar, overload
 
@@ -31,6 +31,7 @@ from drover._insert.graph import encode_dependent, encode_workflow, has_dependen
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import EncodedGraph
 from drover._runtime.awaiter import Awaiter
+from drover._runtime.cancels import HardCancel
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
 from drover._runtime.runner import build_chain
@@ -80,6 +81,10 @@ class Client(JobsAndQueues):
     that only inserts needs none. ``max_jobs``, if given, is the most jobs the
     client ever claims (``drover worker --max-jobs-per-child`` sets it): once
     it has claimed that many it claims no more, and runs until stopped.
+    ``hard_cancel``, if given, receives operators' hard cancels of the jobs
+    this client runs (``drover worker --processes N`` sets it to replace the
+    process after the grace, ADR 0030); without it a hard cancel acts as a
+    soft one.
 
     All methods are thread-safe. Each non-transactional insert borrows one pool
     connection: ``insert`` for one round trip (concurrent calls share one),
@@ -104,6 +109,7 @@ class Client(JobsAndQueues):
         config: Config | None = None,
         *,
         max_jobs: int | None = None,
+        hard_cancel: Callable[[HardCancel], None] | None = None,
     ) -> None:
         if max_jobs is not None and (
             isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1
@@ -133,6 +139,7 @@ class Client(JobsAndQueues):
         self._store = Store.open(pool_or_conninfo, who="Client", max_size=10)
         self._config = config
         self._max_jobs = max_jobs
+        self._hard_cancel = hard_cancel
         self._id = secrets.token_hex(3)
         self._close_lock = threading.Lock()
         self._closed = False
@@ -447,6 +454,7 @@ class Client(JobsAndQueues):
                     client_id=self._id,
                     max_jobs=self._max_jobs,
                     released=self._committed,
+                    hard_cancel=self._hard_cancel,
                 )
                 engine.start()
             except BaseException:

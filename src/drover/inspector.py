@@ -13,6 +13,7 @@ import pydantic
 from psycopg_pool import ConnectionPool
 
 from drover._db.store import Store
+from drover._durations import Duration, to_seconds
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import JobInsertParams, KindStats, PeriodicInfo, WorkerInfo
@@ -47,6 +48,9 @@ __all__ = [
 MAX_LIST_LIMIT = 1000
 MAX_BULK_IDS = 1000
 MAX_ENQUEUE_ARGS_BYTES = 1 << 20
+MAX_CANCEL_REASON = 1000
+"""A cancel's reason travels in a notification, whose payload PostgreSQL caps at 8000 bytes."""
+DEFAULT_CANCEL_GRACE = timedelta(seconds=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,14 +392,59 @@ class Inspector(JobsAndQueues):
             )
         return self._store.insert(params, notify=True)
 
-    def cancel_job(self, job_id: int) -> JobRow:
-        """Cancel a waiting (available, scheduled, retryable) or dead job.
+    def cancel_job(
+        self,
+        job_id: int,
+        *,
+        reason: str | None = None,
+        hard: bool = False,
+        grace: Duration = DEFAULT_CANCEL_GRACE,
+    ) -> JobRow:
+        """Cancel a job: a pending, waiting or dead one at once; a running one through its worker.
+
+        A pending, waiting (available, scheduled, retryable) or dead job
+        becomes ``cancelled`` now, and the row returned says so. A running
+        job stays ``running`` in the row returned: the request is recorded
+        and its worker is told within a round trip of the commit (a
+        notification on ``drover_cancel``; a worker without notifications
+        learns it from its next heartbeat). Its handler's context is
+        cancelled, the same signal ``Timeout`` and shutdown use; whenever
+        the attempt ends (the handler returns, raises, or its worker dies
+        and the job is rescued), the job ends ``cancelled`` with an errors
+        entry giving ``reason``, never retried. A handler that ignores the
+        signal finishes its attempt, and the job is still recorded
+        cancelled (ADR 0030).
+
+        ``hard`` asks a supervised worker process (``drover worker
+        --processes N``) to hand back its other jobs and be replaced if the
+        handler has not returned ``grace`` (a ``timedelta`` or seconds,
+        default 10 s) after the worker learned of it; an unsupervised worker
+        treats it as a soft cancel and logs a WARNING saying so. A repeated
+        request replaces the first (a soft cancel can be made hard).
 
         Raises:
+            drover.InvalidArgument: a bad id, a reason that is not a string
+                or longer than 1000 characters, a ``hard`` that is not a bool,
+                a negative or non-finite ``grace``. Nothing is written.
             drover.NotFound: no such job.
-            drover.InvalidTransition: the job is running, completed or cancelled.
+            drover.InvalidTransition: the job is completed or cancelled already.
         """
-        return self._store.cancel_job(check_job_id(job_id))
+        checked = check_job_id(job_id)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgument(f"reason must be a str or None, not {type(reason).__name__}")
+        if reason is not None and len(reason) > MAX_CANCEL_REASON:
+            raise InvalidArgument(
+                f"reason must be at most {MAX_CANCEL_REASON} characters, not {len(reason)}"
+            )
+        if not isinstance(hard, bool):
+            raise InvalidArgument(f"hard must be a bool, not {type(hard).__name__}")
+        seconds = to_seconds(grace, "grace")
+        if seconds < 0:
+            raise InvalidArgument(f"grace must not be negative, not {seconds:g} s")
+        row, _ = self._store.cancel_or_request(
+            checked, reason=reason or None, hard=hard, grace=seconds
+        )
+        return row
 
     def retry_job(self, job_id: int) -> JobRow:
         """Send a dead or cancelled job back to ``available`` with fresh attempts (errors kept).

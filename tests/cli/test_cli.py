@@ -573,9 +573,8 @@ def test_retry_prints_the_redriven_job(db_url: str, conn: Conn) -> None:
 @pytest.mark.parametrize(
     ("command", "state", "want"),
     [
-        ("cancel", "running", "cancellable"),
-        ("cancel", "completed", "cancellable"),
-        ("cancel", "cancelled", "cancellable"),
+        ("cancel", "completed", "running or cancellable"),
+        ("cancel", "cancelled", "running or cancellable"),
         ("retry", "available", "dead or cancelled"),
         ("retry", "scheduled", "dead or cancelled"),
         ("retry", "retryable", "dead or cancelled"),
@@ -619,13 +618,18 @@ def test_retry_and_cancel_as_subprocesses(db_url: str, conn: Conn) -> None:
     assert retried.returncode == 0, retried.stderr
     assert json.loads(retried.stdout) == expected_job(conn, dead)
     assert state_of(conn, dead) == "available"
-    before = table_snapshot(conn)
-    cancel = run("cancel", str(running), url=db_url)
-    assert cancel.returncode == 1
-    assert cancel.stderr == (
-        f"drover: cannot cancel job {running}: job {running} is running, want cancellable\n"
+    cancel = run("cancel", str(running), "--reason", "wrong input", url=db_url)
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.startswith(
+        f"asked the worker running job {running} to cancel it: it ends cancelled when its "
+        "attempt ends\n"
     )
-    assert table_snapshot(conn) == before
+    assert state_of(conn, running) == "running"
+    request = conn.execute(
+        "SELECT cancel_request FROM drover_jobs WHERE id = %s", (running,)
+    ).fetchone()
+    assert request is not None
+    assert request[0]["reason"] == "wrong input"
     cancelled = run("cancel", str(dead), url=db_url)
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.startswith(f"cancelled job {dead}\n")

@@ -234,11 +234,29 @@ def test_the_admin_lists_jobs_read_only_and_retries_through_the_inspector(
         done = client.post(
             "/admin/drover/job/", {"action": "retry_jobs", "_selected_action": [job.id]}
         )
+        running = insert(SendReceipt(order_id=2))
+        with connection.cursor() as cur:
+            cur.execute(
+                "UPDATE drover_jobs SET state = 'running', attempt = 1, "
+                "leased_until = now() + interval '1 hour' WHERE id = %s",
+                [running.id],
+            )
+        asked = client.post(
+            "/admin/drover/job/",
+            {"action": "cancel_jobs", "_selected_action": [running.id]},
+            follow=True,
+        )
+        with connection.cursor() as cur:
+            cur.execute("SELECT cancel_request IS NOT NULL FROM drover_jobs WHERE id = %s",
+                        [running.id])
+            requested = cur.fetchone()[0]
         print(json.dumps({
             "listing": listing.status_code, "has_job": f"job {job.id}" in listing.content.decode()
                 or str(job.id) in listing.content.decode(),
             "detail": detail.status_code, "add": add.status_code, "done": done.status_code,
             "state": Job.objects.get(id=job.id).state,
+            "asked": "their workers were asked to cancel them" in asked.content.decode(),
+            "running": Job.objects.get(id=running.id).state, "requested": requested,
         }))
         """,
     )
@@ -246,6 +264,7 @@ def test_the_admin_lists_jobs_read_only_and_retries_through_the_inspector(
     assert report["detail"] == 200  # viewable, not editable
     assert report["add"] == 403
     assert report["done"] == 302 and report["state"] == "available"
+    assert report["asked"] and report["requested"] and report["running"] == "running"
 
 
 def test_the_migrations_match_the_models_on_this_django(project_db: str) -> None:

@@ -41,6 +41,7 @@ EXPECTED_COLUMNS = {
     "progress_message": ("text", "YES", None),
     "meta": ("jsonb", "NO", "'{}'::jsonb"),
     "tags": ("ARRAY", "NO", "'{}'::text[]"),
+    "cancel_request": ("jsonb", "YES", None),
 }
 
 

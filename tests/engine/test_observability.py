@@ -51,6 +51,7 @@ FAMILIES = {
     "drover_periodic_leader": "gauge",
     "drover_listener_reconnects": "counter",
     "drover_writes_refused": "counter",
+    "drover_cancels_delivered": "counter",
     "drover_leases_lost": "counter",
 }
 BUCKETS = [
@@ -500,6 +501,7 @@ def test_only_drovers_own_families_are_exposed(
         "drover_periodic_leader": set(),
         "drover_listener_reconnects": set(),
         "drover_writes_refused": {"reason"},
+        "drover_cancels_delivered": {"via"},
         "drover_leases_lost": set(),
     }
 

@@ -135,8 +135,9 @@ def complete_claim(conn: Connection, job_id: int, attempt: int, result: str | No
         conn.cursor(row_factory=tuple_row) as cur,
     ):
         cur.execute(query("job_complete_many"), claim)
-        if cur.fetchone() is None:
-            return
+        refused = cur.fetchone()
+        if refused is None or refused[2]:
+            return  # completed, or cancelled at an operator's request (ADR 0030)
         cur.execute(query("job_current_states"), ([job_id],))
         found = cur.fetchone()
     state, now = (None, None) if found is None else (str(found[1]), int(found[2]))

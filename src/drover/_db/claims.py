@@ -128,9 +128,11 @@ def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[R
         rows = cur.fetchall()
     by_claim = {(o.id, o.attempt): o for o in outcomes}
     recorded = []
-    for id_, attempt, applied, state, current_attempt in rows:
+    for id_, attempt, applied, state, current_attempt, cancelled in rows:
         result = WriteResult.APPLIED if applied else _refusal(state)
-        recorded.append(Recorded(by_claim[(id_, attempt)], result, state, current_attempt))
+        recorded.append(
+            Recorded(by_claim[(id_, attempt)], result, state, current_attempt, cancelled)
+        )
     return recorded
 
 
@@ -155,7 +157,10 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
                 "results": _results(outcomes),
             },
         )
-        refused = set(cur.fetchall())
+        refused: set[tuple[int, int]] = set()
+        cancelled: set[tuple[int, int]] = set()
+        for id_, attempt, on_request in cur.fetchall():
+            (cancelled if on_request else refused).add((id_, attempt))
         current: dict[int, tuple[str, int]] = {}
         if refused:
             cur.execute(query("job_current_states"), ([i for i, _ in refused],))
@@ -163,7 +168,8 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
     recorded = []
     for o in outcomes:
         if (o.id, o.attempt) not in refused:
-            recorded.append(Recorded(o, WriteResult.APPLIED, None, None))
+            on_request = bool(cancelled) and (o.id, o.attempt) in cancelled
+            recorded.append(Recorded(o, WriteResult.APPLIED, None, None, on_request))
         else:
             state, attempt = current.get(o.id, (None, None))
             recorded.append(Recorded(o, _refusal(state), state, attempt))
@@ -185,7 +191,10 @@ def job_extend_leases(
                 "lease_seconds": lease_seconds,
             },
         )
-        return [Renewal(id_, until, bool(current)) for id_, until, current in cur.fetchall()]
+        return [
+            Renewal(id_, until, bool(current), request)
+            for id_, until, current, request in cur.fetchall()
+        ]
 
 
 def job_claim_expired(conn: Connection, limit: int, lease_seconds: float) -> list[JobRow]:

@@ -13,9 +13,11 @@ from drover._db.errors import translate
 from drover._db.pool import dedicated_connect
 from drover._db.queries import query
 
-__all__ = ["CHANNEL", "Listening", "notify_queues", "notify_queues_now"]
+__all__ = ["CANCEL_CHANNEL", "CHANNEL", "Listening", "notify_queues", "notify_queues_now"]
 
 CHANNEL = "drover"
+CANCEL_CHANNEL = "drover_cancel"
+"""Operators' requests to cancel a running job (ADR 0030)."""
 
 
 class Listening:
@@ -31,10 +33,14 @@ class Listening:
         pool: ConnectionPool[Any],
         listen: LiteralString = "notify_listen",
         action: str = "listen for job notifications",
+        *,
+        also: LiteralString | None = None,
     ) -> None:
         conn = dedicated_connect(pool, action, "listener")
         try:
             with translate(action):
+                if also is not None:
+                    conn.execute(query(also))
                 conn.execute(query(listen))
         except BaseException:
             conn.close()
@@ -45,6 +51,13 @@ class Listening:
         """Block up to ``timeout`` seconds for notifications; return their payloads."""
         with translate("wait for job notifications"):
             return [n.payload for n in self._conn.notifies(timeout=timeout, stop_after=1)]
+
+    def wait_channels(self, timeout: float) -> list[tuple[str, str]]:
+        """Block up to ``timeout`` seconds for notifications; return ``(channel, payload)``."""
+        with translate("wait for job notifications"):
+            return [
+                (n.channel, n.payload) for n in self._conn.notifies(timeout=timeout, stop_after=1)
+            ]
 
     def ping(self, deadline: float) -> None:
         """Round-trip one statement; break the connection if no answer within ``deadline`` s.

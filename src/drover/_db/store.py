@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 from drover._db import (
     admin,
     bulk,
+    cancels,
     claims,
     clients,
     graph,
@@ -58,7 +59,6 @@ from drover._records import (
     Recorded,
     Renewal,
     WorkerInfo,
-    WriteResult,
 )
 from drover.job import JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState
@@ -107,8 +107,11 @@ class Store:
         """A session that keeps its pool connection between a busy loop's rounds."""
         return HeldSession(self._pool, action)
 
-    def listen(self) -> Listening:
-        """A dedicated connection listening for wake-ups (closed by its owner)."""
+    def listen(self, *, cancels: bool = False) -> Listening:
+        """A dedicated connection listening for wake-ups (closed by its owner); with
+        ``cancels``, for operators' requests to cancel running jobs too (ADR 0030)."""
+        if cancels:
+            return Listening(self._pool, also="notify_listen_cancels")
         return Listening(self._pool)
 
     def listen_done(self) -> Listening:
@@ -221,6 +224,15 @@ class Store:
         """Cancel a waiting or dead job (see ``drover._db.admin.job_operator_transition``)."""
         with borrow(self._pool, "cancel job") as conn:
             return admin.job_operator_transition(conn, job_id, admin.CANCEL)
+
+    def cancel_or_request(
+        self, job_id: int, *, reason: str | None, hard: bool, grace: float
+    ) -> tuple[JobRow, bool]:
+        """Cancel a job now, or (running) ask its owner to; True when it was a request."""
+        with borrow(self._pool, "cancel job") as conn:
+            return cancels.job_cancel_or_request(
+                conn, job_id, reason=reason, hard=hard, grace=grace
+            )
 
     def retry_job(self, job_id: int) -> JobRow:
         """Send a dead or cancelled job back to the queue with fresh attempts."""
@@ -383,16 +395,16 @@ class Store:
 
     def rescue(
         self, limit: int, lease_seconds: float, decide: Callable[[JobRow], Outcome]
-    ) -> tuple[int, int]:
+    ) -> tuple[int, list[Recorded]]:
         """Re-lease up to ``limit`` expired claims and record ``decide(row)`` for each.
 
         Both statements on one connection (and, on a pool that does not
-        autocommit, one transaction). Returns ``(rows found, outcomes applied)``.
+        autocommit, one transaction). Returns ``(rows found, the writes' results)``.
         """
         with borrow(self._pool, "rescue expired jobs") as conn:
             rows = claims.job_claim_expired(conn, limit, lease_seconds)
             results = claims.job_record_outcomes(conn, [decide(row) for row in rows])
-        return len(rows), sum(1 for r in results if r.result is WriteResult.APPLIED)
+        return len(rows), results
 
     def prune(self, state: str, older_than: float, limit: int) -> int | None:
         """Delete up to ``limit`` old ``state`` jobs; ``None`` when another client is pruning."""

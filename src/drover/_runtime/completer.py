@@ -15,6 +15,7 @@ from typing import Any
 
 from drover._records import Outcome, Recorded, WriteResult
 from drover._runtime import disposition
+from drover._runtime.cancels import log_cancelled
 from drover._runtime.disposition import Decision
 from drover._runtime.inflight import Claim
 from drover._runtime.progress import ProgressWriter
@@ -257,6 +258,8 @@ class Completer(ThreadService):
                 self._report(recorded)
                 continue
             applied.append((recorded.outcome.id, recorded.outcome.attempt))
+            if recorded.cancelled:
+                log_cancelled(self._log, recorded.outcome.id, recorded.outcome.attempt)
             if recorded.outcome.settles_tx and recorded.outcome.error is not None:
                 self._tx_rolled_back(recorded.outcome)
         released = self._inflight.limited_queues(applied) if self._released else None

@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection
 
 from drover._db.store import Store
 from drover._records import WriteResult
+from drover._runtime.cancels import Cancels, HardCancel, log_cancelled
 from drover._runtime.completer import Completer
 from drover._runtime.fetcher import Fetcher
 from drover._runtime.heartbeat import Heartbeat
@@ -46,7 +47,9 @@ class Engine:
     after the intake services (see its docstring). ``max_jobs`` caps the
     claims this engine ever makes. ``released`` is called with the queues
     of jobs a cluster-wide concurrency limit held, once their outcomes are
-    written (the client wakes fetchers with it).
+    written (the client wakes fetchers with it). ``hard_cancel`` receives
+    operators' hard cancels of this client's jobs (a supervised worker
+    process, ADR 0030).
     """
 
     def __init__(
@@ -59,6 +62,7 @@ class Engine:
         client_id: str,
         max_jobs: int | None = None,
         released: Callable[[Collection[str]], None] | None = None,
+        hard_cancel: Callable[[HardCancel], None] | None = None,
     ) -> None:
         self._config = config
         self._log = config.logger
@@ -86,12 +90,19 @@ class Engine:
             concurrency=config.concurrency, client_id=client_id, run=runner.run, logger=self._log
         )
         self.fetcher = Fetcher(wiring, dispatch=self.pool.dispatch)
-        self.heartbeat = Heartbeat(wiring)
+        self.cancels = Cancels(
+            self.inflight, self._log, counted=metrics.cancel_delivered, on_hard=hard_cancel
+        )
+        self.heartbeat = Heartbeat(wiring, cancels=self.cancels)
         self.rescuer = Rescuer(wiring)
         self.refresher = StatsRefresher(wiring)
         retention = config.retention is not None and bool(config.retention.by_state())
         self.pruner = Pruner(wiring) if retention else None
-        self.listener = Listener(wiring, wake=self.fetcher.wake) if config.notify else None
+        self.listener = (
+            Listener(wiring, wake=self.fetcher.wake, on_cancel=self.cancels.notified)
+            if config.notify
+            else None
+        )
         self.ticker = Ticker(wiring) if config.periodic_jobs else None
         self.registry = Registry(wiring)
         optional = (self.pruner, self.listener, self.ticker)
@@ -202,7 +213,9 @@ class Engine:
         rows = {c.row.id: c.row for c in unfinished}
         for recorded in results:
             row = rows[recorded.outcome.id]
-            if recorded.result is WriteResult.APPLIED:
+            if recorded.result is WriteResult.APPLIED and recorded.cancelled:
+                log_cancelled(self._log, row.id, row.attempt)
+            elif recorded.result is WriteResult.APPLIED:
                 log_job(
                     self._log,
                     logging.WARNING,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+from drover._runtime.cancels import CancelRequest, Cancels
 from drover._runtime.inflight import Claim
 from drover._runtime.service import IntervalService
 from drover._runtime.wiring import Wiring
@@ -25,18 +26,23 @@ class Heartbeat(IntervalService):
     before the database lets it lapse: another worker may be about to run
     the job. A failed renewal is logged and retried next interval. It stops
     only after the pool drained, so a draining job never loses its lease.
+
+    Its answer also carries any operator's request to cancel a renewed job
+    (ADR 0030), which it hands to ``cancels``: how a client that does not
+    listen for notifications learns of it, within one interval.
     """
 
     name = "heartbeat"
     action = "extend job leases"
 
-    def __init__(self, wiring: Wiring) -> None:
+    def __init__(self, wiring: Wiring, *, cancels: Cancels | None = None) -> None:
         interval = wiring.config.heartbeat_interval.total_seconds()
         super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
         self._store = wiring.store
         self._inflight = wiring.inflight
         self._lease_seconds = wiring.lease_seconds
         self._on_lease_lost = wiring.metrics.lease_lost
+        self._cancels = cancels
 
     def run_once(self) -> int:
         """Renew every held lease; return how many were renewed."""
@@ -71,6 +77,14 @@ class Heartbeat(IntervalService):
                 renewed += 1
             elif not renewal.current and not claim.settled:
                 self._lose(claim, "the job moved on: rescued, re-claimed or cancelled")
+            if renewal.cancel_request is not None and renewal.current and self._cancels:
+                # The fallback when no notification told us (ADR 0030).
+                self._cancels.deliver(
+                    CancelRequest.from_column(
+                        renewal.id, claim.row.attempt, renewal.cancel_request
+                    ),
+                    "heartbeat",
+                )
         return renewed
 
     def _lose(self, claim: Claim, reason: str) -> None:

@@ -53,7 +53,16 @@ class Claim:
     bookkeeping of a ``complete_tx``. Only drover's threads change it.
     """
 
-    __slots__ = ("_tx", "context", "counted", "finished", "limited", "local_deadline", "row")
+    __slots__ = (
+        "_tx",
+        "cancel_request",
+        "context",
+        "counted",
+        "finished",
+        "limited",
+        "local_deadline",
+        "row",
+    )
 
     def __init__(
         self,
@@ -78,6 +87,9 @@ class Claim:
         renewal's send time plus a lease, so it never outlives the database's expiry."""
         self.finished = False
         """Set once the handler returned, so shutdown does not hand back a finished job."""
+        self.cancel_request: Any = None
+        """The operator's request to cancel the job, once delivered (a
+        ``drover._runtime.cancels.CancelRequest``, ADR 0030)."""
         self.counted = False
         """Counted in its queue's running jobs (``InFlight.running``): from when it is
         tracked until its handler returns or it is handed back, whichever is first."""
@@ -259,6 +271,11 @@ class InFlight:
                 if entry is not None and entry.limited and entry.row.attempt == attempt:
                     found.add(entry.row.queue)
             return found
+
+    def get(self, job_id: int) -> Claim | None:
+        """The claim of ``job_id`` this client holds, if any."""
+        with self._cond:
+            return self._entries.get(job_id)
 
     def held(self) -> list[tuple[int, int]]:
         """``(id, attempt)`` of every claim, sorted by id."""

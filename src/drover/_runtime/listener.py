@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from drover._db.notify import Listening
+from drover._db.notify import CANCEL_CHANNEL, Listening
 from drover._runtime.service import ThreadService
 from drover._runtime.wiring import Wiring
 
@@ -48,6 +48,7 @@ class Listener(ThreadService):
         wiring: Wiring,
         *,
         wake: Callable[[], None],
+        on_cancel: Callable[[str], object] | None = None,
         first_retry: float | None = None,
         max_retry: float | None = None,
         ping_every: float | None = None,
@@ -57,6 +58,7 @@ class Listener(ThreadService):
         self._store = wiring.store
         self._queues = frozenset(wiring.config.queues)
         self._wake_fetcher = wake
+        self._on_cancel = on_cancel
         # The module constants are read here, not bound as defaults, so a test
         # can shorten them for the clients it builds.
         self._first_retry = _FIRST_RETRY if first_retry is None else first_retry
@@ -75,7 +77,7 @@ class Listener(ThreadService):
         first = True
         while not self._stopping.is_set():
             try:
-                self._conn = self._store.listen()
+                self._conn = self._store.listen(cancels=self._on_cancel is not None)
                 self._quiet_since = time.monotonic()
                 self.listening.set()
                 if not first:
@@ -127,7 +129,9 @@ class Listener(ThreadService):
     def run_once(self) -> int:
         """Wait briefly for notifications; wake the fetcher if one names our queues.
 
-        The payload ``*`` (a limit changed) names every queue.
+        The payload ``*`` (a limit changed) names every queue. A notification
+        on ``drover_cancel`` (an operator cancelled a running job, ADR 0030)
+        goes to ``on_cancel``.
 
         After ``ping_every`` seconds without a notification, check the
         connection with a bounded round trip (raises if it is broken).
@@ -135,13 +139,20 @@ class Listener(ThreadService):
         conn = self._conn
         if conn is None:
             return 0
-        payloads = conn.wait(_WAIT)
+        received = conn.wait_channels(_WAIT)
         now = time.monotonic()
-        if payloads:
+        if received:
             self._quiet_since = now
         elif now - self._quiet_since >= self._ping_every:
             conn.ping(self._ping_deadline)
             self._quiet_since = time.monotonic()
+        payloads = []
+        for channel, payload in received:
+            if channel == CANCEL_CHANNEL:
+                if self._on_cancel is not None:
+                    self._on_cancel(payload)
+            else:
+                payloads.append(payload)
         relevant = sum(1 for p in payloads if p in self._queues or p == "*")
         if relevant:
             self._wake_fetcher()

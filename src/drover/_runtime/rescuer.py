@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from drover._records import Outcome
+from drover._records import Outcome, WriteResult
 from drover._runtime import disposition
+from drover._runtime.cancels import log_cancelled as _log_cancelled
 from drover._runtime.disposition import Decision, Note
 from drover._runtime.service import IntervalService
 from drover._runtime.wiring import Wiring
@@ -30,6 +31,8 @@ class Rescuer(IntervalService):
     statement. It never spends an attempt: the attempt that stranded the row
     was really used. At most ten rounds per sweep, so it cannot monopolise a
     connection. Recovery after a crash takes about lease + rescue interval.
+    A rescued job an operator asked to cancel while it ran ends ``cancelled``
+    (the statement sees to it, ADR 0030), never to run again.
     """
 
     name = "rescuer"
@@ -54,8 +57,13 @@ class Rescuer(IntervalService):
         """Sweep once; return how many jobs were moved on."""
         moved = 0
         for _ in range(MAX_ROUNDS):
-            found, applied = self._store.rescue(BATCH, self._lease_seconds, self._decide)
-            moved += applied
+            found, results = self._store.rescue(BATCH, self._lease_seconds, self._decide)
+            for recorded in results:
+                if recorded.result is not WriteResult.APPLIED:
+                    continue
+                moved += 1
+                if recorded.cancelled:
+                    _log_cancelled(self._log, recorded.outcome.id, recorded.outcome.attempt)
             if found < BATCH:
                 break
         return moved

@@ -229,16 +229,40 @@ def retry_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar=
 
 
 @app.command("cancel")
-def cancel_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
-    """Cancel a waiting or dead job (a running job belongs to its worker)."""
+def cancel_command(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="ID"),
+    reason: str | None = typer.Option(
+        None, "--reason", metavar="TEXT", help="Why; recorded on a running job's errors."
+    ),
+    hard: bool = typer.Option(
+        False,
+        "--hard",
+        help="Running under --processes N: replace the worker process if the handler "
+        "has not returned after the grace.",
+    ),
+    grace: float = typer.Option(
+        10.0, "--grace", min=0, metavar="SECONDS", help="How long --hard waits for the handler."
+    ),
+) -> None:
+    """Cancel a job: a waiting or dead one at once, a running one through its worker."""
     g = get_globals(ctx)
     checked = parse_job_id(job_id)
     with open_inspector(g) as inspector:
         try:
-            row = inspector.cancel_job(checked)
+            row = inspector.cancel_job(checked, reason=reason, hard=hard, grace=grace)
+        except drover.InvalidArgument as exc:
+            usage(str(exc))
         except (drover.NotFound, drover.InvalidTransition) as exc:
             fail(f"cannot cancel job {checked}: {exc}")
-    emit(g, f"cancelled job {row.id}\n{out.job_block(row)}", out.job_dict(row))
+    requested = row.state is drover.JobState.RUNNING
+    text = (
+        f"asked the worker running job {row.id} to cancel it"
+        f"{' (hard)' if hard else ''}: it ends cancelled when its attempt ends\n"
+        if requested
+        else f"cancelled job {row.id}\n"
+    )
+    emit(g, text + out.job_block(row), out.job_dict(row))
 
 
 def _check_queue(queue: str, what: str = "--queue") -> None:

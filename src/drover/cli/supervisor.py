@@ -33,12 +33,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 import drover
+from drover.cli.hardcancel import HARD_CANCEL_EXIT, HardCancels, replace_after_hard_cancel
 from drover.context import JobContext
 from drover.job import JobRow
 from drover.middleware import Handler
 from drover.ops.server import OpsServer
 
-__all__ = ["RECYCLE_EXIT", "Supervisor", "run_child"]
+__all__ = ["HARD_CANCEL_EXIT", "RECYCLE_EXIT", "Supervisor", "run_child"]
 
 RECYCLE_EXIT = 75
 """A child's exit status after it drained because it reached its job or memory limit."""
@@ -74,9 +75,17 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
     exits ``RECYCLE_EXIT`` so the supervisor starts a fresh process. The
     ops port is bound on an ephemeral loopback port and written to the file
     named by ``$DROVER_SUPERVISED_STATUS``.
+
+    An operator's hard cancel of one of its jobs (ADR 0030) is watched here:
+    once its grace has passed with the handler still running, the child
+    stops with no drain budget, so every job it has not finished is handed
+    back in one write (the cancelled one ends ``cancelled``, the others are
+    claimable at once), and exits ``HARD_CANCEL_EXIT`` without waiting for
+    the stuck handler's thread; the supervisor starts a fresh process.
     """
     stop = threading.Event()
     recycled = threading.Event()
+    hard = HardCancels()
     config = client.config
     changes: dict[str, object] = {"ops_addr": "127.0.0.1:0", "metrics_registry": None}
     if max_jobs is not None:
@@ -94,15 +103,19 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
                     if reached:
                         recycled.set()
                         stop.set()
+                        hard.wake.set()
 
             return handle
 
         changes["middleware"] = (count, *config.middleware)
     # Claims stop at the limit itself, so a process runs exactly max_jobs.
-    child = drover.Client(client.pool, config.replace(**changes), max_jobs=max_jobs)
+    child = drover.Client(
+        client.pool, config.replace(**changes), max_jobs=max_jobs, hard_cancel=hard.add
+    )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
+        hard.wake.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -111,7 +124,11 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
         address = child.ops_addr
         if status and address is not None:
             Path(status).write_text(str(address[1]))
-        while not stop.wait(0.5):
+        while not stop.is_set():
+            hard.wake.wait(hard.wait_for())
+            hard.wake.clear()
+            if stop.is_set() or hard.due():
+                break
             if max_memory_mb is not None and _rss_bytes() > max_memory_mb * 1024 * 1024:
                 _log.warning(
                     "worker process %d uses more than %d MB; draining it for a fresh one",
@@ -121,6 +138,8 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
                 )
                 recycled.set()
                 stop.set()
+        if hard.fired is not None:
+            return replace_after_hard_cancel(child, hard.fired)
         try:
             child.stop(config.shutdown_timeout)
         except drover.DrainIncomplete as exc:
@@ -202,7 +221,8 @@ class Supervisor:
     Thread model: ``run`` owns the children from the main thread; the ops
     listener reads them from its own threads (a dict read and HTTP calls to
     the children). A child that exits on its own is restarted: at once when
-    it was recycled (``RECYCLE_EXIT``), after an exponential back-off
+    it was recycled (``RECYCLE_EXIT``) or replaced after an operator's
+    hard cancel (``HARD_CANCEL_EXIT``), after an exponential back-off
     (0.5 s doubling to 10 s) when it crashed. Five crashes of the children
     within 60 s make the supervisor give up: it stops the rest and exits 1
     with the reason. On SIGTERM/SIGINT every child is sent SIGTERM and
@@ -294,6 +314,19 @@ class Supervisor:
                         )
                         self._spawn(slot)
                         continue
+                    if code == HARD_CANCEL_EXIT:
+                        _log.info(
+                            "worker process %d was running a job hard-cancelled by an "
+                            "operator; replacing it",
+                            child.proc.pid,
+                            extra={
+                                "event": "process_replaced_after_hard_cancel",
+                                "child_pid": child.proc.pid,
+                                "slot": slot,
+                            },
+                        )
+                        self._spawn(slot)
+                        continue
                     now = time.monotonic()
                     self._crashes = [t for t in self._crashes if now - t < _CRASH_WINDOW]
                     self._crashes.append(now)
@@ -367,7 +400,7 @@ class Supervisor:
                 child.proc.kill()
                 child.proc.wait()
                 code = None
-            if code not in (0, RECYCLE_EXIT):
+            if code not in (0, RECYCLE_EXIT, HARD_CANCEL_EXIT):
                 problems.append(f"worker process {child.proc.pid} {_drain_outcome(code)}")
                 _log.error(
                     "%s",

@@ -136,6 +136,13 @@ class Metrics:
                 ["reason"],
                 registry=registry,
             )
+            self._cancels = Counter(
+                "drover_cancels_delivered",
+                "Operators' requests to cancel a running job that reached this client, by how "
+                "it learned of them: notification or heartbeat (ADR 0030).",
+                ["via"],
+                registry=registry,
+            )
             self._lease_lost = Counter(
                 "drover_leases_lost",
                 "Running jobs whose lease this client learned it no longer holds "
@@ -154,6 +161,8 @@ class Metrics:
             self._deaths.labels(service)
         for reason in ("not running", "lease lost", "not found"):
             self._refused.labels(reason)
+        for via in ("notification", "heartbeat"):
+            self._cancels.labels(via)
         for periodic_id in periodic_ids:
             for outcome in TICK_OUTCOMES:
                 self._ticks.labels(periodic_id, outcome)
@@ -183,6 +192,10 @@ class Metrics:
     def lease_lost(self) -> None:
         """Count one running job whose lease was lost."""
         self._lease_lost.inc()
+
+    def cancel_delivered(self, via: str) -> None:
+        """Count one delivered request to cancel a running job (``via``: how it came)."""
+        self._cancels.labels(via).inc()
 
     def service_died(self, service: str) -> None:
         """Count a background service whose thread ended on its own."""

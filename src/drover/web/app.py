@@ -62,6 +62,8 @@ CSP = (
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 CSRF_COOKIE = "drover_csrf"
+# Cancel is offered on running jobs too: the worker is asked to stop (ADR 0030).
+_CANCEL_BUTTON = frozenset({*(s.value for s in CANCELLABLE_STATES), JobState.RUNNING.value})
 _JOB_ACTION = re.compile(r"^/jobs/([0-9]{1,19})/(retry|cancel)$")
 _JOB = re.compile(r"^/jobs/([0-9]{1,19})$")
 _WORKFLOW = re.compile(r"^/workflows/([0-9]{1,19})$")
@@ -258,7 +260,7 @@ class StatusPage:
             older=older,
             newest=filters.query(before=None) if filters.before else None,
             retriable={s.value for s in RETRIABLE_STATES},
-            cancellable={s.value for s in CANCELLABLE_STATES},
+            cancellable=_CANCEL_BUTTON,
             refresh_url=None,  # the filters and the checkboxes would be lost on a reload
             live_seconds=self._live_seconds,
         )
@@ -283,7 +285,7 @@ class StatusPage:
             result=result_text(self.inspector, row),
             links=job_links(self.inspector, row),
             retriable={s.value for s in RETRIABLE_STATES},
-            cancellable={s.value for s in CANCELLABLE_STATES},
+            cancellable=_CANCEL_BUTTON,
             refresh_url=self._refresh_url(request, f"/jobs/{row.id}"),
             live_seconds=self._live_seconds,
         )
@@ -326,7 +328,7 @@ class StatusPage:
                 return _redirect(back, **limit_action(self.inspector, path, request.form))
             if action is not None:
                 job_id, verb = int(action.group(1)), action.group(2)
-                return self._job_action(back, job_id, verb)
+                return self._job_action(back, job_id, verb, request.form.get("reason", ""))
             if path in ("/queues/pause", "/queues/resume"):
                 queue = check_queue_name(request.form.get("queue", ""))
                 if path == "/queues/pause":
@@ -365,12 +367,14 @@ class StatusPage:
         done = self.inspector.cancel_jobs(ids)
         return _redirect(back, flash="bulk_cancelled", count=len(done), selected=len(ids))
 
-    def _job_action(self, back: str, job_id: int, verb: str) -> Response:
+    def _job_action(self, back: str, job_id: int, verb: str, reason: str = "") -> Response:
         try:
             if verb == "retry":
                 self.inspector.retry_job(job_id)
             else:
-                self.inspector.cancel_job(job_id)
+                row = self.inspector.cancel_job(job_id, reason=reason.strip() or None)
+                if row.state is JobState.RUNNING:
+                    return _redirect(back, flash="cancel_requested", job=job_id)
         except NotFound:
             return _redirect(back, flash="not_found", job=job_id)
         except InvalidTransition as exc:

@@ -145,6 +145,8 @@ def parse_filters(args: Any) -> Filters:
 FLASHES = {
     "retried": "Retried job {job}: it is available again.",
     "cancelled": "Cancelled job {job}.",
+    "cancel_requested": "Job {job} is running: its worker was asked to cancel it, and it ends "
+    "cancelled when its attempt ends.",
     "not_found": "Job {job} does not exist.",
     "refused": "Job {job} is {state}; that action does not apply.",
     "duplicate": "Job {job} was not retried: another job holds its unique key.",

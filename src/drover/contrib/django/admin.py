@@ -16,20 +16,27 @@ from drover.contrib.django.settings import conninfo
 def _apply(
     modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset: QuerySet[Job], verb: str
 ) -> None:
-    done, refused = 0, []
+    done, asked, refused = 0, 0, []
     with drover.Inspector(conninfo()) as inspector:
         for job_id in queryset.values_list("id", flat=True):
             try:
                 if verb == "retry":
                     inspector.retry_job(job_id)
-                else:
-                    inspector.cancel_job(job_id)
+                elif inspector.cancel_job(job_id).state is drover.JobState.RUNNING:
+                    asked += 1  # its worker is told; it ends cancelled with its attempt
+                    continue
                 done += 1
             except (drover.InvalidTransition, drover.NotFound, drover.DuplicateJob) as exc:
                 refused.append(f"{job_id}: {exc}")
     past = "retried" if verb == "retry" else "cancelled"
     if done:
         modeladmin.message_user(request, f"{done} job(s) {past}.", messages.SUCCESS)
+    if asked:
+        modeladmin.message_user(
+            request,
+            f"{asked} running job(s): their workers were asked to cancel them.",
+            messages.SUCCESS,
+        )
     if refused:
         modeladmin.message_user(
             request, f"{len(refused)} refused: {'; '.join(refused[:10])}", messages.WARNING
@@ -43,7 +50,7 @@ def retry_jobs(
     _apply(modeladmin, request, queryset, "retry")
 
 
-@admin.action(description="Cancel the selected waiting or dead jobs")
+@admin.action(description="Cancel the selected waiting, running or dead jobs")
 def cancel_jobs(
     modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset: QuerySet[Job]
 ) -> None:

@@ -1,0 +1,47 @@
+"""An operator's cancel of one job, running or not (``cancel.sql``, ADR 0030)."""
+
+from __future__ import annotations
+
+from psycopg.rows import tuple_row
+
+from drover._db import Connection
+from drover._db.admin import job_get
+from drover._db.errors import translate
+from drover._db.queries import query
+from drover._db.rows import JOB_COLUMNS, row_from_db
+from drover.errors import InvalidTransition, NotFound
+from drover.job import CANCELLABLE_STATES, JobRow, JobState
+
+__all__ = ["job_cancel_or_request"]
+
+_OPEN = frozenset((*CANCELLABLE_STATES, JobState.RUNNING))
+
+
+def job_cancel_or_request(
+    conn: Connection, job_id: int, *, reason: str | None, hard: bool, grace: float
+) -> tuple[JobRow, bool]:
+    """Cancel a pending, waiting or dead job, or ask a running one's owner to cancel it.
+
+    Returns the row and whether it was a request (the job still runs; its
+    owner has been notified at commit). A refusal is explained: the job does
+    not exist (``NotFound``) or has already finished (``InvalidTransition``).
+    When the re-read shows the job moved into a state one branch accepts
+    between the two statements, the statement is tried once more.
+    """
+    params = {"id": job_id, "reason": reason, "hard": hard, "grace": grace}
+    for attempt in range(2):
+        with translate(f"cancel job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(query("job_cancel_or_request"), params)
+            found = cur.fetchone()
+        if found is not None:
+            return row_from_db(found), bool(found[len(JOB_COLUMNS)])
+        current = job_get(conn, job_id)
+        if current is None:
+            raise NotFound(f"job {job_id} does not exist")
+        if current.state in _OPEN and attempt == 0:
+            continue
+        raise InvalidTransition(
+            f"job {job_id} is {current.state.value}, want running or cancellable",
+            state=current.state,
+        )
+    raise AssertionError("unreachable")  # pragma: no cover

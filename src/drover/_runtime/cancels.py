@@ -1,0 +1,167 @@
+"""Operators' requests to cancel a running job, delivered to the claim they name (ADR 0030).
+
+A request reaches this client two ways: the listener's notification on
+channel ``drover_cancel`` (within a round trip of the operator's commit),
+and the heartbeat's answer, which carries the request of every job it
+renews (the fallback when notifications are off or one was lost). Either
+way ``Cancels.deliver`` sets the claim's cancellation signal, the same
+``JobContext`` that ``Timeout`` and shutdown cancel. The database, not
+this module, makes the attempt end ``cancelled``: every write that ends
+a running job whose request is set ends it so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from drover._runtime.inflight import Claim, InFlight
+from drover.log import JOB, log_job
+
+__all__ = ["CancelRequest", "Cancels", "HardCancel", "cancel_reason", "log_cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """One operator's request: which claim, why, and whether to replace the process."""
+
+    job_id: int
+    attempt: int | None
+    """The attempt the operator saw running (``None``: whichever runs now)."""
+    reason: str | None
+    hard: bool
+    grace: float
+    """Seconds a hard cancel leaves the handler before its process is replaced."""
+
+    @classmethod
+    def from_payload(cls, payload: str) -> CancelRequest | None:
+        """A request from a ``drover_cancel`` notification's JSON, or ``None`` if malformed."""
+        try:
+            data = json.loads(payload)
+            return cls(
+                int(data["id"]),
+                None if data.get("attempt") is None else int(data["attempt"]),
+                None if data.get("reason") is None else str(data["reason"]),
+                bool(data.get("hard")),
+                float(data.get("grace") or 0.0),
+            )
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    @classmethod
+    def from_column(cls, job_id: int, attempt: int, value: Mapping[str, Any]) -> CancelRequest:
+        """A request from a job's ``cancel_request`` column (the heartbeat's answer)."""
+        reason = value.get("reason")
+        return cls(
+            job_id,
+            attempt,
+            None if reason is None else str(reason),
+            bool(value.get("hard")),
+            float(value.get("grace") or 0.0),
+        )
+
+
+def cancel_reason(reason: str | None) -> str:
+    """The cancellation reason a handler's context reports for an operator's cancel."""
+    return "cancelled by operator" + (f": {reason}" if reason else "")
+
+
+def log_cancelled(log: logging.Logger, job_id: int, attempt: int) -> None:
+    """Say that the write ending an attempt ended the job ``cancelled`` on request."""
+    log.warning(
+        "job %d attempt %d ended cancelled: an operator asked to cancel it while it ran",
+        job_id,
+        attempt,
+        extra={"event": "job_cancelled_on_request", "job_id": job_id, "attempt": attempt},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HardCancel:
+    """A hard cancel handed to the process's supervisor: replace the process after ``grace``
+    seconds unless ``done()`` (the handler returned) by then."""
+
+    job_id: int
+    grace: float
+    done: Callable[[], bool]
+
+
+class Cancels:
+    """Delivers cancel requests to this client's claims; called from the listener's and the
+    heartbeat's threads, so each claim is told once (and once more if a soft request is
+    made hard).
+
+    A hard request goes to ``on_hard`` (set for a supervised worker process,
+    ``drover worker --processes N``), which replaces the process once the
+    grace has passed with the handler still running. Without one a hard
+    request acts as a soft one, with a WARNING saying so.
+    """
+
+    def __init__(
+        self,
+        inflight: InFlight,
+        log: logging.Logger,
+        *,
+        counted: Callable[[str], None],
+        on_hard: Callable[[HardCancel], None] | None = None,
+    ) -> None:
+        self._inflight = inflight
+        self._log = log
+        self._counted = counted
+        self._on_hard = on_hard
+        self._lock = threading.Lock()
+
+    def deliver(self, request: CancelRequest, via: str) -> bool:
+        """Tell the claim ``request`` names; False when this client does not hold it or
+        already knew (``via``: notification or heartbeat, for the metric)."""
+        claim = self._inflight.get(request.job_id)
+        if claim is None or (request.attempt is not None and claim.row.attempt != request.attempt):
+            return False
+        with self._lock:
+            known = claim.cancel_request
+            if known is not None and (known.hard or not request.hard):
+                return False
+            claim.cancel_request = request
+        claim.context.cancel(cancel_reason(request.reason))
+        self._counted(via)
+        log_job(
+            self._log,
+            logging.WARNING,
+            claim.row,
+            "job_cancel_requested",
+            JOB + " %s: an operator asked to cancel it (%s); its handler is asked to stop",
+            "hard cancel" if request.hard else "cancel",
+            request.reason or "no reason given",
+            reason=request.reason,
+            hard=request.hard,
+            via=via,
+        )
+        if request.hard:
+            self._hard(claim, request)
+        return True
+
+    def notified(self, payload: str) -> bool:
+        """Deliver the request a ``drover_cancel`` notification carries."""
+        request = CancelRequest.from_payload(payload)
+        if request is None:
+            self._log.warning("ignored a malformed cancel notification: %.200r", payload)
+            return False
+        return self.deliver(request, "notification")
+
+    def _hard(self, claim: Claim, request: CancelRequest) -> None:
+        if self._on_hard is None:
+            log_job(
+                self._log,
+                logging.WARNING,
+                claim.row,
+                "hard_cancel_unsupervised",
+                "hard cancel of " + JOB + " asked, but this worker is not supervised "
+                "(drover worker --processes N): treated as a soft cancel, its handler is "
+                "only asked to stop",
+            )
+            return
+        self._on_hard(HardCancel(request.job_id, request.grace, lambda: claim.finished))
