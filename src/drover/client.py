@@ -28,6 +28,7 @@ from drover._insert import tx
 from drover._insert.combiner import Combiner
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.graph import encode_dependent, encode_workflow, has_dependencies
+from drover._insert.identity import identity_of, needs_identity
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import EncodedGraph
 from drover._runtime.awaiter import Awaiter
@@ -218,7 +219,14 @@ class Client(JobsAndQueues):
             )
             self._nudge()
             return rows[0]
-        row = self._combiner.insert(encode_insert(args, opts))
+        params = encode_insert(args, opts)
+        if needs_identity(opts):
+            assert opts is not None
+            row = self._store.insert_unique(params, identity_of(args, params, opts))
+            if not row.duplicate:
+                self._committed((row.queue,))
+            return row
+        row = self._combiner.insert(params)
         self._committed((row.queue,))
         return row
 

@@ -12,10 +12,12 @@ from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from drover._durations import Duration
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
 from drover.limits import Limit, limits_tuple
 from drover.results import DEFAULT_MAX_RESULT_BYTES, decode_result, encode_result
+from drover.unique import Unique, check_forms
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -351,6 +353,12 @@ class JobRow(NamedTuple):
     priority: int = DEFAULT_PRIORITY
     """From -100 to 100; within a queue, due jobs of a higher priority are claimed first."""
 
+    @property
+    def duplicate(self) -> bool:
+        """True when an insert with ``unique``, ``debounce`` or ``throttle`` found the job
+        already there and returned it instead of inserting a new one (see "Uniqueness")."""
+        return False
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InsertOpts:
@@ -392,6 +400,9 @@ class InsertOpts:
     max_attempts: int | None = None
     priority: int | None = None
     depends_on: Sequence[int | JobRow] = ()
+    unique: Unique | None = None
+    debounce: Duration | None = None
+    throttle: Duration | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -439,6 +450,17 @@ class InsertOpts:
                 _check_priority(self.priority, "InsertOpts.priority")
         except (TypeError, ValueError) as exc:
             raise InvalidInsertOpts(str(exc)) from None
+        if self.unique is not None or self.debounce is not None or self.throttle is not None:
+            debounce, throttle = check_forms(
+                unique=self.unique,
+                debounce=self.debounce,
+                throttle=self.throttle,
+                unique_key=self.unique_key,
+                scheduled_at=self.scheduled_at,
+                depends_on=self.depends_on,
+            )
+            object.__setattr__(self, "debounce", debounce)
+            object.__setattr__(self, "throttle", throttle)
 
 
 MAX_DEPENDENCIES = 10_000

@@ -38,6 +38,7 @@ from drover._db import (
     stats,
     testing,
     ticks,
+    unique,
 )
 from drover._db.clients import ClientEntry
 from drover._db.conninfo import describe_target
@@ -49,6 +50,7 @@ from drover._db.pool import borrow, pool_from
 from drover._records import (
     EncodedBatch,
     EncodedGraph,
+    Identity,
     JobInsertParams,
     KindStats,
     Outcome,
@@ -142,6 +144,14 @@ class Store:
         """Insert several callers' jobs in one statement; ``None`` where a unique key lost."""
         with borrow(self._pool, "insert job") as conn:
             return insert.job_insert_rows(conn, batch)
+
+    def insert_unique(self, params: JobInsertParams, identity: Identity) -> JobRow:
+        """Insert one job with a unique identity, committed on return (``_db.unique``);
+        the job holding the identity (flagged ``duplicate``) if there is one."""
+        with borrow(self._pool, "insert job") as conn:
+            row = unique.job_insert_unique(conn, [params], {0: identity}, notify=False)[0]
+        assert row is not None
+        return row
 
     def insert_many(self, batch: EncodedBatch) -> list[JobRow]:
         """Insert a batch with COPY in one transaction; rows in input order."""

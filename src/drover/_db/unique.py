@@ -1,0 +1,89 @@
+"""Inserts with a unique identity, debounce or throttle: the Python side of
+``sql/queries/unique.sql`` (ADR 0031).
+
+One statement for any number of items: ``drover_insert_unique`` (migration
+0014) inserts them one after another and says, for each, whether it
+inserted a job or found the one holding the identity. The unique index
+decides every race; the function retries an item whose holder left its
+states between the insert and the read, so the answer is exact.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+
+from psycopg.rows import tuple_row
+
+from drover._db import Connection
+from drover._db.errors import translate
+from drover._db.queries import query
+from drover._db.rows import row_from_db
+from drover._records import Identity, JobInsertParams
+from drover.job import JobRow
+
+__all__ = ["ExistingRow", "job_insert_unique"]
+
+
+class ExistingRow(JobRow):
+    """A ``JobRow`` an insert returned instead of inserting: ``duplicate`` is True.
+
+    Equal to a ``JobRow`` with the same fields (the flag is the class, not a field).
+    """
+
+    __slots__ = ()
+
+    @property
+    def duplicate(self) -> bool:
+        """True: the insert found this job holding its identity."""
+        return True
+
+
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+def _item(params: JobInsertParams, identity: Identity | None) -> str:
+    quote = _json_string
+    head = (
+        f"[{quote(params.kind)},{quote(params.queue)},{params.args_json},{params.max_attempts},"
+        f"{'null' if params.scheduled_at is None else quote(params.scheduled_at.isoformat())},"
+        f"{'null' if params.unique_key is None else quote(params.unique_key)},{params.priority}"
+    )
+    if identity is None:
+        return head + "]"
+    period = "null" if identity.period_us is None else str(identity.period_us)
+    window = "null" if identity.window_us is None else str(identity.window_us)
+    return f'{head},"{identity.hash}",{period},{identity.states},"{identity.form}",{window}]'
+
+
+def job_insert_unique(
+    conn: Connection,
+    batch: Sequence[JobInsertParams],
+    identities: Mapping[int, Identity],
+    *,
+    notify: bool,
+) -> list[JobRow | None]:
+    """Insert ``batch`` in order, each item with its identity (if any); one round trip.
+
+    Returns one row per item: the inserted job, an ``ExistingRow`` (the job
+    that held the identity, as that item left it: a debounce has already
+    replaced its args), or ``None`` for an item without an identity whose
+    ``unique_key`` was taken. With ``notify`` each inserted job's queue is
+    woken when the transaction commits. Runs in the connection's current
+    transaction (on an autocommit connection, one of its own).
+    """
+    document = ",".join(_item(p, identities.get(i)) for i, p in enumerate(batch))
+    with (
+        translate(f"insert {len(batch)} unique job{'s' if len(batch) != 1 else ''}"),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        cur.execute(query("job_insert_unique"), (f"[{document}]", notify))
+        found = cur.fetchall()
+    rows: list[JobRow | None] = []
+    for values in found:
+        if values[1] is None:
+            rows.append(None)
+            continue
+        row = row_from_db(values[1:])
+        rows.append(ExistingRow(*row) if values[0] else row)
+    return rows
