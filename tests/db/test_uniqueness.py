@@ -23,7 +23,7 @@ class Other(drover.JobArgs, kind="other"):
 
 
 def _count(conn: Conn, where: str = "true") -> int:
-    row = conn.execute(f"SELECT count(*) FROM drover_jobs WHERE {where}").fetchone()  # type: ignore[arg-type]
+    row = conn.execute(f"SELECT count(*) FROM drover_jobs WHERE {where}").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -303,7 +303,7 @@ def test_throttle_window_counts_from_the_first_insert(client: drover.Client, con
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: drover.Unique(period="1h"), "Unique.period must be a timedelta or a number"),
+        (lambda: drover.Unique(period="1h"), "Unique.period must be a timedelta or"),  # type: ignore[arg-type]
         (lambda: drover.Unique(period=0), "Unique.period must be at least 1 millisecond"),
         (lambda: drover.Unique(period=-5), "at least 1 millisecond"),
         (lambda: drover.Unique(by_args="account"), "Unique.by_args must be True, False or a list"),
@@ -353,9 +353,8 @@ def test_an_unknown_args_field_is_refused_at_insert_and_writes_nothing(
         client.insert(Sync(account=1), opts)
     with pytest.raises(drover.InvalidInsertOpts, match="item 1: Unique.by_args names 'acount'"):
         client.insert_many([Sync(account=1), (Sync(account=2), opts)])
-    with conn.transaction():
-        with pytest.raises(drover.InvalidInsertOpts):
-            client.insert_tx(conn, Sync(account=1), opts)
+    with conn.transaction(), pytest.raises(drover.InvalidInsertOpts):
+        client.insert_tx(conn, Sync(account=1), opts)
     assert _count(conn) == 0
 
 
