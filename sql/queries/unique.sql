@@ -16,3 +16,24 @@ ORDER BY u.ord;
 -- Run first in a caller's transaction that may not have run a statement yet,
 -- so that the batch's nested transaction is a savepoint, not the outermost.
 SELECT 1;
+
+-- name: job_insert_identified
+-- The fast path of one job with a plain unique identity (form 'u'): one
+-- INSERT as lean as job_insert's, the period's bucket counted on the
+-- database clock (0 without a period: div of NULL is NULL). When the
+-- identity is held it returns no row, and drover calls job_insert_unique,
+-- which returns the holder (retrying with fresh snapshots if the holder
+-- leaves its states meanwhile). Positional parameters: kind, queue, args,
+-- max_attempts, priority, scheduled_at (twice), hash (hex), period
+-- (microseconds), states (mask), notify.
+INSERT INTO drover_jobs (kind, queue, args, max_attempts, priority, scheduled_at, state,
+                         unique_hash, unique_bucket, unique_states)
+VALUES (%s, %s, %s::jsonb, %s, %s::smallint,
+        GREATEST(COALESCE(%s::timestamptz, now()), now()),
+        CASE WHEN %s::timestamptz > now() THEN 'scheduled' ELSE 'available' END::drover_job_state,
+        decode(%s, 'hex'),
+        COALESCE(div(extract(epoch FROM now())::numeric * 1000000, %s::numeric)::bigint, 0),
+        %s::smallint)
+ON CONFLICT DO NOTHING
+RETURNING id, created_at, state::text, scheduled_at,
+          CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;

@@ -149,9 +149,7 @@ class Store:
         """Insert one job with a unique identity, committed on return (``_db.unique``);
         the job holding the identity (flagged ``duplicate``) if there is one."""
         with borrow(self._pool, "insert job") as conn:
-            row = unique.job_insert_unique(conn, [params], {0: identity}, notify=False)[0]
-        assert row is not None
-        return row
+            return unique.insert_one(conn, params, identity, notify=False)
 
     def insert_many(self, batch: EncodedBatch) -> list[JobRow]:
         """Insert a batch with COPY in one transaction; rows in input order."""

@@ -18,11 +18,11 @@ from psycopg.rows import tuple_row
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.queries import query
-from drover._db.rows import row_from_db
+from drover._db.rows import new_row, row_from_db
 from drover._records import Identity, JobInsertParams
-from drover.job import JobRow
+from drover.job import JobRow, JobState
 
-__all__ = ["ExistingRow", "job_insert_unique"]
+__all__ = ["ExistingRow", "insert_one", "job_insert_unique"]
 
 
 class ExistingRow(JobRow):
@@ -87,3 +87,43 @@ def job_insert_unique(
         row = row_from_db(values[1:])
         rows.append(ExistingRow(*row) if values[0] else row)
     return rows
+
+
+def insert_one(
+    conn: Connection, params: JobInsertParams, identity: Identity, *, notify: bool
+) -> JobRow:
+    """Insert one job with ``identity``, or return the job holding it (an ``ExistingRow``).
+
+    A plain unique identity that is free takes one INSERT as lean as
+    ``job_insert`` (``job_insert_identified``); a held one, debounce and
+    throttle go through ``drover_insert_unique`` (a second round trip for a
+    held identity: the fast path is for the insert that makes a job).
+    """
+    if identity.form == "u":
+        with (
+            translate(f"insert job kind {params.kind!r}"),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            cur.execute(
+                query("job_insert_identified"),
+                (
+                    params.kind,
+                    params.queue,
+                    params.args_json,
+                    params.max_attempts,
+                    params.priority,
+                    params.scheduled_at,
+                    params.scheduled_at,
+                    identity.hash,
+                    identity.period_us,
+                    identity.states,
+                    notify,
+                ),
+            )
+            found = cur.fetchone()
+        if found is not None:
+            id_, created_at, state, scheduled_at, _ = found
+            return new_row(params, id_, created_at, JobState(state), scheduled_at)
+    row = job_insert_unique(conn, [params], {0: identity}, notify=notify)[0]
+    assert row is not None
+    return row

@@ -18,7 +18,7 @@ from drover._db import Connection
 from drover._db.caller import resolve_connection
 from drover._db.graph import job_insert_graph
 from drover._db.insert import job_insert, job_insert_many
-from drover._db.unique import job_insert_unique
+from drover._db.unique import insert_one
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.identity import identity_of, needs_identity
 from drover._records import EncodedGraph
@@ -51,9 +51,7 @@ def insert_tx(resolve: Resolve, args: JobArgs, opts: InsertOpts | None, *, notif
         assert opts is not None
         identity = identity_of(args, params, opts)
         conn, _ = resolve()
-        row = job_insert_unique(conn, [params], {0: identity}, notify=notify)[0]
-        assert row is not None
-        return row
+        return insert_one(conn, params, identity, notify=notify)
     conn, _ = resolve()
     return job_insert(conn, params, notify=notify)
 
