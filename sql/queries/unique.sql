@@ -37,3 +37,11 @@ VALUES (%s, %s, %s::jsonb, %s, %s::smallint,
 ON CONFLICT DO NOTHING
 RETURNING id, created_at, state::text, scheduled_at,
           CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;
+
+-- name: job_unique_identity
+-- A job's identity for an operator: hash (hex), period bucket, the states
+-- that hold it (mask), and whether it holds it now. No row: no such job.
+SELECT encode(unique_hash, 'hex'), unique_bucket, unique_states,
+       (unique_states & drover_state_bit(state)) <> 0
+FROM drover_jobs
+WHERE id = %(id)s;

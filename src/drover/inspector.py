@@ -30,6 +30,7 @@ from drover.job import (
 )
 from drover.limits import LimitKey, LimitState, Period, check_override, parse_limit_key
 from drover.queues import QueueSummary, check_queue_name
+from drover.unique import UniqueIdentity
 from drover.worker import Workers
 from drover.workflows import Workflow
 
@@ -190,6 +191,22 @@ class Inspector(JobsAndQueues):
             )
             for name in names
         ]
+
+    def unique_identity(self, job_id: int) -> UniqueIdentity | None:
+        """The unique identity a job was inserted with (``InsertOpts.unique``,
+        ``debounce``, ``throttle``), or ``None`` if it has none (see "Uniqueness").
+
+        Raises:
+            drover.NotFound: no job has that id.
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        checked = check_job_id(job_id)
+        found = self._store.unique_identity(checked)
+        if found is False:
+            raise NotFound(f"job {checked} does not exist")
+        assert found is not True
+        return found
 
     def periodic(self) -> list[PeriodicInfo]:
         """Every periodic job a leader has registered, by id, with who leads now.

@@ -26,7 +26,7 @@ from typing import Any
 from drover._durations import Duration, to_seconds
 from drover.errors import ConfigError, InvalidInsertOpts
 
-__all__ = ["STATE_BITS", "Unique", "check_forms", "state_mask"]
+__all__ = ["STATE_BITS", "Unique", "UniqueIdentity", "check_forms", "state_mask"]
 
 STATE_BITS: dict[str, int] = {
     "pending": 1,
@@ -159,6 +159,25 @@ class Unique:
         if self.period is not None:
             return (*HELD_ALWAYS, "completed")
         return HELD_ALWAYS
+
+
+@dataclass(frozen=True, slots=True)
+class UniqueIdentity:
+    """A job's unique identity as stored, for operators (``Inspector.unique_identity``)."""
+
+    hash: str
+    """The SHA-256 of the identity, in hex."""
+    bucket: int
+    """The period's bucket (windows since the Unix epoch); 0 without a period."""
+    states: tuple[str, ...]
+    """The states in which the job holds the identity; empty once it handed it on."""
+    held: bool
+    """Whether the job holds the identity now (its state is one of ``states``)."""
+
+
+def states_of(mask: int) -> tuple[str, ...]:
+    """The states of a ``unique_states`` mask, in the enum's order."""
+    return tuple(state for state, bit in STATE_BITS.items() if mask & bit)
 
 
 def _states(value: object) -> tuple[str, ...]:

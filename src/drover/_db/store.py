@@ -64,6 +64,7 @@ from drover._records import (
 from drover.job import JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState
 from drover.queues import QueueState
+from drover.unique import UniqueIdentity
 from drover.workflows import WorkflowJob
 
 __all__ = ["Store"]
@@ -216,6 +217,11 @@ class Store:
         """Ask the writer of the job's terminal state to notify ``drover_done``."""
         with borrow(self._pool, "wait for a job") as conn:
             results.job_mark_awaited(conn, job_id)
+
+    def unique_identity(self, job_id: int) -> UniqueIdentity | bool | None:
+        """The job's unique identity (``None``: it has none; ``False``: no such job)."""
+        with borrow(self._pool, "read a job's unique identity") as conn:
+            return unique.job_unique_identity(conn, job_id)
 
     def job_result(self, job_id: int) -> results.StoredResult | None:
         """The job's state, stored result and last error (``None``: no such job)."""

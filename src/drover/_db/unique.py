@@ -21,8 +21,9 @@ from drover._db.queries import query
 from drover._db.rows import new_row, row_from_db
 from drover._records import Identity, JobInsertParams
 from drover.job import JobRow, JobState
+from drover.unique import UniqueIdentity, states_of
 
-__all__ = ["ExistingRow", "insert_one", "job_insert_unique"]
+__all__ = ["ExistingRow", "insert_one", "job_insert_unique", "job_unique_identity"]
 
 
 class ExistingRow(JobRow):
@@ -127,3 +128,16 @@ def insert_one(
     row = job_insert_unique(conn, [params], {0: identity}, notify=notify)[0]
     assert row is not None
     return row
+
+
+def job_unique_identity(conn: Connection, job_id: int) -> UniqueIdentity | bool | None:
+    """The job's identity; ``None`` if it has none, ``False`` if there is no such job."""
+    with translate("read a job's unique identity"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_unique_identity"), {"id": job_id})
+        found = cur.fetchone()
+    if found is None:
+        return False
+    hash_hex, bucket, mask, held = found
+    if hash_hex is None:
+        return None
+    return UniqueIdentity(hash_hex, bucket, states_of(mask), bool(held))
