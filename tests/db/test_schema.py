@@ -37,6 +37,9 @@ EXPECTED_COLUMNS = {
     "pending_deps": ("integer", "NO", "0"),
     "has_dependents": ("boolean", "NO", "false"),
     "workflow_id": ("bigint", "YES", None),
+    "unique_hash": ("bytea", "YES", None),
+    "unique_bucket": ("bigint", "NO", "0"),
+    "unique_states": ("smallint", "NO", "0"),
 }
 
 
@@ -86,6 +89,7 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         "drover_jobs_unique_active_v2_idx",
         "drover_jobs_finalized_idx",
         "drover_jobs_workflow_idx",
+        "drover_jobs_unique_identity_idx",
     }
     assert "drover_jobs_fetch_idx" not in idx and "drover_jobs_fetch_v2_idx" not in idx
     assert (
@@ -107,6 +111,11 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         assert f"'{state}'" in unique
     for state in ("completed", "cancelled", "dead"):
         assert f"'{state}'" not in unique
+    identity = idx["drover_jobs_unique_identity_idx"]
+    assert identity.startswith("CREATE UNIQUE INDEX")
+    assert "(unique_hash, unique_bucket)" in identity
+    assert "unique_hash IS NOT NULL" in identity
+    assert "drover_state_bit(state)" in identity
 
 
 def test_migrate_fresh_database_then_idempotent(empty_db_url: str) -> None:
