@@ -446,3 +446,17 @@ def test_insert_many_tx_keeps_the_callers_transaction(
         tx_conn.execute("SELECT 1")  # the transaction is still usable
     assert _count(conn, "kind = 'sync' AND args->>'account' = '1'") == 1
     assert _count(conn, "args->>'account' IN ('5', '6')") == 0
+
+
+def test_workflows_and_dependent_batches_refuse_the_forms(
+    client: drover.Client, conn: Conn
+) -> None:
+    opts = _opts(by_args=True)
+    with pytest.raises(drover.InvalidInsertOpts, match="workflow job 1: unique, debounce"):
+        client.insert(drover.chain(Sync(account=1), (Sync(account=2), opts)))
+    first = client.insert(Sync(account=9))
+    with pytest.raises(drover.InvalidInsertOpts, match="item 0: unique, debounce"):
+        client.insert_many(
+            [(Sync(account=1), opts), (Sync(account=2), drover.InsertOpts(depends_on=[first]))]
+        )
+    assert _count(conn) == 1
