@@ -34,7 +34,10 @@ VALUES (%s, %s, %s::jsonb, %s, %s::smallint,
         decode(%s, 'hex'),
         COALESCE(div(extract(epoch FROM now())::numeric * 1000000, %s::numeric)::bigint, 0),
         %s::smallint)
-ON CONFLICT DO NOTHING
+ON CONFLICT (unique_hash, unique_bucket)
+    WHERE unique_hash IS NOT NULL
+      AND (unique_states & drover_state_bit(state)) <> 0
+    DO NOTHING
 RETURNING id, created_at, state::text, scheduled_at,
           CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;
 
