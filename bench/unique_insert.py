@@ -4,15 +4,17 @@
     python bench/unique_insert.py --no-flush             # commits do not wait for the disk
     python bench/unique_insert.py --jobs 2000 --reps 9 --database URL --json out.json
 
-Each repetition runs the trials one after another, in an order that rotates
-from one repetition to the next, on one client (one pool) in one thread,
-each trial on a freshly truncated table:
+Each repetition starts from an empty table and runs the trials interleaved in
+blocks of --block inserts (the order rotating from block to block), on one
+client (one pool) in one thread, so that a change in the machine's load
+falls on every trial alike:
 
 - ``plain``: --jobs calls of ``client.insert(args)``;
 - ``unique``: the same with ``InsertOpts(unique=Unique(by_args=True))``, every
   job a new identity (the cost of computing and enforcing it);
-- ``duplicate``: the same options, every call after the first hitting the one
-  identity (the cost of finding and returning the existing job).
+- ``duplicate``: the same options, every call after the first of the
+  repetition hitting one identity (the cost of finding and returning the
+  existing job: a second round trip).
 
 Reported: the median inserts per second of each trial over the repetitions,
 and the median of each repetition's ratio to ``plain``. Target: ``unique`` at
@@ -72,21 +74,38 @@ def scratch_database(server_url: str, no_flush: bool) -> Iterator[str]:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
 
 
-def trial(client: drover.Client, url: str, name: str, jobs: int) -> float:
-    """Inserts per second of one trial, on a freshly truncated table."""
+def reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE drover_jobs CASCADE")
         conn.execute("VACUUM ANALYZE drover_jobs")
+
+
+def block(client: drover.Client, name: str, start: int, size: int) -> float:
+    """Seconds for ``size`` single inserts of trial ``name``, numbered from ``start``."""
     opts = None if name == "plain" else drover.InsertOpts(unique=drover.Unique(by_args=True))
     insert = client.insert
-    started = time.perf_counter()
+    began = time.perf_counter()
     if name == "duplicate":
-        for _ in range(jobs):
-            insert(Ping(n=0), opts)
+        for _ in range(size):
+            insert(Ping(n=-1), opts)
     else:
-        for n in range(jobs):
+        for n in range(start, start + size):
             insert(Ping(n=n), opts)
-    return jobs / (time.perf_counter() - started)
+    return time.perf_counter() - began
+
+
+def repetition(client: drover.Client, url: str, rep: int, jobs: int, size: int) -> dict[str, float]:
+    """Inserts per second of each trial in one repetition, the trials interleaved in blocks."""
+    reset(url)
+    spent = dict.fromkeys(TRIALS, 0.0)
+    done = 0
+    while done < jobs:
+        step = min(size, jobs - done)
+        order = TRIALS[(rep + done // size) % 3 :] + TRIALS[: (rep + done // size) % 3]
+        for name in order:
+            spent[name] += block(client, name, done, step)
+        done += step
+    return {name: jobs / seconds for name, seconds in spent.items()}
 
 
 def main() -> int:
@@ -94,6 +113,7 @@ def main() -> int:
     parser.add_argument("--database", help="a server URL (default: an embedded server)")
     parser.add_argument("--jobs", type=int, default=2000, help="inserts per trial")
     parser.add_argument("--reps", type=int, default=7, help="repetitions (odd: a median)")
+    parser.add_argument("--block", type=int, default=100, help="inserts per interleaved block")
     parser.add_argument("--no-flush", action="store_true", help="synchronous_commit = off")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
@@ -107,12 +127,11 @@ def main() -> int:
             ).fetchone()
         client = drover.Client(url)
         try:
-            trial(client, url, "plain", min(200, args.jobs))  # warm the pool and the caches
+            repetition(client, url, 0, min(300, args.jobs), args.block)  # warm up
             rates: dict[str, list[float]] = {name: [] for name in TRIALS}
             ratios: dict[str, list[float]] = {name: [] for name in TRIALS[1:]}
             for rep in range(args.reps):
-                order = TRIALS[rep % 3 :] + TRIALS[: rep % 3]
-                measured = {name: trial(client, url, name, args.jobs) for name in order}
+                measured = repetition(client, url, rep, args.jobs, args.block)
                 for name, rate in measured.items():
                     rates[name].append(rate)
                 for name in TRIALS[1:]:

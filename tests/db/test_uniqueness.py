@@ -460,3 +460,16 @@ def test_workflows_and_dependent_batches_refuse_the_forms(
             [(Sync(account=1), opts), (Sync(account=2), drover.InsertOpts(depends_on=[first]))]
         )
     assert _count(conn) == 1
+
+
+def test_an_operator_retry_of_a_job_whose_identity_is_held_again_is_refused(
+    client: drover.Client, db_url: str, conn: Conn
+) -> None:
+    opts = _opts(by_args=True)
+    first = client.insert(Sync(account=1), opts)
+    _finish(conn, first.id, "dead")
+    second = client.insert(Sync(account=1), opts)
+    assert not second.duplicate
+    with drover.Inspector(db_url) as inspector, pytest.raises(drover.DuplicateJob):
+        inspector.retry_job(first.id)
+    assert client.get_job(first.id).state is drover.JobState.DEAD
