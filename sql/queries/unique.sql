@@ -17,6 +17,20 @@ ORDER BY u.ord;
 -- so that the batch's nested transaction is a savepoint, not the outermost.
 SELECT 1;
 
+-- name: job_insert_identified_now
+-- The common case of job_insert_identified: due now, no period. The column
+-- defaults give state available, scheduled_at = created_at = now() and
+-- bucket 0, so this is job_insert_now plus the identity and its arbiter; it
+-- returns only what drover cannot know. Positional parameters: kind, queue,
+-- args, max_attempts, priority, hash (hex), states (mask), notify.
+INSERT INTO drover_jobs (kind, queue, args, max_attempts, priority, unique_hash, unique_states)
+VALUES (%s, %s, %s::jsonb, %s, %s, decode(%s, 'hex'), %s)
+ON CONFLICT (unique_hash, unique_bucket)
+    WHERE unique_hash IS NOT NULL
+      AND (unique_states & drover_state_bit(state)) <> 0
+    DO NOTHING
+RETURNING id, created_at, CASE WHEN %s::boolean THEN pg_notify('drover', queue)::text END;
+
 -- name: job_insert_identified
 -- The fast path of one job with a plain unique identity (form 'u'): one
 -- INSERT as lean as job_insert's, the period's bucket counted on the

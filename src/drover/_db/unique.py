@@ -96,11 +96,33 @@ def insert_one(
     """Insert one job with ``identity``, or return the job holding it (an ``ExistingRow``).
 
     A plain unique identity that is free takes one INSERT as lean as
-    ``job_insert`` (``job_insert_identified``); a held one, debounce and
+    ``job_insert_now`` (``job_insert_identified_now``; with a period or a
+    time, ``job_insert_identified``); a held one, debounce and
     throttle go through ``drover_insert_unique`` (a second round trip for a
     held identity: the fast path is for the insert that makes a job).
     """
-    if identity.form == "u":
+    if identity.form == "u" and identity.period_us is None and params.scheduled_at is None:
+        with (
+            translate(f"insert job kind {params.kind!r}"),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            cur.execute(
+                query("job_insert_identified_now"),
+                (
+                    params.kind,
+                    params.queue,
+                    params.args_json,
+                    params.max_attempts,
+                    params.priority,
+                    identity.hash,
+                    identity.states,
+                    notify,
+                ),
+            )
+            now_row = cur.fetchone()
+        if now_row is not None:
+            return new_row(params, now_row[0], now_row[1])
+    elif identity.form == "u":
         with (
             translate(f"insert job kind {params.kind!r}"),
             conn.cursor(row_factory=tuple_row) as cur,
