@@ -422,8 +422,8 @@ class Inspector(JobsAndQueues):
 
         Returns the ids redriven, ascending; the others are left as they are
         (not retriable, missing, locked by a concurrent operator, or holding a
-        unique key another waiting or running job holds again; of several
-        listed jobs sharing a key only the newest goes). At most 1000 ids;
+        unique key or identity another job holds again; of several listed jobs
+        sharing one only the newest goes). At most 1000 ids;
         duplicates count once. Listening workers are woken.
 
         Raises:

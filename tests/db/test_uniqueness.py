@@ -473,3 +473,27 @@ def test_an_operator_retry_of_a_job_whose_identity_is_held_again_is_refused(
     with drover.Inspector(db_url) as inspector, pytest.raises(drover.DuplicateJob):
         inspector.retry_job(first.id)
     assert client.get_job(first.id).state is drover.JobState.DEAD
+
+
+def test_bulk_retries_skip_a_job_whose_identity_is_held_again(
+    client: drover.Client, db_url: str, conn: Conn
+) -> None:
+    opts = _opts(by_args=True)
+    first = client.insert(Sync(account=1), opts)
+    _finish(conn, first.id, "dead")
+    holder = client.insert(Sync(account=1), opts)
+    twin_a = client.insert(Sync(account=2), opts)
+    _finish(conn, twin_a.id, "dead")
+    twin_b = client.insert(Sync(account=2), opts)
+    _finish(conn, twin_b.id, "dead")
+    with drover.Inspector(db_url) as inspector:
+        assert inspector.retry_jobs([first.id, twin_a.id, twin_b.id]) == [twin_b.id]
+    assert client.get_job(first.id).state is drover.JobState.DEAD
+    assert client.get_job(holder.id).state is drover.JobState.AVAILABLE
+    assert client.get_job(twin_a.id).state is drover.JobState.DEAD
+    # And the retry of every dead job of the kind: twin_a and first stay dead.
+    _finish(conn, twin_b.id, "dead")
+    with drover.Inspector(db_url) as inspector:
+        assert inspector.retry_dead("sync") == 1
+    assert client.get_job(twin_b.id).state is drover.JobState.AVAILABLE
+    assert client.get_job(first.id).state is drover.JobState.DEAD
