@@ -202,9 +202,17 @@ class Client(JobsAndQueues):
         moment, so concurrent inserts do not queue behind PostgreSQL's
         notification lock.
 
+        With ``InsertOpts.unique``, ``debounce`` or ``throttle`` the call may
+        return the job that already holds the identity instead, with
+        ``row.duplicate`` True (nothing was inserted; a debounce has replaced
+        its args). Such calls are not combined with others: each runs its own
+        statement on a pool connection (see the "Uniqueness" guide).
+
         Raises:
             drover.InvalidJobArgs: ``args`` is not a JobArgs or cannot be encoded
                 (nothing was written).
+            drover.InvalidInsertOpts: ``Unique.by_args`` names a field the args
+                class does not have (nothing was written).
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
@@ -287,8 +295,13 @@ class Client(JobsAndQueues):
 
         A batch without unique keys is copied straight into the table, four
         round trips whatever its size; one with unique keys goes through a
-        staging table (a few more). The rows are committed when this returns, and each
-        queue gets one wake-up after the commit (as for ``insert``).
+        staging table (a few more). One where an item uses
+        ``InsertOpts.unique``, ``debounce`` or ``throttle`` is inserted item by
+        item in one statement instead, and each such item's row may be the job
+        that holds its identity, flagged ``row.duplicate`` (an earlier item's
+        job included); it may use up ids of the jobs it did not insert. The
+        rows are committed when this returns, and each queue gets one wake-up
+        after the commit (as for ``insert``).
         Safe to call from several threads; each call holds one pool
         connection.
 
