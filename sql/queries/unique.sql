@@ -62,3 +62,15 @@ SELECT encode(unique_hash, 'hex'), unique_bucket, unique_states,
        (unique_states & drover_state_bit(state)) <> 0
 FROM drover_jobs
 WHERE id = %(id)s;
+
+-- name: job_unique_holder
+-- The job holding an identity, after job_insert_identified(_now) found it
+-- held: the bucket counted again on the database clock (a new window may have
+-- begun since; then no row, and drover asks job_insert_unique). Positional
+-- parameters: hash (hex), period (microseconds, or NULL).
+SELECT {{job_columns}}
+FROM drover_jobs
+WHERE unique_hash = decode(%s, 'hex')
+  AND unique_bucket = COALESCE(
+      div(extract(epoch FROM now())::numeric * 1000000, %s::numeric)::bigint, 0)
+  AND (unique_states & drover_state_bit(state)) <> 0;

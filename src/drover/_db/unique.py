@@ -97,9 +97,10 @@ def insert_one(
 
     A plain unique identity that is free takes one INSERT as lean as
     ``job_insert_now`` (``job_insert_identified_now``; with a period or a
-    time, ``job_insert_identified``); a held one, debounce and
-    throttle go through ``drover_insert_unique`` (a second round trip for a
-    held identity: the fast path is for the insert that makes a job).
+    time, ``job_insert_identified``); a held one costs a second statement
+    that reads the holder (``job_unique_holder``). Debounce, throttle and the
+    rare race where the holder left its states in between go through
+    ``drover_insert_unique``.
     """
     if identity.form == "u" and identity.period_us is None and params.scheduled_at is None:
         with (
@@ -147,6 +148,17 @@ def insert_one(
         if found is not None:
             id_, created_at, state, scheduled_at, _ = found
             return new_row(params, id_, created_at, JobState(state), scheduled_at)
+    if identity.form == "u":
+        # Held: read the holder. If it left its states meanwhile (or a new
+        # period began), the function below inserts or finds, exactly.
+        with (
+            translate(f"insert job kind {params.kind!r}"),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            cur.execute(query("job_unique_holder"), (identity.hash, identity.period_us))
+            holder = cur.fetchone()
+        if holder is not None:
+            return ExistingRow(*row_from_db(holder))
     row = job_insert_unique(conn, [params], {0: identity}, notify=notify)[0]
     assert row is not None
     return row
