@@ -16,7 +16,7 @@ from drover._db.store import Store
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import JobInsertParams, KindStats, PeriodicInfo, WorkerInfo
-from drover.errors import InvalidArgument, InvalidJobArgs, NotFound
+from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs, NotFound
 from drover.job import (
     DEFAULT_PRIORITY,
     MAX_KIND_LENGTH,
@@ -377,11 +377,17 @@ class Inspector(JobsAndQueues):
         where ``opts`` leaves them unset; for an unknown kind any JSON value is
         accepted, with queue ``default``, 25 attempts and priority 0. Honours
         ``opts`` (queue, time, unique key, attempts, priority) and wakes
-        listening workers.
+        listening workers; ``opts`` with ``unique``, ``debounce`` or
+        ``throttle`` is refused (``drover.InvalidInsertOpts``).
         """
         checked_kind, canonical = self.validate_enqueue(kind, args_json)
         if opts is not None and not isinstance(opts, InsertOpts):
             raise InvalidJobArgs(f"opts must be a drover.InsertOpts, not {type(opts).__name__}")
+        if opts is not None and (opts.unique or opts.debounce or opts.throttle):
+            raise InvalidInsertOpts(
+                "Inspector.enqueue does not take unique, debounce or throttle; "
+                "insert with Client.insert"
+            )
         entry = self._workers.get(checked_kind) if self._workers is not None else None
         if entry is not None:
             params = encode_insert(_validated(entry[0], checked_kind, canonical), opts)

@@ -497,3 +497,9 @@ def test_bulk_retries_skip_a_job_whose_identity_is_held_again(
         assert inspector.retry_dead("sync") == 1
     assert client.get_job(twin_b.id).state is drover.JobState.AVAILABLE
     assert client.get_job(first.id).state is drover.JobState.DEAD
+
+
+def test_inspector_enqueue_refuses_the_forms(db_url: str, conn: Conn) -> None:
+    with drover.Inspector(db_url) as inspector, pytest.raises(drover.InvalidInsertOpts):
+        inspector.enqueue("sync", '{"account": 1}', drover.InsertOpts(throttle=5))
+    assert _count(conn) == 0
