@@ -97,6 +97,19 @@ WITH candidates AS (
                 AND x.state = 'dead'
           )
       ))
+      -- The same for a unique identity (ADR 0031).
+      AND (d.unique_hash IS NULL OR d.unique_states = 0 OR (
+          NOT EXISTS (
+              SELECT 1 FROM drover_jobs a
+              WHERE a.unique_hash = d.unique_hash AND a.unique_bucket = d.unique_bucket
+                AND (a.unique_states & drover_state_bit(a.state)) <> 0 AND a.id <> d.id
+          )
+          AND d.id = (
+              SELECT max(x.id) FROM drover_jobs x
+              WHERE x.unique_hash = d.unique_hash AND x.unique_bucket = d.unique_bucket
+                AND x.unique_states <> 0 AND x.state = 'dead'
+          )
+      ))
     FOR UPDATE SKIP LOCKED
 ), redriven AS (
     UPDATE drover_jobs j
@@ -170,6 +183,21 @@ WITH deps AS MATERIALIZED (
               WHERE x.id = ANY (%(ids)s::bigint[])
                 AND x.queue = d.queue AND x.kind = d.kind AND x.unique_key = d.unique_key
                 AND x.state IN ({{states:retriable}})
+          )
+      ))
+      -- The same for a unique identity (ADR 0031): skipped while another job
+      -- holds it; of several listed jobs sharing it, only the newest.
+      AND (d.unique_hash IS NULL OR d.unique_states = 0 OR (
+          NOT EXISTS (
+              SELECT 1 FROM drover_jobs a
+              WHERE a.unique_hash = d.unique_hash AND a.unique_bucket = d.unique_bucket
+                AND (a.unique_states & drover_state_bit(a.state)) <> 0 AND a.id <> d.id
+          )
+          AND d.id = (
+              SELECT max(x.id) FROM drover_jobs x
+              WHERE x.id = ANY (%(ids)s::bigint[])
+                AND x.unique_hash = d.unique_hash AND x.unique_bucket = d.unique_bucket
+                AND x.unique_states <> 0 AND x.state IN ({{states:retriable}})
           )
       ))
     FOR UPDATE OF d SKIP LOCKED

@@ -68,6 +68,7 @@ from drover.queues import Queue, QueueState, QueueSummary
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.schedule import Schedule
+from drover.unique import Unique, UniqueIdentity
 from drover.worker import Worker, Workers
 from drover.workflows import (
     Chain,
@@ -149,6 +150,8 @@ __all__ = [
     "Stats",
     "Throughput",
     "Timeout",
+    "Unique",
+    "UniqueIdentity",
     "UnknownJobKind",
     "UnsupportedConnection",
     "Worker",

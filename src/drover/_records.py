@@ -24,6 +24,7 @@ __all__ = [
     "AppliedMigration",
     "EncodedBatch",
     "EncodedGraph",
+    "Identity",
     "JobInsertParams",
     "KindStats",
     "Migration",
@@ -52,6 +53,21 @@ class JobInsertParams(NamedTuple):
     tags: tuple[str, ...] = ()
     meta: str | None = None
     """``InsertOpts.meta`` as JSON text, or ``None`` for none (stored as ``{}``)."""
+
+
+class Identity(NamedTuple):
+    """A job's unique identity, computed before any I/O (ADR 0031)."""
+
+    hash: str
+    """SHA-256 of the identity's canonical JSON, in hex."""
+    period_us: int | None
+    """The unique period in microseconds: the database clock picks the bucket."""
+    states: int
+    """The ``unique_states`` mask: the states in which the job holds the identity."""
+    form: str
+    """``u`` (unique), ``d`` (debounce) or ``t`` (throttle)."""
+    window_us: int | None
+    """The debounce or throttle window in microseconds."""
 
 
 class EncodedGraph(NamedTuple):
@@ -116,6 +132,8 @@ class EncodedBatch(NamedTuple):
     """Some item has a time."""
     decorated: bool = False
     """Some item has tags or metadata."""
+    identities: dict[int, Identity] | None = None
+    """The unique identity of each item that has one, by position (ADR 0031)."""
 
 
 class Outcome(NamedTuple):

@@ -28,6 +28,7 @@ from drover._insert import tx
 from drover._insert.combiner import Combiner
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.graph import encode_dependent, encode_workflow, has_dependencies
+from drover._insert.identity import identity_of, needs_identity
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import EncodedGraph
 from drover._runtime.awaiter import Awaiter
@@ -208,9 +209,17 @@ class Client(JobsAndQueues):
         moment, so concurrent inserts do not queue behind PostgreSQL's
         notification lock.
 
+        With ``InsertOpts.unique``, ``debounce`` or ``throttle`` the call may
+        return the job that already holds the identity instead, with
+        ``row.duplicate`` True (nothing was inserted; a debounce has replaced
+        its args). Such calls are not combined with others: each runs its own
+        statement on a pool connection (see the "Uniqueness" guide).
+
         Raises:
             drover.InvalidJobArgs: ``args`` is not a JobArgs or cannot be encoded
                 (nothing was written).
+            drover.InvalidInsertOpts: ``Unique.by_args`` names a field the args
+                class does not have (nothing was written).
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
@@ -225,7 +234,14 @@ class Client(JobsAndQueues):
             )
             self._nudge()
             return rows[0]
-        row = self._combiner.insert(encode_insert(args, opts))
+        params = encode_insert(args, opts)
+        if needs_identity(opts):
+            assert opts is not None
+            row = self._store.insert_unique(params, identity_of(args, params, opts))
+            if not row.duplicate:
+                self._committed((row.queue,))
+            return row
+        row = self._combiner.insert(params)
         self._committed((row.queue,))
         return row
 
@@ -286,8 +302,13 @@ class Client(JobsAndQueues):
 
         A batch without unique keys is copied straight into the table, four
         round trips whatever its size; one with unique keys goes through a
-        staging table (a few more). The rows are committed when this returns, and each
-        queue gets one wake-up after the commit (as for ``insert``).
+        staging table (a few more). One where an item uses
+        ``InsertOpts.unique``, ``debounce`` or ``throttle`` is inserted item by
+        item in one statement instead, and each such item's row may be the job
+        that holds its identity, flagged ``row.duplicate`` (an earlier item's
+        job included); it may use up ids of the jobs it did not insert. The
+        rows are committed when this returns, and each queue gets one wake-up
+        after the commit (as for ``insert``).
         Safe to call from several threads; each call holds one pool
         connection.
 

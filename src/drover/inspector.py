@@ -32,6 +32,7 @@ from drover.job import (
 from drover.limits import LimitKey, LimitState, Period, check_override, parse_limit_key
 from drover.progress import check_tags, encode_meta
 from drover.queues import QueueSummary, check_queue_name
+from drover.unique import UniqueIdentity
 from drover.worker import Workers
 from drover.workflows import Workflow
 
@@ -195,6 +196,22 @@ class Inspector(JobsAndQueues):
             )
             for name in names
         ]
+
+    def unique_identity(self, job_id: int) -> UniqueIdentity | None:
+        """The unique identity a job was inserted with (``InsertOpts.unique``,
+        ``debounce``, ``throttle``), or ``None`` if it has none (see "Uniqueness").
+
+        Raises:
+            drover.NotFound: no job has that id.
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        checked = check_job_id(job_id)
+        found = self._store.unique_identity(checked)
+        if found is False:
+            raise NotFound(f"job {checked} does not exist")
+        assert found is not True
+        return found
 
     def periodic(self) -> list[PeriodicInfo]:
         """Every periodic job a leader has registered, by id, with who leads now.
@@ -369,11 +386,17 @@ class Inspector(JobsAndQueues):
         where ``opts`` leaves them unset; for an unknown kind any JSON value is
         accepted, with queue ``default``, 25 attempts and priority 0. Honours
         ``opts`` (queue, time, unique key, attempts, priority, tags, metadata) and wakes
-        listening workers.
+        listening workers; ``opts`` with ``unique``, ``debounce`` or
+        ``throttle`` is refused (``drover.InvalidInsertOpts``).
         """
         checked_kind, canonical = self.validate_enqueue(kind, args_json)
         if opts is not None and not isinstance(opts, InsertOpts):
             raise InvalidJobArgs(f"opts must be a drover.InsertOpts, not {type(opts).__name__}")
+        if opts is not None and (opts.unique or opts.debounce or opts.throttle):
+            raise InvalidInsertOpts(
+                "Inspector.enqueue does not take unique, debounce or throttle; "
+                "insert with Client.insert"
+            )
         entry = self._workers.get(checked_kind) if self._workers is not None else None
         if entry is not None:
             params = encode_insert(_validated(entry[0], checked_kind, canonical), opts)
@@ -461,8 +484,8 @@ class Inspector(JobsAndQueues):
 
         Returns the ids redriven, ascending; the others are left as they are
         (not retriable, missing, locked by a concurrent operator, or holding a
-        unique key another waiting or running job holds again; of several
-        listed jobs sharing a key only the newest goes). At most 1000 ids;
+        unique key or identity another job holds again; of several listed jobs
+        sharing one only the newest goes). At most 1000 ids;
         duplicates count once. Listening workers are woken.
 
         Raises:

@@ -12,11 +12,13 @@ from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from drover._durations import Duration
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
 from drover.limits import Limit, limits_tuple
 from drover.progress import MAX_PROGRESS_MESSAGE, check_progress, check_tags, encode_meta
 from drover.results import DEFAULT_MAX_RESULT_BYTES, decode_result, encode_result
+from drover.unique import Unique, check_forms
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -379,6 +381,12 @@ class JobRow(NamedTuple):
     tags: tuple[str, ...] = ()
     """Labels given at insert (``InsertOpts.tags``), to filter jobs by."""
 
+    @property
+    def duplicate(self) -> bool:
+        """True when an insert with ``unique``, ``debounce`` or ``throttle`` found the job
+        already there and returned it instead of inserting a new one (see "Uniqueness")."""
+        return False
+
 
 NO_META = _NO_META
 """``JobRow.meta`` of a job without metadata: an empty, read-only mapping shared by every row."""
@@ -420,6 +428,16 @@ class InsertOpts:
       are dropped.
     - ``meta``: a dict of JSON values stored with the job (at most 64 KiB as
       JSON); the handler can merge more into it with ``Job.update_meta``.
+    - ``unique``: a ``drover.Unique`` identity (by args, named fields, queue,
+      key, period, states). An insert whose identity is held returns the
+      holding job with ``row.duplicate`` True and writes nothing; the unique
+      index decides races between concurrent inserts, so exactly one wins.
+    - ``debounce``: a window (``timedelta`` or seconds). Inserting again while
+      the job waits replaces its args, tags and metadata (last wins) and moves
+      its due time to one window after that insert; a job already running
+      hands the identity on, so the next insert makes a new job.
+    - ``throttle``: a window. The first job is kept and later inserts within
+      the window from its insert return it flagged.
 
     Invalid values raise ``drover.InvalidInsertOpts`` at construction.
     """
@@ -432,6 +450,9 @@ class InsertOpts:
     depends_on: Sequence[int | JobRow] = ()
     tags: Sequence[str] = ()
     meta: Mapping[str, Any] | None = None
+    unique: Unique | None = None
+    debounce: Duration | None = None
+    throttle: Duration | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -482,6 +503,17 @@ class InsertOpts:
                 _check_priority(self.priority, "InsertOpts.priority")
         except (TypeError, ValueError) as exc:
             raise InvalidInsertOpts(str(exc)) from None
+        if self.unique is not None or self.debounce is not None or self.throttle is not None:
+            debounce, throttle = check_forms(
+                unique=self.unique,
+                debounce=self.debounce,
+                throttle=self.throttle,
+                unique_key=self.unique_key,
+                scheduled_at=self.scheduled_at,
+                depends_on=self.depends_on,
+            )
+            object.__setattr__(self, "debounce", debounce)
+            object.__setattr__(self, "throttle", throttle)
 
 
 MAX_DEPENDENCIES = 10_000

@@ -42,6 +42,9 @@ EXPECTED_COLUMNS = {
     "meta": ("jsonb", "NO", "'{}'::jsonb"),
     "tags": ("ARRAY", "NO", "'{}'::text[]"),
     "cancel_request": ("jsonb", "YES", None),
+    "unique_hash": ("bytea", "YES", None),
+    "unique_bucket": ("bigint", "NO", "0"),
+    "unique_states": ("smallint", "NO", "0"),
 }
 
 
@@ -92,6 +95,7 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         "drover_jobs_finalized_idx",
         "drover_jobs_workflow_idx",
         "drover_jobs_tags_idx",
+        "drover_jobs_unique_identity_idx",
     }
     assert "USING gin (tags) WHERE (tags <> '{}'::text[])" in idx["drover_jobs_tags_idx"]
     assert "drover_jobs_fetch_idx" not in idx and "drover_jobs_fetch_v2_idx" not in idx
@@ -114,6 +118,11 @@ def test_index_definitions(conn: psycopg.Connection[tuple[object, ...]]) -> None
         assert f"'{state}'" in unique
     for state in ("completed", "cancelled", "dead"):
         assert f"'{state}'" not in unique
+    identity = idx["drover_jobs_unique_identity_idx"]
+    assert identity.startswith("CREATE UNIQUE INDEX")
+    assert "(unique_hash, unique_bucket)" in identity
+    assert "unique_hash IS NOT NULL" in identity
+    assert "drover_state_bit(state)" in identity
 
 
 def test_migrate_fresh_database_then_idempotent(empty_db_url: str) -> None:

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover._durations",
             "drover._address",
             "drover.context",
+            "drover.unique",
             "drover.job",
             "drover._records",
             "drover.queues",

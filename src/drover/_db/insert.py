@@ -21,6 +21,7 @@ from drover._db.errors import translate
 from drover._db.notify import notify_queues
 from drover._db.queries import query
 from drover._db.rows import new_row, new_rows, row_from_db
+from drover._db.unique import job_insert_unique
 from drover._records import EncodedBatch, JobInsertParams, UniformBatch
 from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
@@ -134,6 +135,8 @@ def job_insert_many(
     batch = encoded.params
     if not batch:
         return []
+    if encoded.identities:
+        return _insert_many_identified(conn, encoded, caller_tx=caller_tx, notify=notify)
     if encoded.unique or encoded.decorated:
         # Tags and metadata go through the staging table too: its COPY adapts
         # them, and the direct COPY's hand-formatted rows stay lean.
@@ -303,6 +306,28 @@ def _insert_many_staged(
             if notify:
                 notify_queues(conn, sorted({p.queue for p in batch}))
     return [row_from_db(r) for r in rows]
+
+
+def _insert_many_identified(
+    conn: Connection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
+) -> list[JobRow]:
+    # A batch where some item has a unique identity, debounce or throttle
+    # (ADR 0031): one statement runs the items in order, each returning its
+    # job or the one holding its identity. An item with only a unique_key
+    # that is taken fails the batch as on the staged path, so the statement
+    # runs in a nested transaction that the raise rolls back.
+    batch = encoded.params
+    identities = encoded.identities or {}
+    if caller_tx:
+        # As in _insert_many_staged: make sure the caller's transaction is
+        # open, so that conn.transaction() below is a savepoint.
+        conn.execute(query("job_insert_unique_begin"))
+    with conn.transaction():
+        rows = job_insert_unique(conn, batch, identities, notify=notify)
+        for index, row in enumerate(rows):
+            if row is None:
+                raise duplicate_error(batch[index], f"item {index}: ")
+    return [row for row in rows if row is not None]
 
 
 def _first_duplicate(

@@ -39,6 +39,7 @@ from drover._db import (
     stats,
     testing,
     ticks,
+    unique,
 )
 from drover._db.clients import ClientEntry
 from drover._db.conninfo import describe_target
@@ -51,6 +52,7 @@ from drover._db.progress import ProgressReport, job_report_progress
 from drover._records import (
     EncodedBatch,
     EncodedGraph,
+    Identity,
     JobInsertParams,
     KindStats,
     Outcome,
@@ -63,6 +65,7 @@ from drover._records import (
 from drover.job import JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState
 from drover.queues import QueueState
+from drover.unique import UniqueIdentity
 from drover.workflows import WorkflowJob
 
 __all__ = ["Store"]
@@ -147,6 +150,12 @@ class Store:
         with borrow(self._pool, "insert job") as conn:
             return insert.job_insert_rows(conn, batch)
 
+    def insert_unique(self, params: JobInsertParams, identity: Identity) -> JobRow:
+        """Insert one job with a unique identity, committed on return (``_db.unique``);
+        the job holding the identity (flagged ``duplicate``) if there is one."""
+        with borrow(self._pool, "insert job") as conn:
+            return unique.insert_one(conn, params, identity, notify=False)
+
     def insert_many(self, batch: EncodedBatch) -> list[JobRow]:
         """Insert a batch with COPY in one transaction; rows in input order."""
         with borrow(self._pool, "insert jobs") as conn:
@@ -214,6 +223,11 @@ class Store:
         """Ask the writer of the job's terminal state to notify ``drover_done``."""
         with borrow(self._pool, "wait for a job") as conn:
             results.job_mark_awaited(conn, job_id)
+
+    def unique_identity(self, job_id: int) -> UniqueIdentity | bool | None:
+        """The job's unique identity (``None``: it has none; ``False``: no such job)."""
+        with borrow(self._pool, "read a job's unique identity") as conn:
+            return unique.job_unique_identity(conn, job_id)
 
     def job_result(self, job_id: int) -> results.StoredResult | None:
         """The job's state, stored result and last error (``None``: no such job)."""

@@ -6,7 +6,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from drover._records import EncodedBatch, JobInsertParams, UniformBatch
+from drover._insert.identity import identity_of, needs_identity
+from drover._records import EncodedBatch, Identity, JobInsertParams, UniformBatch
 from drover.errors import InvalidInsertOpts, InvalidJobArgs
 from drover.job import DEFAULT_PRIORITY, InsertOpts, JobArgs
 from drover.progress import encode_meta
@@ -150,10 +151,11 @@ def encode_batch(items: object) -> EncodedBatch:
     encoded: list[JobInsertParams] | None = None  # once the batch is not uniform
     queues: set[str] = set()
     unique = timed = decorated = False
+    identities: dict[int, Identity] | None = None
     new = tuple.__new__
     index = 0
     try:
-        for index, item in enumerate(items):  # noqa: B007 - read by the except clause
+        for index, item in enumerate(items):
             if isinstance(item, tuple):
                 if len(item) != 2:
                     raise InvalidJobArgs(f"expected (JobArgs, InsertOpts), got a {len(item)}-tuple")
@@ -162,6 +164,12 @@ def encode_batch(items: object) -> EncodedBatch:
                 args, opts = item
                 defaults = _class_defaults(type(args), "")
                 params = _apply(defaults, _dump(args, defaults[0], ""), opts, "")
+                if needs_identity(opts):
+                    assert isinstance(opts, InsertOpts)
+                    assert isinstance(args, JobArgs)
+                    if identities is None:
+                        identities = {}
+                    identities[index] = identity_of(args, params, opts, f"item {index}: ")
                 queues.add(params.queue)
                 unique = unique or params.unique_key is not None
                 timed = timed or params.scheduled_at is not None
@@ -204,7 +212,7 @@ def encode_batch(items: object) -> EncodedBatch:
         # Only a failure pays for formatting the position into the message.
         raise InvalidJobArgs(f"item {index}: {exc}") from None
     if encoded is not None:
-        return EncodedBatch(encoded, queues, unique, timed, decorated)
+        return EncodedBatch(encoded, queues, unique, timed, decorated, identities)
     if first is None:
         return EncodedBatch([], queues, unique, timed)
     kind, queue, max_attempts, priority = first[1]

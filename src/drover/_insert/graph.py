@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from drover._insert.encode import encode_insert
+from drover._insert.identity import needs_identity
 from drover._records import EncodedGraph
+from drover.errors import InvalidInsertOpts
 from drover.job import InsertOpts, JobArgs
 from drover.workflows import Chain, Group, flatten
 
@@ -31,7 +33,15 @@ def _encode(
     params = []
     external: list[tuple[int, int]] = []
     for index, (args, opts) in enumerate(jobs):
-        params.append(encode_insert(args, opts, f"{where} {index}: " if where else ""))
+        prefix = f"{where} {index}: " if where else ""
+        if needs_identity(opts):
+            # Jobs with dependencies are inserted together, unconditionally: a
+            # job among them cannot be returned instead of inserted.
+            raise InvalidInsertOpts(
+                f"{prefix or 'a job with depends_on: '}unique, debounce and throttle cannot be "
+                "used in a workflow or in a batch where an item has depends_on"
+            )
+        params.append(encode_insert(args, opts, prefix))
         if opts is not None:
             # InsertOpts stores depends_on as sorted ids; rows only come in.
             external.extend((index, d if isinstance(d, int) else d.id) for d in opts.depends_on)

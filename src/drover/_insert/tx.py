@@ -18,7 +18,9 @@ from drover._db import Connection
 from drover._db.caller import resolve_connection
 from drover._db.graph import job_insert_graph
 from drover._db.insert import job_insert, job_insert_many
+from drover._db.unique import insert_one
 from drover._insert.encode import encode_batch, encode_insert
+from drover._insert.identity import identity_of, needs_identity
 from drover._records import EncodedGraph
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 
@@ -39,8 +41,17 @@ def caller(obj: object, api: str = "insert_tx") -> Resolve:
 
 
 def insert_tx(resolve: Resolve, args: JobArgs, opts: InsertOpts | None, *, notify: bool) -> JobRow:
-    """Insert one job through the caller's connection; with ``notify`` it wakes at commit."""
+    """Insert one job through the caller's connection; with ``notify`` it wakes at commit.
+
+    With a unique identity, debounce or throttle (ADR 0031) the job holding
+    the identity may come back instead, flagged ``duplicate``.
+    """
     params = encode_insert(args, opts)
+    if needs_identity(opts):
+        assert opts is not None
+        identity = identity_of(args, params, opts)
+        conn, _ = resolve()
+        return insert_one(conn, params, identity, notify=notify)
     conn, _ = resolve()
     return job_insert(conn, params, notify=notify)
 

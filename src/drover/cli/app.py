@@ -210,9 +210,14 @@ def jobs_get_command(ctx: typer.Context, job_id: str = typer.Argument(..., metav
             row = inspector.get_job(checked)
             completed = row.state is drover.JobState.COMPLETED
             result = inspector.get_result(checked) if completed else None
+            identity = inspector.unique_identity(checked)
         except drover.NotFound as exc:
             fail(str(exc))
-    emit(g, out.job_block(row, result), {**out.job_dict(row), "result": result})
+    emit(
+        g,
+        out.job_block(row, result) + out.identity_lines(identity),
+        {**out.job_dict(row), "result": result, **out.identity_dict(identity)},
+    )
 
 
 @app.command("retry")

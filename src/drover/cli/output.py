@@ -11,6 +11,7 @@ from drover.inspector import Stats
 from drover.job import PUBLISHED_STATES, JobRow
 from drover.periodic import PeriodicInfo
 from drover.queues import QueueSummary
+from drover.unique import UniqueIdentity
 
 __all__ = [
     "QUEUE_STATES",
@@ -151,3 +152,28 @@ def job_block(row: JobRow, result: Any = None) -> str:
         shown = json.dumps(result, ensure_ascii=False, indent=2)
         lines.extend("  " + line for line in shown.splitlines())
     return "\n".join(lines)
+
+
+def identity_lines(identity: UniqueIdentity | None) -> str:
+    """``drover jobs get``'s lines for a job's unique identity (none: nothing)."""
+    if identity is None:
+        return ""
+    held = ", ".join(identity.states) or "none (handed on)"
+    return (
+        f"\nunique:       {identity.hash[:16]}... bucket {identity.bucket}, "
+        f"{'held' if identity.held else 'not held'}; held in: {held}"
+    )
+
+
+def identity_dict(identity: UniqueIdentity | None) -> dict[str, Any]:
+    """``drover jobs get --json``'s ``unique`` key (absent for a job without one)."""
+    if identity is None:
+        return {}
+    return {
+        "unique": {
+            "hash": identity.hash,
+            "bucket": identity.bucket,
+            "states": list(identity.states),
+            "held": identity.held,
+        }
+    }
