@@ -17,6 +17,10 @@ and differing only in the limits declared:
 - ``partitions``: ``concurrency=1, partition_by="p"`` on the kind: 1,000 keys,
   each claim of --batch jobs meets --batch distinct ones.
 
+With ``--baseline 0008`` every limited scenario also runs, interleaved, on a
+database whose ``drover_claim_limited`` is migration 0008's (before 0012 made
+it cheaper), shown as ``<scenario>@0008``.
+
 The limited scenarios call the limited claim directly (``expect_limits``, as
 a client does once it has seen limits). Every repetition refills every
 database, then runs --claims rounds; each round claims --batch jobs in every
@@ -54,6 +58,7 @@ from drover._db.queries import query
 from drover.limits import Limit, LimitKey
 
 LEASE = 60.0
+MIGRATIONS = Path(__file__).resolve().parents[1] / "sql" / "migrations"
 KIND = "bench_noop"
 SCENARIOS: dict[str, list[tuple[LimitKey, Limit]]] = {
     "plain": [],
@@ -65,6 +70,14 @@ SCENARIOS: dict[str, list[tuple[LimitKey, Limit]]] = {
         (LimitKey("kind", KIND, "p"), Limit(concurrency=1, partition_by="p")),
     ],
 }
+
+
+def baseline_function(number: str) -> str:
+    """``drover_claim_limited`` as migration ``number`` (e.g. 0008) created it."""
+    (path,) = MIGRATIONS.glob(f"{number}_*.sql")
+    text = path.read_text()
+    start = text.index("CREATE FUNCTION drover_claim_limited(")
+    return "CREATE OR REPLACE " + text[start:].removeprefix("CREATE ")
 
 
 @contextlib.contextmanager
@@ -138,7 +151,7 @@ def one_rep(
         order = names[i % len(names) :] + names[: i % len(names)]
         for name in order:
             conn = conns[name]
-            limited = name != "plain"
+            limited = not name.startswith("plain")
             if explain_every and i % explain_every == explain_every - 1:
                 ms, got = explain_ms(conn, limited, batch)
                 out[name]["server"].append(ms)
@@ -169,6 +182,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help="comma-separated; plain is always run"
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="NNNN",
+        help="also run each limited scenario with the claim function of that migration",
+    )
     parser.add_argument("--json", help="also write every number to this file")
     args = parser.parse_args(argv)
     if args.quick:
@@ -181,15 +199,24 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)
+    baseline = baseline_function(args.baseline) if args.baseline else None
+    databases = list(wanted)
+    if baseline:
+        databases += [f"{s}@{args.baseline}" for s in wanted if s != "plain"]
 
     reps: list[dict[str, dict[str, list[float]]]] = []
     with pg_server(args.database) as url, contextlib.ExitStack() as stack:
-        urls = {name: stack.enter_context(scratch(url, name)) for name in wanted}
+        urls = {
+            name: stack.enter_context(scratch(url, name.replace("@", "_at_")))
+            for name in databases
+        }
         conns: dict[str, psycopg.Connection[Any]] = {}
         for name, db in urls.items():
             drover.migrate(db)
             conn = stack.enter_context(psycopg.connect(db, autocommit=True))
-            limit_declare(conn, SCENARIOS[name])
+            if "@" in name and baseline:
+                conn.execute(baseline.encode())
+            limit_declare(conn, SCENARIOS[name.partition("@")[0]])
             conns[name] = conn
         print(
             f"jobs {args.jobs} per scenario, {args.claims} claims of {args.batch} per rep, "
@@ -207,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"rep {rep + 1}: plain {base:.3f} ms/claim  {shown}")
 
     summary: dict[str, dict[str, Any]] = {}
-    for name in wanted:
+    for name in databases:
         walls = [statistics.median(r[name]["wall"]) for r in reps]
         ratios = [
             statistics.median(r[name]["wall"]) / statistics.median(r["plain"]["wall"])
