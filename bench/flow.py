@@ -279,7 +279,7 @@ def summarise(row: str, pairs: list[dict[str, dict[str, Any]]]) -> dict[str, Any
 
 def table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| row | A jobs/s [range] | B jobs/s [range] | B/A [per rep] | slowest rep A / B s | target |",
+        "| row | A jobs/s [range] | B jobs/s [range] | B/A [per rep] | slowest A / B s | target |",
         "|---|---|---|---|---|---|",
     ]
     for row, r in results.items():
@@ -287,8 +287,10 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             continue
         a, b = r["A"], r["B"]
         target = TARGETS.get(row)
-        verdict = "—" if target is None else f"≥ {target:.0%}: " + (
-            "met" if r["ratio"] >= target else "**not met**"
+        verdict = (
+            "—"
+            if target is None
+            else f"≥ {target:.0%}: " + ("met" if r["ratio"] >= target else "**not met**")
         )
         lines.append(
             f"| {row} | {a['jobs_per_s']:,.0f} [{min(a['runs']):,.0f}-{max(a['runs']):,.0f}] "

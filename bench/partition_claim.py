@@ -154,6 +154,8 @@ def one_rep(
             limited = not name.startswith("plain")
             if explain_every and i % explain_every == explain_every - 1:
                 ms, got = explain_ms(conn, limited, batch)
+                if got != batch:
+                    raise SystemExit(f"{name}: EXPLAIN claim took {got} of {batch}")
                 out[name]["server"].append(ms)
                 continue
             started = time.perf_counter()
@@ -207,8 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     reps: list[dict[str, dict[str, list[float]]]] = []
     with pg_server(args.database) as url, contextlib.ExitStack() as stack:
         urls = {
-            name: stack.enter_context(scratch(url, name.replace("@", "_at_")))
-            for name in databases
+            name: stack.enter_context(scratch(url, name.replace("@", "_at_"))) for name in databases
         }
         conns: dict[str, psycopg.Connection[Any]] = {}
         for name, db in urls.items():
@@ -237,8 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in databases:
         walls = [statistics.median(r[name]["wall"]) for r in reps]
         ratios = [
-            statistics.median(r[name]["wall"]) / statistics.median(r["plain"]["wall"])
-            for r in reps
+            statistics.median(r[name]["wall"]) / statistics.median(r["plain"]["wall"]) for r in reps
         ]
         servers = [statistics.median(r[name]["server"]) for r in reps if r[name]["server"]]
         server_ratios = [
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
             "server_ratios": server_ratios,
         }
     print(f"\nmedian of {args.reps} reps · claim of {args.batch} jobs\n")
-    print("| scenario | wall ms/claim | × plain [per rep] | server ms/claim | × plain [per rep] |")
+    print("| scenario | wall ms/claim | x plain [per rep] | server ms/claim | x plain [per rep] |")
     print("|---|---|---|---|---|")
     for name, s in summary.items():
         wr = s["wall_ratios"]

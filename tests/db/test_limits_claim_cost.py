@@ -54,9 +54,7 @@ def test_a_refusal_by_one_budget_does_not_spend_another(conn: Conn) -> None:
 
 
 def test_one_budget_per_job_admits_the_first_of_each_key_in_claim_order(conn: Conn) -> None:
-    limit_declare(
-        conn, [(LimitKey("kind", "a", "i"), Limit(concurrency=1, partition_by="i"))]
-    )
+    limit_declare(conn, [(LimitKey("kind", "a", "i"), Limit(concurrency=1, partition_by="i"))])
     ids = []
     for value in (1, 1, 2, 3, 2, 1):
         row = conn.execute(
