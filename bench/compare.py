@@ -133,12 +133,13 @@ class TrialFailed(RuntimeError):
     pass
 
 
-def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+def run_child(spec: dict[str, Any], script: str = __file__) -> dict[str, Any]:
+    """Run ``script --child <spec>`` (this file by default; bench/flow.py passes its own)."""
     with tempfile.TemporaryDirectory(prefix="drover-compare-") as tmp:
         out = Path(tmp) / "result.json"
         spec = {**spec, "out": str(out)}
         proc = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(spec)],
+            [sys.executable, script, "--child", json.dumps(spec)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -152,7 +153,7 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
         return result
 
 
-def run_children(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_children(specs: list[dict[str, Any]], script: str = __file__) -> list[dict[str, Any]]:
     """Run several children at once (a multi-process trial); their results in order."""
     with tempfile.TemporaryDirectory(prefix="drover-compare-") as tmp:
         procs = []
@@ -162,7 +163,7 @@ def run_children(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             outs.append(out)
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, __file__, "--child", json.dumps({**spec, "out": str(out)})],
+                    [sys.executable, script, "--child", json.dumps({**spec, "out": str(out)})],
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,

@@ -106,7 +106,8 @@ WHERE EXISTS (
 
 -- name: job_claim_limited
 -- The claim of a queue a limit applies to: drover_claim_limited (migration
--- 0008) counts and admits under the limits' locks in one round trip.
+-- 0008, made cheaper by 0012) counts and admits under the limits' locks in
+-- one round trip.
 -- Returns the job's columns and whether a concurrency limit applied to it.
 SELECT {{job_columns:j}}, c.o_concurrency
 FROM drover_claim_limited(
