@@ -17,10 +17,10 @@ import pytest
 from jobdb import Conn
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 import drover
-import drover._db.aio as aio_db
+from drover._db.insert import copy_chunks
 
 T = TypeVar("T")
 
@@ -50,8 +50,12 @@ def count_jobs(conn: Conn) -> int:
     return int(row[0])
 
 
-def sa_url(db_url: str) -> str:
-    return "postgresql+psycopg://" + db_url.split("://", 1)[1]
+def async_engine(db_url: str) -> AsyncEngine:
+    # The creator form keeps the embedded server's socket-directory host intact.
+    return create_async_engine(
+        "postgresql+psycopg://",
+        async_creator=lambda: psycopg.AsyncConnection.connect(db_url),
+    )
 
 
 @pytest.fixture
@@ -107,8 +111,8 @@ def test_bad_input_is_refused_before_any_connection(db_url: str, conn: Conn) -> 
         errors = []
         for bad in (
             lambda: client.insert({"to": "x"}),  # type: ignore[arg-type]
-            lambda: client.insert_many([Email(to="ok"), "nope"]),
-        ):  # type: ignore[list-item]
+            lambda: client.insert_many([Email(to="ok"), "nope"]),  # type: ignore[list-item]
+        ):
             with pytest.raises(drover.InvalidJobArgs) as info:
                 await bad()
             errors.append(str(info.value))
@@ -188,14 +192,14 @@ def test_insert_many_copies_a_large_batch(
     db_url: str, conn: Conn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     chunks: list[int] = []
-    real = aio_db.copy_chunks
+    real = copy_chunks
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         for chunk in real(*args, **kwargs):
             chunks.append(chunk.count("\n"))
             yield chunk
 
-    monkeypatch.setattr(aio_db, "copy_chunks", spy)
+    monkeypatch.setattr("drover._db.aio.copy_chunks", spy)
     later = datetime.now(UTC) + timedelta(days=1)
 
     async def go() -> tuple[list[drover.JobRow], list[drover.JobRow]]:
@@ -253,14 +257,19 @@ def test_insert_tx_exists_iff_commit_and_notifies_only_then(
     async def go() -> tuple[drover.JobRow, int]:
         async with drover.AsyncClient(db_url) as client:
             async with await psycopg.AsyncConnection.connect(db_url) as aconn:
-                with pytest.raises(Rollback):
+                rolled: list[drover.JobRow] = []
+
+                async def rolled_back() -> None:
                     async with aconn.transaction():
-                        rolled = await client.insert_tx(aconn, Report(day=1))
+                        rolled.append(await client.insert_tx(aconn, Report(day=1)))
                         raise Rollback
+
+                with pytest.raises(Rollback):
+                    await rolled_back()
                 async with aconn.transaction():
                     kept = await client.insert_tx(aconn.cursor(), Report(day=2))
                     assert count_jobs(conn) == 0, "visible before commit"
-            return kept, rolled.id
+            return kept, rolled[0].id
 
     kept, rolled_id = run(go)
     assert heard(listener, 5.0) == ["reports"]
@@ -285,20 +294,22 @@ def test_insert_tx_refuses_misuse_and_keeps_the_transaction(db_url: str, conn: C
             await client.insert_tx(sync_conn, Email(to="a"))
         with pytest.raises(drover.UnsupportedConnection, match="AsyncSession"):
             await client.insert_tx(object(), Email(to="a"))
-        async with await psycopg.AsyncConnection.connect(db_url) as aconn:
-            async with aconn.transaction():
-                await aconn.execute("CREATE TABLE marks (n int)")
-                await aconn.execute("INSERT INTO marks VALUES (1)")
-                with pytest.raises(drover.InvalidJobArgs):
-                    await client.insert_tx(aconn, Email(to="nul\x00"))
-                await client.insert_tx(aconn, Email(to="a"), drover.InsertOpts(unique_key="u"))
-                with pytest.raises(drover.DuplicateJob):
-                    await client.insert_tx(aconn, Email(to="b"), drover.InsertOpts(unique_key="u"))
-                with pytest.raises(drover.DuplicateJob):
-                    await client.insert_many_tx(
-                        aconn, [(Email(to="c"), drover.InsertOpts(unique_key="u"))]
-                    )
-                await aconn.execute("INSERT INTO marks VALUES (2)")
+        async with (
+            await psycopg.AsyncConnection.connect(db_url) as aconn,
+            aconn.transaction(),
+        ):
+            await aconn.execute("CREATE TABLE marks (n int)")
+            await aconn.execute("INSERT INTO marks VALUES (1)")
+            with pytest.raises(drover.InvalidJobArgs):
+                await client.insert_tx(aconn, Email(to="nul\x00"))
+            await client.insert_tx(aconn, Email(to="a"), drover.InsertOpts(unique_key="u"))
+            with pytest.raises(drover.DuplicateJob):
+                await client.insert_tx(aconn, Email(to="b"), drover.InsertOpts(unique_key="u"))
+            with pytest.raises(drover.DuplicateJob):
+                await client.insert_many_tx(
+                    aconn, [(Email(to="c"), drover.InsertOpts(unique_key="u"))]
+                )
+            await aconn.execute("INSERT INTO marks VALUES (2)")
         await client.close()
 
     run(go)
@@ -310,10 +321,14 @@ def test_insert_many_tx_exists_iff_commit(db_url: str, conn: Conn) -> None:
     async def go() -> list[drover.JobRow]:
         async with drover.AsyncClient(db_url) as client:
             async with await psycopg.AsyncConnection.connect(db_url) as aconn:
-                with pytest.raises(Rollback):
+
+                async def rolled_back() -> None:
                     async with aconn.transaction():
                         await client.insert_many_tx(aconn, [Email(to="r1"), Email(to="r2")])
                         raise Rollback
+
+                with pytest.raises(Rollback):
+                    await rolled_back()
                 async with aconn.transaction():
                     rows = await client.insert_many_tx(
                         aconn,
@@ -333,7 +348,7 @@ def test_insert_many_tx_exists_iff_commit(db_url: str, conn: Conn) -> None:
 
 def test_insert_tx_with_sqlalchemy_async_session_and_connection(db_url: str, conn: Conn) -> None:
     async def go() -> list[int]:
-        engine = create_async_engine(sa_url(db_url))
+        engine = async_engine(db_url)
         kept = []
         try:
             async with drover.AsyncClient(db_url) as client:
@@ -346,11 +361,15 @@ def test_insert_tx_with_sqlalchemy_async_session_and_connection(db_url: str, con
                         kept.append((await client.insert_tx(session, Email(to="s"))).id)
                         many = await client.insert_many_tx(session, [Report(day=1)])
                         kept.append(many[0].id)
-                    with pytest.raises(Rollback):
+
+                    async def rolled_back() -> None:
                         async with session.begin():
                             await session.execute(text("INSERT INTO orders VALUES (2)"))
                             await client.insert_tx(session, Email(to="gone"))
                             raise Rollback
+
+                    with pytest.raises(Rollback):
+                        await rolled_back()
         finally:
             await engine.dispose()
         return kept
@@ -432,9 +451,11 @@ def test_notify_false_sends_no_wake_up(db_url: str, listener: psycopg.Connection
     async def go() -> None:
         async with drover.AsyncClient(db_url, drover.Config(notify=False)) as client:
             await client.insert(Email(to="quiet"))
-            async with await psycopg.AsyncConnection.connect(db_url) as aconn:
-                async with aconn.transaction():
-                    await client.insert_tx(aconn, Email(to="quiet too"))
+            async with (
+                await psycopg.AsyncConnection.connect(db_url) as aconn,
+                aconn.transaction(),
+            ):
+                await client.insert_tx(aconn, Email(to="quiet too"))
 
     run(go)
     assert heard(listener, 0.3) == []
