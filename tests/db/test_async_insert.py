@@ -168,6 +168,13 @@ def test_database_errors_become_drover_errors(empty_db_url: str) -> None:
                 await client.insert(Email(to="a"))
             with pytest.raises(drover.SchemaMissing):
                 await client.insert_many([Email(to="a")])
+            # The caller's connection: no pool borrow around it, the statement's own translation.
+            async with await psycopg.AsyncConnection.connect(empty_db_url) as aconn:
+                with pytest.raises(drover.SchemaMissing):
+                    await client.insert_tx(aconn, Email(to="a"))
+            async with await psycopg.AsyncConnection.connect(empty_db_url) as aconn:
+                with pytest.raises(drover.SchemaMissing):
+                    await client.insert_many_tx(aconn, [Email(to="a"), Email(to="b")])
 
     run(go)
 
