@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from jobdb import Conn
+from jobdb import Conn, MakeClient, Poll
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
@@ -479,3 +480,38 @@ def test_failed_wake_up_is_logged_not_raised(db_url: str, caplog: pytest.LogCapt
         row = run(go)
     assert row.id > 0
     assert any("notify listeners of insert failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_listening_worker_starts_an_async_insert_promptly(
+    make_client: MakeClient, conn: Conn, db_url: str, poll: Poll
+) -> None:
+    started: dict[int, float] = {}
+    workers = drover.Workers()
+
+    @workers.register(args=Email)
+    def send(job: drover.Job[Email]) -> None:
+        started[job.id] = time.monotonic()
+
+    # A poll interval no wake-up could be mistaken for.
+    worker = make_client(workers=workers, poll_interval=30.0)
+    worker.start()
+    engine: Any = worker._engine
+    poll(lambda: engine.fetcher.claims >= 1, message="first empty round")
+    poll(engine.listener.listening.is_set, message="listener connected")
+    poll(
+        lambda: conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query = 'LISTEN drover'"
+        ).fetchone(),
+        message="a backend running LISTEN drover",
+    )
+
+    async def go() -> tuple[drover.JobRow, float]:
+        async with drover.AsyncClient(db_url) as client:
+            sent = time.monotonic()
+            return await client.insert(Email(to="prompt")), sent
+
+    row, sent = run(go)
+    poll(lambda: row.id in started, timeout=5.0, message="the woken worker starting the job")
+    assert started[row.id] - sent < 5.0
+    worker.stop(timeout=5)
