@@ -14,8 +14,8 @@ statement is its own transaction, and a batch runs in one ``transaction()``.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
+from types import TracebackType
 from typing import Any, TypeAlias
 
 import psycopg
@@ -97,19 +97,53 @@ def aio_pool_from(
     )
 
 
-@contextlib.asynccontextmanager
-async def aio_borrow(
-    pool: AsyncConnectionPool[Any], action: str, *, timeout: float | None = None
-) -> AsyncIterator[AsyncConnection]:
-    """A connection of ``pool`` for one block; committed on success, rolled back on an error.
+class aio_borrow:
+    """A connection of ``pool`` for one ``async with`` block, given back at its end.
 
-    The pool's own ``connection()`` does the commit or rollback (a no-op on
-    autocommit connections). ``timeout`` bounds the wait for a connection
-    (default: the pool's); running out is a ``drover.DatabaseError``.
+    On a connection that is not in autocommit mode (an application's pool)
+    the block's transaction is committed on success and rolled back on an
+    error, as the pool's own ``connection()`` does. ``timeout`` bounds the
+    wait for a connection (default: the pool's); running out, or the pool
+    being closed, is a ``drover.DatabaseError``. Errors inside the block are
+    the statements' own (each is translated where it runs). A plain class
+    rather than ``pool.connection()``: fewer generators per insert on the
+    single-insert path (ADR 0035).
     """
-    with translate(action):
-        async with pool.connection(timeout=timeout) as conn:
-            yield conn
+
+    __slots__ = ("_action", "_conn", "_pool", "_timeout")
+
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], action: str, *, timeout: float | None = None
+    ) -> None:
+        self._pool = pool
+        self._action = action
+        self._timeout = timeout
+        self._conn: AsyncConnection | None = None
+
+    async def __aenter__(self) -> AsyncConnection:
+        with translate(self._action):
+            conn: AsyncConnection = await self._pool.getconn(self._timeout)
+        self._conn = conn
+        return conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        assert conn is not None
+        self._conn = None
+        try:
+            if not conn.autocommit and not conn.closed:
+                with translate(self._action):
+                    if exc_type is None:
+                        await conn.commit()
+                    else:
+                        await conn.rollback()
+        finally:
+            await self._pool.putconn(conn)
 
 
 # --- the caller's connection ---------------------------------------------------------------------
