@@ -16,7 +16,14 @@ from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
 
-from drover._db.aio import aio_borrow, aio_insert, aio_insert_many, aio_insert_unique, aio_pool_from
+from drover._db.aio import (
+    aio_borrow,
+    aio_insert,
+    aio_insert_many,
+    aio_insert_unique,
+    aio_open,
+    aio_pool_from,
+)
 from drover._insert import aio_tx
 from drover._insert.aio_notifier import AsyncNotifier
 from drover._insert.encode import encode_batch, encode_insert
@@ -28,6 +35,9 @@ from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 from drover.workflows import Chain, Group
 
 __all__ = ["AsyncClient"]
+
+# How long the first insert on the client's own pool waits for a connection.
+_OPEN_TIMEOUT = 10.0
 
 _NO_GRAPHS = (
     "{api} does not insert workflows or jobs with InsertOpts.depends_on yet; "
@@ -69,7 +79,9 @@ class AsyncClient:
     ``drover.DatabaseError``. Cancelling a call cancels its statement; as
     with any write whose reply is lost, that does not prove nothing was
     committed. Shutdown: ``await close()`` (or leaving ``async with``) sends
-    pending wake-ups, then closes the pool if the client made it.
+    pending wake-ups, then closes the pool if the client made it; wake-ups
+    still pending when the loop of a client never closed ends are lost
+    (workers then find the jobs by polling).
 
     Wake-ups: for ``insert`` and ``insert_many`` (committed by drover) one
     NOTIFY per queue follows the commit, sent by a task shared with the other
@@ -92,8 +104,9 @@ class AsyncClient:
                 f"config must be a drover.Config, not {type(config).__qualname__}"
             )
         self._config = config
+        self._source = pool_or_conninfo
         self._pool, self._owned = aio_pool_from(pool_or_conninfo, who="AsyncClient", max_size=10)
-        self._notifier = AsyncNotifier(self._pool, config.logger) if config.notify else None
+        self._notifier = AsyncNotifier(lambda: self._pool, config.logger) if config.notify else None
         self._closed = False
 
     @property
@@ -107,15 +120,18 @@ class AsyncClient:
         return self._pool
 
     async def _ready(self, action: str) -> AsyncConnectionPool[Any]:
-        if self._closed and self._owned:
-            raise DatabaseError(f"{action}: this AsyncClient is closed")
-        if self._owned and self._pool.closed:
+        if self._owned:
+            if self._closed:
+                raise DatabaseError(f"{action}: this AsyncClient is closed")
+            # Waits for the first connection, so a wrong URL or a refused
+            # login fails this call (after up to _OPEN_TIMEOUT) with its cause.
             try:
-                # Waits for the first connection, so a wrong URL or a refused
-                # login fails this call (after up to 10 s) with its cause.
-                await self._pool.open(wait=True, timeout=10.0)
-            except Exception as exc:
-                raise DatabaseError(f"{action}: could not connect ({exc})") from exc
+                await aio_open(self._pool, action, timeout=_OPEN_TIMEOUT)
+            except DatabaseError:
+                # A pool that failed to open cannot be opened again: the
+                # next call starts from a new one.
+                self._pool, _ = aio_pool_from(self._source, who="AsyncClient", max_size=10)
+                raise
         return self._pool
 
     async def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:

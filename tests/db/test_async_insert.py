@@ -180,6 +180,26 @@ def test_database_errors_become_drover_errors(empty_db_url: str) -> None:
     run(go)
 
 
+def test_an_unreachable_server_fails_the_insert_and_the_next_one_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("drover.async_client._OPEN_TIMEOUT", 1.0)
+
+    async def go() -> list[str]:
+        client = drover.AsyncClient("postgresql://u:sekret@127.0.0.1:1/x?connect_timeout=1")
+        messages = []
+        for _ in range(2):
+            with pytest.raises(drover.DatabaseError, match="could not connect") as info:
+                await client.insert(Email(to="a"))
+            messages.append(str(info.value))
+        await client.close()
+        return messages
+
+    messages = run(go)
+    assert "cannot be reused" not in messages[1]
+    assert not any("sekret" in m for m in messages)
+
+
 def test_closed_own_pool_refuses(db_url: str) -> None:
     async def go() -> None:
         client = drover.AsyncClient(db_url)

@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from drover._db.caller import check_transaction
 from drover._db.conninfo import check_conninfo
-from drover._db.errors import translate
+from drover._db.errors import redact, translate
 from drover._db.insert import (
     copy_chunks,
     copy_statement,
@@ -37,7 +37,7 @@ from drover._db.queries import query
 from drover._db.rows import row_from_db
 from drover._db.unique import unique_item, unique_rows
 from drover._records import EncodedBatch, Identity, JobInsertParams
-from drover.errors import DuplicateJob, InvalidArgument, UnsupportedConnection
+from drover.errors import DatabaseError, DuplicateJob, InvalidArgument, UnsupportedConnection
 from drover.job import JobRow
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "aio_insert_many",
     "aio_insert_unique",
     "aio_notify_now",
+    "aio_open",
     "aio_pool_from",
     "resolve_async_connection",
 ]
@@ -144,6 +145,20 @@ class aio_borrow:
                         await conn.rollback()
         finally:
             await self._pool.putconn(conn)
+
+
+async def aio_open(pool: AsyncConnectionPool[Any], action: str, *, timeout: float) -> None:
+    """Open a pool drover made, waiting up to ``timeout`` s for its first connection.
+
+    A wrong URL or a refused login fails here, as a ``drover.DatabaseError``
+    naming the cause (without a password); a pool already open is left as is.
+    """
+    if not pool.closed:
+        return
+    try:
+        await pool.open(wait=True, timeout=timeout)
+    except Exception as exc:
+        raise DatabaseError(f"{action}: could not connect ({redact(str(exc).strip())})") from exc
 
 
 # --- the caller's connection ---------------------------------------------------------------------

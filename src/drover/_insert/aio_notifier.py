@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -40,7 +40,10 @@ class AsyncNotifier:
     after ``stop`` sends inline. Not thread-safe: use it from one event loop.
     """
 
-    def __init__(self, pool: AsyncConnectionPool[Any], logger: logging.Logger) -> None:
+    def __init__(
+        self, pool: Callable[[], AsyncConnectionPool[Any]], logger: logging.Logger
+    ) -> None:
+        # A function: the client replaces a pool of its own that failed to open.
         self._pool = pool
         self._log = logger
         self._pending: set[str] = set()
@@ -76,7 +79,7 @@ class AsyncNotifier:
             return
         try:
             async with aio_borrow(
-                self._pool, "notify listeners of insert", timeout=_BORROW_TIMEOUT
+                self._pool(), "notify listeners of insert", timeout=_BORROW_TIMEOUT
             ) as conn:
                 await aio_notify_now(conn, queues)
             self.rounds += 1
