@@ -11,6 +11,7 @@ import logging
 
 from drover._durations import Duration
 from drover._version import VERSION as __version__
+from drover.async_client import AsyncClient
 from drover.client import Client
 from drover.config import Config
 from drover.context import JobContext, Lease
@@ -87,6 +88,7 @@ __all__ = [
     "AlreadyStarted",
     "AppliedMigration",
     "ArgsDecodeError",
+    "AsyncClient",
     "Cancel",
     "Chain",
     "Client",

@@ -52,7 +52,13 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("engine", [r"drover\._runtime(\..+)?"]),
     (
         "facade",
-        ["drover.client", "drover.inspector", "drover._jobs_and_queues", "drover.migrations"],
+        [
+            "drover.client",
+            "drover.async_client",
+            "drover.inspector",
+            "drover._jobs_and_queues",
+            "drover.migrations",
+        ],
     ),
     ("package", ["drover"]),
     (

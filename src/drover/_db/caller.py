@@ -20,7 +20,13 @@ from drover._db.errors import translate
 from drover._db.queries import query
 from drover.errors import LeaseLost, NotInTransaction, UnsupportedConnection
 
-__all__ = ["Connection", "complete_claim", "resolve_connection", "transaction_open"]
+__all__ = [
+    "Connection",
+    "check_transaction",
+    "complete_claim",
+    "resolve_connection",
+    "transaction_open",
+]
 
 _OPEN = (
     pq.TransactionStatus.INTRANS,
@@ -85,6 +91,17 @@ def resolve_connection(
             f"{type(conn).__module__}.{type(conn).__qualname__} connection "
             "(with SQLAlchemy use a postgresql+psycopg:// URL)"
         )
+    check_transaction(conn, api, instead)
+    return conn
+
+
+def check_transaction(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], api: str, instead: str
+) -> None:
+    """Refuse a closed connection, one in autocommit outside a transaction, or a failed one.
+
+    Shared by the synchronous and the asyncio callers' paths (``drover._db.aio``).
+    """
     if conn.closed:
         raise UnsupportedConnection(f"{api} was given a closed connection")
     # An autocommit connection is fine inside an explicit block (psycopg's
@@ -103,7 +120,6 @@ def resolve_connection(
         raise NotInTransaction(
             f"{api} was given a connection whose transaction has already failed; roll it back first"
         )
-    return conn
 
 
 def transaction_open(conn: object) -> bool:

@@ -9,9 +9,9 @@ session settings: the caller (the client, or the application for
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, LiteralString
 
 from psycopg import Cursor
 from psycopg.rows import tuple_row
@@ -26,7 +26,18 @@ from drover._records import EncodedBatch, JobInsertParams, UniformBatch
 from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
 
-__all__ = ["decoration", "duplicate_error", "job_insert", "job_insert_many", "job_insert_rows"]
+__all__ = [
+    "copy_chunks",
+    "copy_statement",
+    "decoration",
+    "duplicate_error",
+    "insert_statement",
+    "inserted_row",
+    "job_insert",
+    "job_insert_many",
+    "job_insert_rows",
+    "staged_row",
+]
 
 
 def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
@@ -46,42 +57,55 @@ def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> Jo
     Raises ``DuplicateJob`` without aborting the transaction when the
     unique key is taken (the query skips the row instead of raising).
     """
+    statement, values, lean = insert_statement(params, notify=notify)
     with translate(f"insert job kind {params.kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
-        if (
-            params.scheduled_at is None
-            and params.unique_key is None
-            and not params.tags
-            and params.meta is None
-        ):
-            cur.execute(
-                query("job_insert_now"),
-                (
-                    params.kind,
-                    params.queue,
-                    params.args_json,
-                    params.max_attempts,
-                    params.priority,
-                    notify,
-                ),
-            )
-            id_, created_at, _ = cur.fetchone()  # type: ignore[misc]
-            return new_row(params, id_, created_at)
-        cur.execute(
-            query("job_insert"),
-            (
-                params.scheduled_at,
-                params.kind,
-                params.queue,
-                params.args_json,
-                params.max_attempts,
-                params.unique_key,
-                params.priority,
-                list(params.tags),
-                params.meta,
-                notify,
-            ),
+        cur.execute(statement, values)
+        return inserted_row(params, cur.fetchone(), lean=lean)
+
+
+def insert_statement(
+    params: JobInsertParams, *, notify: bool
+) -> tuple[LiteralString, tuple[Any, ...], bool]:
+    """``(statement, values, lean)`` inserting one job; shared by sync and async.
+
+    ``lean``: the short ``job_insert_now`` (no time, key, tags or metadata).
+    """
+    if (
+        params.scheduled_at is None
+        and params.unique_key is None
+        and not params.tags
+        and params.meta is None
+    ):
+        values: tuple[Any, ...] = (
+            params.kind,
+            params.queue,
+            params.args_json,
+            params.max_attempts,
+            params.priority,
+            notify,
         )
-        row = cur.fetchone()
+        return query("job_insert_now"), values, True
+    values = (
+        params.scheduled_at,
+        params.kind,
+        params.queue,
+        params.args_json,
+        params.max_attempts,
+        params.unique_key,
+        params.priority,
+        list(params.tags),
+        params.meta,
+        notify,
+    )
+    return query("job_insert"), values, False
+
+
+def inserted_row(params: JobInsertParams, row: tuple[Any, ...] | None, *, lean: bool) -> JobRow:
+    """The ``JobRow`` of ``insert_statement``'s answer; ``DuplicateJob`` if its key was taken."""
+    if lean:
+        assert row is not None
+        id_, created_at, _ = row
+        return new_row(params, id_, created_at)
     if row is None:
         raise duplicate_error(params)
     id_, created_at, state, scheduled_at, _ = row
@@ -177,9 +201,38 @@ def _copy_direct(
     cur.execute(query("job_insert_batch_reserve"), (len(params), notify_queues))
     now, ids, _ = cur.fetchone()  # type: ignore[misc]
     ids.sort()
-    if isinstance(params, UniformBatch):
-        return _copy_uniform(cur, params, ids, now)
     rows: list[JobRow] = []
+    with cur.copy(copy_statement(params, timed=timed)) as copy:
+        for text in copy_chunks(params, ids, now, rows, timed=timed):
+            copy.write(text)
+    return rows
+
+
+def copy_statement(params: Sequence[JobInsertParams], *, timed: bool) -> LiteralString:
+    """The COPY statement ``copy_chunks`` formats rows for."""
+    if timed and not isinstance(params, UniformBatch):
+        return query("job_insert_batch_direct_timed")
+    return query("job_insert_batch_direct")
+
+
+def copy_chunks(
+    params: Sequence[JobInsertParams],
+    ids: list[int],
+    now: datetime,
+    rows: list[JobRow],
+    *,
+    timed: bool,
+) -> Iterator[str]:
+    """The direct COPY's input, one text per chunk of rows; pure, shared by sync and async.
+
+    ``ids`` are the reserved ids (ascending), ``now`` the reserving
+    transaction's clock. After each chunk is yielded (and written by the
+    caller), the chunk's ``JobRow`` s are appended to ``rows``: built while
+    the server is still busy with the text just sent.
+    """
+    if isinstance(params, UniformBatch):
+        yield from _uniform_chunks(params, ids, now, rows)
+        return
     # kind + queue, escaped, per distinct pair: a batch has few.
     prefixes: dict[tuple[str, str], str] = {}
     stamp = now.isoformat()
@@ -187,82 +240,92 @@ def _copy_direct(
     # chunk instead of psycopg's per-value dumping (ADR 0009). args_json is
     # JSON from pydantic, which has no raw control characters (JSON escapes
     # them), so only its backslashes need doubling.
-    with cur.copy(
-        query("job_insert_batch_direct_timed" if timed else "job_insert_batch_direct")
-    ) as copy:
-        for start in range(0, len(params), _COPY_CHUNK):
-            chunk = params[start : start + _COPY_CHUNK]
-            lines: list[str] = []
+    for start in range(0, len(params), _COPY_CHUNK):
+        chunk = params[start : start + _COPY_CHUNK]
+        lines: list[str] = []
+        for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
+            prefix = prefixes.get((p.kind, p.queue))
+            if prefix is None:
+                prefix = f"{_copy_text(p.kind)}\t{_copy_text(p.queue)}"
+                prefixes[p.kind, p.queue] = prefix
+            args_json = p.args_json
+            if "\\" in args_json:
+                args_json = args_json.replace("\\", "\\\\")
+            if not timed:
+                lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\n")
+                continue
+            # The rule of job_insert, on the clock of this transaction: a
+            # missing or past time means now, only a later time is scheduled.
+            at = p.scheduled_at
+            if at is None or at <= now:
+                lines.append(
+                    f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\t"
+                    f"{stamp}\tavailable\n"
+                )
+            else:
+                lines.append(
+                    f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\t"
+                    f"{at.isoformat()}\tscheduled\n"
+                )
+        yield "".join(lines)
+        # Built while the server is still busy with the rows just sent.
+        if timed:
             for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
-                prefix = prefixes.get((p.kind, p.queue))
-                if prefix is None:
-                    prefix = f"{_copy_text(p.kind)}\t{_copy_text(p.queue)}"
-                    prefixes[p.kind, p.queue] = prefix
-                args_json = p.args_json
-                if "\\" in args_json:
-                    args_json = args_json.replace("\\", "\\\\")
-                if not timed:
-                    lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\n")
-                    continue
-                # The rule of job_insert, on the clock of this transaction: a
-                # missing or past time means now, only a later time is scheduled.
                 at = p.scheduled_at
                 if at is None or at <= now:
-                    lines.append(
-                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\t"
-                        f"{stamp}\tavailable\n"
-                    )
+                    rows.append(new_row(p, id_, now))
                 else:
-                    lines.append(
-                        f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\t"
-                        f"{at.isoformat()}\tscheduled\n"
-                    )
-            copy.write("".join(lines))
-            # Built while the server is still busy with the rows just sent.
-            if timed:
-                for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True):
-                    at = p.scheduled_at
-                    if at is None or at <= now:
-                        rows.append(new_row(p, id_, now))
-                    else:
-                        rows.append(new_row(p, id_, now, JobState.SCHEDULED, at))
-            else:
-                rows += [
-                    new_row(p, id_, now)
-                    for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True)
-                ]
-    return rows
+                    rows.append(new_row(p, id_, now, JobState.SCHEDULED, at))
+        else:
+            rows += [
+                new_row(p, id_, now)
+                for id_, p in zip(ids[start : start + len(chunk)], chunk, strict=True)
+            ]
 
 
 _BACKSLASH = "\\"
 _TWO_BACKSLASHES = "\\\\"
 
 
-def _copy_uniform(
-    cur: Cursor[Any], batch: UniformBatch, ids: list[int], now: datetime
-) -> list[JobRow]:
-    # _copy_direct's untimed case for one kind and queue, from the JSON texts.
+def _uniform_chunks(
+    batch: UniformBatch, ids: list[int], now: datetime, rows: list[JobRow]
+) -> Iterator[str]:
+    # copy_chunks' untimed case for one kind and queue, from the JSON texts.
     head = f"\t{_copy_text(batch.kind)}\t{_copy_text(batch.queue)}\t"
     tail = f"\t{batch.max_attempts}\t{batch.priority}\n"
-    rows: list[JobRow] = []
-    with cur.copy(query("job_insert_batch_direct")) as copy:
-        for start in range(0, len(batch), _COPY_CHUNK):
-            texts = batch.args_json[start : start + _COPY_CHUNK]
-            chunk_ids = ids[start : start + len(texts)]
-            # JSON from pydantic has no raw control characters (JSON escapes
-            # them), so only its backslashes need doubling for COPY's text format.
-            lines = [
+    for start in range(0, len(batch), _COPY_CHUNK):
+        texts = batch.args_json[start : start + _COPY_CHUNK]
+        chunk_ids = ids[start : start + len(texts)]
+        # JSON from pydantic has no raw control characters (JSON escapes
+        # them), so only its backslashes need doubling for COPY's text format.
+        yield "".join(
+            [
                 f"{id_}{head}{text}{tail}"
                 if "\\" not in text
                 else f"{id_}{head}{text.replace(_BACKSLASH, _TWO_BACKSLASHES)}{tail}"
                 for id_, text in zip(chunk_ids, texts, strict=True)
             ]
-            copy.write("".join(lines))
-            # Built while the server is still busy with the rows just sent.
-            rows += new_rows(
-                batch.kind, batch.queue, batch.max_attempts, batch.priority, chunk_ids, texts, now
-            )
-    return rows
+        )
+        # Built while the server is still busy with the rows just sent.
+        rows += new_rows(
+            batch.kind, batch.queue, batch.max_attempts, batch.priority, chunk_ids, texts, now
+        )
+
+
+def staged_row(ord_: int, p: JobInsertParams) -> tuple[Any, ...]:
+    """One item of a batch as a row of the staging table's COPY (``job_insert_batch_copy``)."""
+    return (
+        ord_,
+        p.kind,
+        p.queue,
+        p.args_json,
+        p.max_attempts,
+        p.scheduled_at,
+        p.unique_key,
+        p.priority,
+        list(p.tags),
+        "{}" if p.meta is None else p.meta,
+    )
 
 
 def _insert_many_staged(
@@ -284,20 +347,7 @@ def _insert_many_staged(
                 cur.execute(query("job_insert_batch_stage"))
             with cur.copy(query("job_insert_batch_copy")) as copy:
                 for ord_, p in enumerate(batch):
-                    copy.write_row(
-                        (
-                            ord_,
-                            p.kind,
-                            p.queue,
-                            p.args_json,
-                            p.max_attempts,
-                            p.scheduled_at,
-                            p.unique_key,
-                            p.priority,
-                            list(p.tags),
-                            "{}" if p.meta is None else p.meta,
-                        )
-                    )
+                    copy.write_row(staged_row(ord_, p))
             cur.execute(query("job_insert_batch_apply"))
             rows = cur.fetchall()
             if len(rows) != len(batch):

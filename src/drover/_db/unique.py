@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from psycopg.rows import tuple_row
 
@@ -23,7 +24,14 @@ from drover._records import Identity, JobInsertParams
 from drover.job import JobRow, JobState
 from drover.unique import UniqueIdentity, states_of
 
-__all__ = ["ExistingRow", "insert_one", "job_insert_unique", "job_unique_identity"]
+__all__ = [
+    "ExistingRow",
+    "insert_one",
+    "job_insert_unique",
+    "job_unique_identity",
+    "unique_item",
+    "unique_rows",
+]
 
 
 class ExistingRow(JobRow):
@@ -43,7 +51,7 @@ class ExistingRow(JobRow):
 _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
-def _item(params: JobInsertParams, identity: Identity | None) -> str:
+def unique_item(params: JobInsertParams, identity: Identity | None) -> str:
     quote = _json_string
     head = (
         f"[{quote(params.kind)},{quote(params.queue)},{params.args_json},{params.max_attempts},"
@@ -82,13 +90,18 @@ def job_insert_unique(
     woken when the transaction commits. Runs in the connection's current
     transaction (on an autocommit connection, one of its own).
     """
-    document = ",".join(_item(p, identities.get(i)) for i, p in enumerate(batch))
+    document = ",".join(unique_item(p, identities.get(i)) for i, p in enumerate(batch))
     with (
         translate(f"insert {len(batch)} unique job{'s' if len(batch) != 1 else ''}"),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
         cur.execute(query("job_insert_unique"), (f"[{document}]", notify))
         found = cur.fetchall()
+    return unique_rows(found)
+
+
+def unique_rows(found: Sequence[tuple[Any, ...]]) -> list[JobRow | None]:
+    """The rows of ``job_insert_unique``'s answer, one per item (see ``job_insert_unique``)."""
     rows: list[JobRow | None] = []
     for values in found:
         if values[1] is None:

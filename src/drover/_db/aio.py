@@ -1,0 +1,368 @@
+"""Inserts on asyncio: the ``await`` twins of ``drover._db.insert`` and ``drover._db.caller``.
+
+Only the I/O is async here. The statements are the same named queries, and
+what is sent and what comes back is built by the same pure functions as the
+synchronous path (``insert_statement``/``inserted_row``, ``copy_chunks``,
+``staged_row``, ``unique_item``/``unique_rows``), so both paths write the
+same rows. ``translate`` wraps each ``await``: psycopg and pool errors
+become the same ``drover.DroverError`` subclasses as in synchronous code.
+
+None of these functions commits, rolls back or changes session settings on a
+caller's connection. On drover's own (autocommit) pool connections a single
+statement is its own transaction, and a batch runs in one ``transaction()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool
+
+from drover._db.caller import check_transaction
+from drover._db.conninfo import check_conninfo
+from drover._db.errors import redact, translate
+from drover._db.insert import (
+    copy_chunks,
+    copy_statement,
+    duplicate_error,
+    insert_statement,
+    inserted_row,
+    staged_row,
+)
+from drover._db.queries import query
+from drover._db.rows import row_from_db
+from drover._db.unique import unique_item, unique_rows
+from drover._records import EncodedBatch, Identity, JobInsertParams
+from drover.errors import DatabaseError, DuplicateJob, InvalidArgument, UnsupportedConnection
+from drover.job import JobRow
+
+__all__ = [
+    "AsyncConnection",
+    "aio_borrow",
+    "aio_insert",
+    "aio_insert_many",
+    "aio_insert_unique",
+    "aio_notify_now",
+    "aio_open",
+    "aio_pool_from",
+    "resolve_async_connection",
+]
+
+AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
+"""A psycopg async connection, as this module passes it around."""
+
+
+# --- pools ---------------------------------------------------------------------------------------
+
+
+def aio_pool_from(
+    source: object, *, who: str, max_size: int
+) -> tuple[AsyncConnectionPool[Any], bool]:
+    """``(pool, owned)``: the caller's ``AsyncConnectionPool`` as is, or a new, unopened one.
+
+    A conninfo string is checked here (a malformed one is a
+    ``drover.InvalidArgument``, without its password); the pool opened from
+    it hands out autocommit connections and is opened by the first borrow
+    (opening needs a running event loop, which ``__init__`` may not have).
+    """
+    if isinstance(source, str):
+        if not source.strip():
+            raise InvalidArgument(f"{who} needs a conninfo string or URL; got an empty string")
+        try:
+            conninfo = check_conninfo(source)
+        except ValueError as exc:
+            raise InvalidArgument(f"{who}: {exc}") from None
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max_size,
+            open=False,
+            name="drover-async",
+            kwargs={"autocommit": True, "application_name": "drover"},
+        )
+        return pool, True
+    if isinstance(source, AsyncConnectionPool):
+        return source, False
+    hint = (
+        " (a synchronous ConnectionPool goes to drover.Client)"
+        if type(source).__name__ == "ConnectionPool"
+        else ""
+    )
+    raise InvalidArgument(
+        f"{who} needs a psycopg_pool.AsyncConnectionPool or a conninfo string, "
+        f"not {type(source).__qualname__}{hint}"
+    )
+
+
+class aio_borrow:
+    """A connection of ``pool`` for one ``async with`` block, given back at its end.
+
+    On a connection that is not in autocommit mode (an application's pool)
+    the block's transaction is committed on success and rolled back on an
+    error, as the pool's own ``connection()`` does. ``timeout`` bounds the
+    wait for a connection (default: the pool's); running out, or the pool
+    being closed, is a ``drover.DatabaseError``. Errors inside the block are
+    the statements' own (each is translated where it runs). A plain class
+    rather than ``pool.connection()``: fewer generators per insert on the
+    single-insert path (ADR 0035).
+    """
+
+    __slots__ = ("_action", "_conn", "_pool", "_timeout")
+
+    def __init__(
+        self, pool: AsyncConnectionPool[Any], action: str, *, timeout: float | None = None
+    ) -> None:
+        self._pool = pool
+        self._action = action
+        self._timeout = timeout
+        self._conn: AsyncConnection | None = None
+
+    async def __aenter__(self) -> AsyncConnection:
+        with translate(self._action):
+            conn: AsyncConnection = await self._pool.getconn(self._timeout)
+        self._conn = conn
+        return conn
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        assert conn is not None
+        self._conn = None
+        try:
+            if not conn.autocommit and not conn.closed:
+                with translate(self._action):
+                    if exc_type is None:
+                        await conn.commit()
+                    else:
+                        await conn.rollback()
+        finally:
+            await self._pool.putconn(conn)
+
+
+async def aio_open(pool: AsyncConnectionPool[Any], action: str, *, timeout: float) -> None:
+    """Open a pool drover made, waiting up to ``timeout`` s for its first connection.
+
+    A wrong URL or a refused login fails here, as a ``drover.DatabaseError``
+    naming the cause (without a password); a pool already open is left as is.
+    """
+    if not pool.closed:
+        return
+    try:
+        await pool.open(wait=True, timeout=timeout)
+    except Exception as exc:
+        raise DatabaseError(f"{action}: could not connect ({redact(str(exc).strip())})") from exc
+
+
+# --- the caller's connection ---------------------------------------------------------------------
+
+
+async def resolve_async_connection(
+    obj: object, api: str = "insert_tx", instead: str = "or use client.insert()"
+) -> AsyncConnection:
+    """The psycopg ``AsyncConnection`` behind ``obj``, checked to be inside a transaction.
+
+    Accepts a psycopg ``AsyncConnection`` or ``AsyncCursor`` and a SQLAlchemy
+    ``AsyncSession`` or ``AsyncConnection`` (``postgresql+psycopg://``),
+    recognised by their attributes so SQLAlchemy is never imported here. A
+    session's ``connection()`` begins its transaction if none is open.
+    """
+    if isinstance(obj, psycopg.AsyncConnection):
+        conn: object = obj
+    elif isinstance(obj, psycopg.AsyncCursor):
+        conn = obj.connection
+    elif isinstance(obj, psycopg.Connection | psycopg.Cursor):
+        raise UnsupportedConnection(
+            f"{api} is asynchronous and needs an async connection; "
+            "a synchronous psycopg connection goes to drover.Client.insert_tx"
+        )
+    elif hasattr(obj, "sync_session") and callable(getattr(obj, "connection", None)):
+        # SQLAlchemy AsyncSession: connection() autobegins and returns an AsyncConnection.
+        session: Any = obj
+        conn = await _from_async_sqlalchemy(await session.connection(), api)
+    elif hasattr(obj, "sync_connection") and callable(getattr(obj, "get_raw_connection", None)):
+        conn = await _from_async_sqlalchemy(obj, api)
+    else:
+        raise UnsupportedConnection(
+            f"{api} needs a psycopg AsyncConnection or AsyncCursor, or a SQLAlchemy "
+            f"AsyncSession or AsyncConnection; got {type(obj).__module__}.{type(obj).__qualname__}"
+        )
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise UnsupportedConnection(
+            f"{api} needs psycopg 3 underneath; got a "
+            f"{type(conn).__module__}.{type(conn).__qualname__} connection "
+            "(with SQLAlchemy use a postgresql+psycopg:// URL)"
+        )
+    check_transaction(conn, api, instead)
+    return conn
+
+
+async def _from_async_sqlalchemy(aconn: Any, api: str) -> object:
+    if getattr(aconn, "closed", False):
+        raise UnsupportedConnection(f"{api} was given a closed connection")
+    raw = await aconn.get_raw_connection()
+    return raw.driver_connection
+
+
+# --- statements ----------------------------------------------------------------------------------
+
+
+async def aio_insert(conn: AsyncConnection, params: JobInsertParams, *, notify: bool) -> JobRow:
+    """Insert one job (``job_insert``'s twin): one statement, the wake-up included when
+    ``notify``; ``DuplicateJob`` leaves the transaction usable."""
+    statement, values, lean = insert_statement(params, notify=notify)
+    with translate(f"insert job kind {params.kind!r}"):
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(statement, values)
+            row = await cur.fetchone()
+    return inserted_row(params, row, lean=lean)
+
+
+async def aio_insert_unique(
+    conn: AsyncConnection, params: JobInsertParams, identity: Identity, *, notify: bool
+) -> JobRow:
+    """Insert one job with a unique identity, debounce or throttle (ADR 0031), or return
+    the job holding it (flagged ``duplicate``).
+
+    Always one round trip through ``drover_insert_unique``, which decides
+    every case exactly; the synchronous path's leaner statements for a free
+    plain identity are an optimisation this path does not repeat.
+    """
+    rows = await _run_unique(conn, [params], {0: identity}, notify=notify)
+    row = rows[0]
+    assert row is not None
+    return row
+
+
+async def _run_unique(
+    conn: AsyncConnection,
+    batch: Sequence[JobInsertParams],
+    identities: dict[int, Identity],
+    *,
+    notify: bool,
+) -> list[JobRow | None]:
+    document = ",".join(unique_item(p, identities.get(i)) for i, p in enumerate(batch))
+    with translate(f"insert {len(batch)} unique job{'s' if len(batch) != 1 else ''}"):
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(query("job_insert_unique"), (f"[{document}]", notify))
+            found = await cur.fetchall()
+    return unique_rows(found)
+
+
+async def aio_insert_many(
+    conn: AsyncConnection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
+) -> list[JobRow]:
+    """Insert an encoded batch (``job_insert_many``'s twin), rows in input order.
+
+    The same three paths: COPY straight into ``drover_jobs`` for a batch
+    without unique keys, tags or metadata; COPY into a staging table under a
+    savepoint (with ``caller_tx``) for one with them, so a collision writes
+    nothing and raises ``DuplicateJob``; one ``drover_insert_unique``
+    statement under a savepoint when an item has a unique identity.
+    """
+    batch = encoded.params
+    if not batch:
+        return []
+    if encoded.identities:
+        return await _many_identified(conn, encoded, caller_tx=caller_tx, notify=notify)
+    if encoded.unique or encoded.decorated:
+        return await _many_staged(conn, batch, caller_tx=caller_tx, notify=notify)
+    queues = sorted(encoded.queues) if notify else []
+    with translate(f"insert {len(batch)} jobs"):
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            if caller_tx:
+                # No savepoint, as in the synchronous path: nothing here can be
+                # refused, so a failure is a database error aborting the caller's
+                # transaction like any failed statement.
+                return await _copy_direct(cur, batch, timed=encoded.timed, queues=queues)
+            async with conn.transaction():
+                return await _copy_direct(cur, batch, timed=encoded.timed, queues=queues)
+
+
+async def _copy_direct(
+    cur: psycopg.AsyncCursor[Any],
+    params: Sequence[JobInsertParams],
+    *,
+    timed: bool,
+    queues: list[str],
+) -> list[JobRow]:
+    await cur.execute(query("job_insert_batch_reserve"), (len(params), queues))
+    reserved = await cur.fetchone()
+    assert reserved is not None
+    now, ids, _ = reserved
+    ids.sort()
+    rows: list[JobRow] = []
+    async with cur.copy(copy_statement(params, timed=timed)) as copy:
+        for text in copy_chunks(params, ids, now, rows, timed=timed):
+            await copy.write(text)
+    return rows
+
+
+async def _many_staged(
+    conn: AsyncConnection, batch: Sequence[JobInsertParams], *, caller_tx: bool, notify: bool
+) -> list[JobRow]:
+    with translate(f"insert {len(batch)} jobs"):
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            if caller_tx:
+                # Opens the caller's transaction first, so that transaction()
+                # below is a savepoint and never commits the caller's work.
+                await cur.execute(query("job_insert_batch_stage"))
+            async with conn.transaction():
+                if not caller_tx:
+                    await cur.execute(query("job_insert_batch_stage"))
+                async with cur.copy(query("job_insert_batch_copy")) as copy:
+                    for ord_, p in enumerate(batch):
+                        await copy.write_row(staged_row(ord_, p))
+                await cur.execute(query("job_insert_batch_apply"))
+                rows = await cur.fetchall()
+                if len(rows) != len(batch):
+                    # Raising rolls the savepoint back: nothing of the batch stays.
+                    raise await _first_duplicate(cur, batch, {r[0] for r in rows})
+                if notify:
+                    queues = sorted({p.queue for p in batch})
+                    await cur.execute(query("notify_queues"), {"queues": queues})
+    return [row_from_db(r) for r in rows]
+
+
+async def _first_duplicate(
+    cur: psycopg.AsyncCursor[Any], batch: Sequence[JobInsertParams], inserted: set[int]
+) -> DuplicateJob:
+    await cur.execute(query("job_insert_batch_staged_ids"))
+    for ord_, id_ in await cur.fetchall():
+        if id_ not in inserted:
+            return duplicate_error(batch[ord_], f"item {ord_}: ")
+    return duplicate_error(next(p for p in batch if p.unique_key is not None))
+
+
+async def _many_identified(
+    conn: AsyncConnection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
+) -> list[JobRow]:
+    batch = encoded.params
+    identities = dict(encoded.identities or {})
+    if caller_tx:
+        with translate(f"insert {len(batch)} unique jobs"):
+            await conn.execute(query("job_insert_unique_begin"))
+    with translate(f"insert {len(batch)} unique jobs"):
+        async with conn.transaction():
+            rows = await _run_unique(conn, batch, identities, notify=notify)
+            for index, row in enumerate(rows):
+                if row is None:
+                    raise duplicate_error(batch[index], f"item {index}: ")
+    return [row for row in rows if row is not None]
+
+
+async def aio_notify_now(conn: AsyncConnection, queues: Sequence[str]) -> None:
+    """Notify ``queues`` in a transaction of their own (``notify_queues_now``); ``conn``
+    must be in autocommit mode, or this runs in a transaction committed by the borrow."""
+    if not queues:
+        return
+    with translate("notify listeners"):
+        async with conn.cursor() as cur:
+            await cur.execute(query("notify_queues_now"), {"queues": list(queues)})
