@@ -14,8 +14,6 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from jobdb import Conn, MakeClient, Poll, await_job_state, job_row, observe
@@ -478,6 +476,3 @@ def test_an_async_worker_is_detected_at_registration() -> None:
     plain = drover.Workers()
     plain.register(args=Sleeper)(lambda job: None)
     assert not plain.is_async("aio_sleeper")
-
-
-_ = (Callable, Any)
