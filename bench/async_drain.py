@@ -13,6 +13,9 @@ The rows, in one run against the same server:
 - ``async-io``: ``await asyncio.sleep(0.05)`` at concurrency --async-concurrency
   (500): the ideal is concurrency / 0.05 s = 10,000 jobs/s; the target is
   >= 80 % of it with a peak RSS <= 100 MB.
+- ``async-ceiling``: the same number of jobs, handlers that return at once,
+  at the same concurrency: what the claim and completion round trips allow
+  on this machine, the ceiling ``async-io`` cannot pass whatever its handlers.
 - ``sync-io``: ``time.sleep(0.05)`` on pool threads at concurrency
   --sync-concurrency (100), for comparison (ideal 2,000 jobs/s).
 - ``async-noop`` and ``sync-noop``: handlers that return at once, at
@@ -224,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         aio = drain(url, "async-io", args.io_jobs, args.async_concurrency, args.timeout)
         aio_ideal = args.async_concurrency / SLEEP
         print(_show(aio, aio_ideal), file=sys.stderr)
+        ceiling = drain(url, "async-noop", args.io_jobs, args.async_concurrency, args.timeout)
+        print(f"ceiling: {_show(ceiling)}", file=sys.stderr)
         sio = drain(url, "sync-io", args.io_jobs, args.sync_concurrency, args.timeout)
         sio_ideal = args.sync_concurrency / SLEEP
         print(_show(sio, sio_ideal), file=sys.stderr)
@@ -242,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     io_met = aio["jobs_per_s"] >= IO_TARGET * aio_ideal and aio["peak_rss_mb"] <= RSS_TARGET_MB
     noop_met = ratio >= NOOP_TARGET
     print(_show(aio, aio_ideal))
+    print(f"{_show(ceiling)}  (ceiling: async-io at {aio['jobs_per_s'] / ceiling['jobs_per_s']:.0%})")
     print(_show(sio, sio_ideal))
     for variant in ("sync-noop", "async-noop"):
         rates = [r["jobs_per_s"] for r in noop[variant]]
@@ -256,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "async_io": aio,
             "async_io_ideal": aio_ideal,
+            "async_ceiling": ceiling,
             "sync_io": sio,
             "sync_io_ideal": sio_ideal,
             "noop": noop,
