@@ -413,12 +413,17 @@ def test_concurrency_counts_running_jobs_of_both_kinds(
         leave("async")
 
     client = make_client(workers=workers, poll_interval=0.05, concurrency=4)
-    rows = client.insert_many([Other(n=i) for i in range(4)] + [Sleeper(n=i) for i in range(4)])
+    # Interleaved, so that one claim round takes jobs of both kinds.
+    both: list[drover.JobArgs] = []
+    for i in range(4):
+        both += [Other(n=i), Sleeper(n=i)]
+    rows = client.insert_many(both)
     client.start()
     poll(lambda: inside["sync"] + inside["async"] == 4, message="four jobs running")
 
     def four_at_most() -> None:
         assert inside["sync"] + inside["async"] == 4
+        assert inside["sync"] and inside["async"], inside
         (running,) = conn.execute(
             "SELECT count(*) FROM drover_jobs WHERE state = 'running'"
         ).fetchone()  # type: ignore[misc]
