@@ -322,7 +322,7 @@ def test_shutdown_drains_async_jobs_within_the_budget(
     async def short(job: drover.Job[Sleeper]) -> None:
         inside.append(job.id)
         await asyncio.to_thread(gate.wait, SAFETY)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # still running when stop() begins
 
     client = make_client(workers=workers, poll_interval=0.05, concurrency=20)
     ids = [r.id for r in client.insert_many([Sleeper(n=i) for i in range(20)])]
@@ -331,7 +331,8 @@ def test_shutdown_drains_async_jobs_within_the_budget(
     gate.set()
     started = time.monotonic()
     client.stop(timeout=5)  # no DrainIncomplete: every job finished
-    assert time.monotonic() - started < 5.0
+    elapsed = time.monotonic() - started
+    assert 0.3 < elapsed < 5.0, f"stop took {elapsed:.2f}s: it did not wait for the jobs"
     states = {job_row(conn, i)["state"] for i in ids}
     assert states == {"completed"}
 
