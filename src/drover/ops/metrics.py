@@ -88,7 +88,8 @@ class Metrics:
     ``drover_periodic_ticks_total{id,outcome}`` and ``drover_periodic_leader``.
     Reliability: ``drover_listener_reconnects_total``,
     ``drover_writes_refused_total{reason}`` (a stale claim's write the fence
-    refused) and ``drover_leases_lost_total``. Job kind is never a label.
+    refused) and ``drover_leases_lost_total``. With async workers, from the
+    loop watch: ``drover_event_loop_lag_seconds``. Job kind is never a label.
     """
 
     def __init__(
