@@ -7,7 +7,9 @@
 Every drain runs in a child process of its own (so its resident memory is
 its own): the parent inserts the jobs, the child starts a client, times it
 from ``start`` until every job is ``completed`` (read from the table every
-20 ms) and reports jobs per second and its peak resident set (``VmHWM``).
+20 ms) and reports jobs per second, its peak resident set (``VmHWM``), its
+CPU time per job and, when the server runs on this host, the server's CPU
+time per job (its processes in /proc): where the time goes.
 The rows, in one run against the same server:
 
 - ``async-io``: ``await asyncio.sleep(0.05)`` at concurrency --async-concurrency
@@ -98,6 +100,34 @@ def _peak_rss_mb() -> float:
     return 0.0
 
 
+def _server_cpu(conn: psycopg.Connection[Any]) -> float | None:
+    """CPU seconds used so far by the PostgreSQL server's processes (None: not on this host).
+
+    The postmaster's pid comes from ``postmaster.pid`` in its data directory;
+    its children are found in /proc. Backends that exited are not counted.
+    """
+    try:
+        row = conn.execute("SHOW data_directory").fetchone()
+        with open(os.path.join(str(row[0]) if row else "", "postmaster.pid")) as f:
+            postmaster = int(f.readline())
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # After the name: state, ppid, ..., utime (14th field) and stime (15th).
+            if int(entry) == postmaster or int(fields[1]) == postmaster:
+                total += int(fields[11]) + int(fields[12])
+        return total / tick
+    except (OSError, ValueError, psycopg.Error):
+        return None
+
+
 def child(url: str, variant: str, jobs: int, concurrency: int, timeout: float) -> dict[str, Any]:
     """Drain the ``jobs`` already inserted with a fresh client; time it and read the peak RSS."""
     config = drover.Config(
@@ -106,6 +136,7 @@ def child(url: str, variant: str, jobs: int, concurrency: int, timeout: float) -
     client = drover.Client(url, config)
     pause = threading.Event()
     with psycopg.connect(url, autocommit=True) as conn:
+        server_cpu = _server_cpu(conn)
         began = time.perf_counter()
         cpu = time.process_time()
         client.start()
@@ -122,7 +153,10 @@ def child(url: str, variant: str, jobs: int, concurrency: int, timeout: float) -
                 pause.wait(0.02)
             elapsed = time.perf_counter() - began
             cpu = time.process_time() - cpu
+            server_end = _server_cpu(conn)
             threads = threading.active_count()
+            engine = client._engine  # the claim loop's own count, for where the time goes
+            claims = engine.fetcher.claims if engine is not None else 0
         finally:
             client.stop(timeout=30)
             client.close()
@@ -133,8 +167,16 @@ def child(url: str, variant: str, jobs: int, concurrency: int, timeout: float) -
         "jobs_per_s": jobs / elapsed,
         "seconds": elapsed,
         "cpu_us_per_job": cpu / jobs * 1e6,
+        "server_cpu_us_per_job": (
+            None
+            if server_cpu is None or server_end is None
+            else (server_end - server_cpu) / jobs * 1e6
+        ),
         "peak_rss_mb": _peak_rss_mb(),
         "threads_at_end": threads,
+        "claim_round_trips": claims,
+        "ms_per_claim_round": elapsed / claims * 1000 if claims else None,
+        "jobs_per_claim": jobs / claims if claims else None,
     }
 
 
@@ -192,11 +234,15 @@ def scratch_database(server_url: str) -> Iterator[str]:
 
 
 def _show(row: dict[str, Any], ideal: float | None = None) -> str:
+    pg = row.get("server_cpu_us_per_job")
+    server = "" if pg is None else f" (PostgreSQL {pg:.0f} us/job)"
     of_ideal = f" ({row['jobs_per_s'] / ideal:.0%} of {ideal:.0f}/s)" if ideal else ""
     return (
         f"{row['variant']:<11} c{row['concurrency']:<4} {row['jobs']:>6} jobs "
         f"{row['jobs_per_s']:>8.0f} jobs/s{of_ideal}  peak RSS {row['peak_rss_mb']:.0f} MB  "
-        f"CPU {row['cpu_us_per_job']:.0f} us/job  threads {row['threads_at_end']}"
+        f"CPU {row['cpu_us_per_job']:.0f} us/job{server}  threads {row['threads_at_end']}  "
+        f"claims {row['claim_round_trips']} ({row['jobs_per_claim'] or 0:.0f} jobs, "
+        f"{row['ms_per_claim_round'] or 0:.1f} ms apart)"
     )
 
 
