@@ -132,6 +132,8 @@ class EventLoop(ThreadService):
                 exc_info=True,
             )
         finally:
+            # The task is done: a later cancel (a hand-back racing this) has nothing to cancel.
+            claim.context._on_cancel = None
             self._inflight.finished(claim)
             self._slots.free()
         self._settle(claim, decision)
