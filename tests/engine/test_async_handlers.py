@@ -201,6 +201,22 @@ def test_drover_testing_drains_both_kinds(kind: str, make_client: MakeClient) ->
     assert worked[1].error == "ValueError: boom 4"
 
 
+def test_drover_testing_refuses_to_drain_inside_a_running_loop(make_client: MakeClient) -> None:
+    client = make_client(workers=task_workers("async"))
+
+    async def drain_inside() -> None:
+        with drover.testing.inline(client) as jobs:
+            client.insert(Task(n=5))
+            with pytest.raises(drover.InvalidArgument, match="inside a running event loop"):
+                jobs.drain()
+            [row] = jobs.enqueued()
+            assert client.get_job(row.id).state is drover.JobState.AVAILABLE  # nothing claimed
+            worked = await asyncio.to_thread(jobs.drain)
+        assert [w.state for w in worked] == [drover.JobState.COMPLETED]
+
+    asyncio.run(drain_inside())
+
+
 # --- cancellation of the task ----------------------------------------------------------------
 
 

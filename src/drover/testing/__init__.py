@@ -145,8 +145,9 @@ class Jobs:
         """Run this test's due jobs now, in this thread, until none is left; return each attempt.
 
         An ``async def`` worker's job runs to its end on a fresh event loop
-        in this thread (``asyncio.run``), so call ``drain`` from sync code,
-        not from inside a running event loop.
+        in this thread (``asyncio.run``), so call ``drain`` from sync code:
+        inside a running event loop it raises ``drover.InvalidArgument``
+        before claiming anything.
 
         Each job goes through the client's middleware and workers as in a
         started client, and its outcome is written with the same fenced
@@ -161,6 +162,12 @@ class Jobs:
         chain = self.client._chain
         async_chain = self.client._async_chain
         is_async = config.workers.is_async
+        if async_chain is not None and _loop_running():
+            raise InvalidArgument(
+                "Jobs.drain runs async jobs to their end with asyncio.run, which cannot run "
+                "inside a running event loop: call drain() from sync code (a plain test "
+                "function), or await asyncio.to_thread(jobs.drain)"
+            )
         worked: list[Worked] = []
         while len(worked) < limit:
             rows = self._store.claim_after(
@@ -204,6 +211,14 @@ class Jobs:
         if not rows:
             return "nothing"
         return ", ".join(f"{r.kind} on {r.queue} {json.dumps(r.args)}" for r in rows[:20])
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _describe(wanted: dict[str, Any]) -> str:
