@@ -305,6 +305,32 @@ def test_an_operators_cancel_cancels_the_task_and_ends_the_job_cancelled(
     assert "operator test" in row["errors"][-1]["error"]
 
 
+def test_a_lost_lease_cancels_the_task_and_writes_nothing(
+    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = SleepRecorder()
+    client = make_client(
+        workers=sleeper_workers(recorder),
+        poll_interval=0.05,
+        lease_duration=30,
+        heartbeat_interval=0.1,
+        rescue_interval=60,
+    )
+    job = client.insert(Sleeper())
+    with client:
+        assert recorder.started.wait(10)
+        # Another execution's claim now (as after a rescue and a re-claim elsewhere).
+        conn.execute("UPDATE drover_jobs SET attempt = attempt + 1 WHERE id = %s", [job.id])
+        poll(lambda: job.id in recorder.ended, message="the task was cancelled")
+        assert recorder.ended[job.id] == "CancelledError(lease lost)"
+        poll(
+            lambda: any("no longer this worker's" in r.getMessage() for r in caplog.records),
+            message="the stale outcome refused",
+        )
+        row = job_row(conn, job.id)
+        assert (row["state"], row["attempt"], row["errors"]) == ("running", 2, [])
+
+
 def test_shutdown_out_of_budget_cancels_the_tasks_and_hands_the_jobs_back(
     make_client: MakeClient, conn: Conn, poll: Poll
 ) -> None:
