@@ -399,16 +399,21 @@ def test_a_handler_that_blocks_the_loop_is_reported(
     with client:
         await_job_state(poll, conn, job.id, "completed")
         poll(
-            lambda: [r for r in caplog.records if r.__dict__.get("event") == "event_loop_blocked"],
+            lambda: [r for r in caplog.records if r.__dict__.get("job_id") == job.id
+                     and r.__dict__.get("event") == "event_loop_blocked"],
             message="blocked loop logged",
-        )
+        )  # fmt: skip
         slow = registry.get_sample_value("drover_event_loop_lag_seconds_bucket", {"le": "0.25"})
         total = registry.get_sample_value("drover_event_loop_lag_seconds_count")
         assert total is not None and slow is not None
         assert total - slow >= 1, "no lag probe over 0.25 s was observed"
-    [record] = [r for r in caplog.records if r.__dict__.get("event") == "event_loop_blocked"]
+    # A loaded machine may add a late probe of its own; the job's is there.
+    [record, *_] = [
+        r
+        for r in caplog.records
+        if r.__dict__.get("event") == "event_loop_blocked" and r.__dict__.get("job_id") == job.id
+    ]
     assert record.levelno == logging.WARNING
-    assert record.__dict__["job_id"] == job.id
     assert f"job {job.id} (aio_sleeper" in record.getMessage()
 
 

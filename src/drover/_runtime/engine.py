@@ -205,8 +205,9 @@ class Engine:
         1. The intake services (fetcher, listener) stop: no claim starts after this.
         2. Wait up to ``timeout`` for every in-flight job to record its outcome
            (the completer and heartbeat keep running meanwhile).
-        3. Out of time: cancel the unfinished jobs' contexts and return them to
-           the queue in one fenced statement, claimable at once.
+        3. Out of time: return the unfinished jobs to the queue in one fenced
+           statement, claimable at once, then cancel their contexts (an async
+           job's task with it).
         4. The other services stop in reverse start order, the completer last
            (it writes what is queued); the pool threads are released
            (abandoned handlers are not waited for).
@@ -242,14 +243,22 @@ class Engine:
         for claim in unfinished:
             # Lost before the write, so a heartbeat racing it takes the
             # refusal for what it is, not for a lease lost elsewhere.
-            claim.lose("handed back at shutdown", cancel_reason="shutdown")
+            claim.lease._lose("handed back at shutdown")
         self._log.warning(
             "shutdown deadline reached with %d job(s) still running: %s",
             len(unfinished),
             ", ".join(str(c.row.id) for c in unfinished),
             extra={"jobs": [c.row.id for c in unfinished]},
         )
-        results = self.completer.hand_back(unfinished) or []
+        try:
+            results = self.completer.hand_back(unfinished) or []
+        finally:
+            # Cancelled once the hand-back is written: a handler that stops at
+            # once (an async task is cancelled within a loop turn) cannot
+            # record its own failure first and turn the hand-back into a retry
+            # at the policy's time.
+            for claim in unfinished:
+                claim.context.cancel("shutdown")
         # A job whose write was refused finished (or was taken over) in the
         # meantime: it is not incomplete. One whose write failed is, and stays
         # running for the rescuer.
