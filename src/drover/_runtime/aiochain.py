@@ -6,6 +6,7 @@ order, for ``async def`` workers; built once by the client when it has any.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -17,7 +18,6 @@ from drover.errors import ArgsDecodeError, Snooze, UnknownJobKind, describe_fail
 from drover.job import Job, JobRow
 from drover.log import JOB, job_args, job_fields
 from drover.middleware import AsyncHandler, AsyncMiddleware, Middleware, compose_async
-from drover.middleware import run_with_deadline as _run_with_deadline
 from drover.results import DEFAULT_MAX_RESULT_BYTES, encode_result
 from drover.worker import Workers
 
@@ -27,7 +27,7 @@ __all__ = ["AsyncLogging", "build_async_chain"]
 def _async_dispatcher(workers: Workers, max_result_bytes: int) -> AsyncHandler:
     """The innermost async handler: as the sync dispatcher, awaiting the worker."""
 
-    async def call(ctx: JobContext, row: JobRow) -> None:
+    async def dispatch(ctx: JobContext, row: JobRow) -> None:
         entry = workers.get(row.kind)
         if entry is None:
             raise UnknownJobKind(f'no worker registered for kind "{row.kind}"')
@@ -38,6 +38,8 @@ def _async_dispatcher(workers: Workers, max_result_bytes: int) -> AsyncHandler:
             raise ArgsDecodeError(
                 f'decode args for job {row.id} (kind "{row.kind}"): {exc}'
             ) from None
+        if worker.timeout is not None:
+            ctx = ctx.with_timeout(worker.timeout)
         slot = ctx._result_slot
         slot.max_bytes = max_result_bytes
         job = Job(
@@ -50,18 +52,23 @@ def _async_dispatcher(workers: Workers, max_result_bytes: int) -> AsyncHandler:
             args=args,
             context=ctx,
         )
-        value = await worker.work(job)  # type: ignore[misc]  # an async def worker
+        remaining = None if worker.timeout is None else ctx.remaining()
+        if remaining is None:
+            value = await worker.work(job)  # type: ignore[misc]  # an async def worker
+        else:
+            # The worker's own deadline cancels its task, as drover.Timeout's does.
+            try:
+                async with asyncio.timeout(remaining) as scope:
+                    value = await worker.work(job)  # type: ignore[misc]
+            except TimeoutError:
+                if not scope.expired():
+                    raise
+                ctx.cancel("deadline exceeded")
+                raise TimeoutError(
+                    f"job {row.id} ({row.kind}) was cancelled at its deadline"
+                ) from None
         if value is not None and not slot.in_tx:
             slot.text = encode_result(value, kind=row.kind, max_bytes=max_result_bytes)
-
-    async def dispatch(ctx: JobContext, row: JobRow) -> None:
-        entry = workers.get(row.kind)
-        timeout = entry[1].timeout if entry is not None else None
-        if timeout is not None:
-            # The worker's own deadline cancels its task (run_with_deadline).
-            await _run_with_deadline(call, ctx.with_timeout(timeout), row)
-        else:
-            await call(ctx, row)
 
     return dispatch
 

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from drover._runtime import disposition
@@ -85,35 +86,30 @@ class EventLoop(ThreadService):
             )
 
     def _start(self, claims: list[Claim]) -> None:
+        # No task name and no done callback: each would cost every job (the
+        # task removes itself from ``tasks`` as it ends).
+        create, tasks, run = self.loop.create_task, self.tasks, self._run
         for claim in claims:
-            task = self.loop.create_task(self._run(claim), name=f"drover job {claim.row.id}")
-            self.tasks[task] = claim
-            task.add_done_callback(self._forget)
+            tasks[create(run(claim))] = claim
 
-    def _forget(self, task: asyncio.Task[None]) -> None:
-        self.tasks.pop(task, None)
-
-    def _cancel_task(self, task: asyncio.Task[None]) -> Callable[[str], None]:
+    def _cancel(self, task: asyncio.Task[None], reason: str) -> None:
+        """Cancel ``task`` with ``reason`` (any thread: the loop's or another)."""
         loop = self.loop
-
-        def cancel(reason: str) -> None:
-            if loop.is_closed():
-                return
-            # Closed in between: nothing runs the task any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(task.cancel, reason)
-
-        return cancel
+        if loop.is_closed():
+            return
+        # Closed in between: nothing runs the task any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(task.cancel, reason)
 
     async def _run(self, claim: Claim) -> None:
         row = claim.row
         decision = _UNDECIDED
+        task = asyncio.current_task()
         try:
             error: BaseException | None = None
             token = enter_job(row)
-            task = asyncio.current_task()
             if task is not None:
-                claim.context._watch(self._cancel_task(task))
+                claim.context._watch(partial(self._cancel, task))
             try:
                 await self._chain(claim.context, row)
             except BaseException as exc:  # CancelledError too: this task ends here
@@ -134,6 +130,8 @@ class EventLoop(ThreadService):
         finally:
             # The task is done: a later cancel (a hand-back racing this) has nothing to cancel.
             claim.context._on_cancel = None
+            if task is not None:
+                del self.tasks[task]
             self._inflight.finished(claim)
             self._slots.free()
         self._settle(claim, decision)
