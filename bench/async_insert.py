@@ -17,7 +17,7 @@ on every trial alike:
 
 Reported: the median inserts per second of each trial over the repetitions,
 and the median of each repetition's ratio of async to sync. Target:
-``async`` at least 0.80 x ``sync``. See docs/benchmarks.md and ADR 0035.
+``async`` at least 0.80 x ``sync``. See docs/benchmarks.md and ADR 0034.
 """
 
 from __future__ import annotations

@@ -56,7 +56,14 @@ from drover.inspector import (
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 from drover.log import JobLogFilter, Logging
-from drover.middleware import Handler, Middleware, Timeout
+from drover.middleware import (
+    AsyncHandler,
+    AsyncMiddleware,
+    Handler,
+    Middleware,
+    Timeout,
+    with_async_form,
+)
 from drover.migrations import (
     AppliedMigration,
     Migration,
@@ -89,6 +96,8 @@ __all__ = [
     "AppliedMigration",
     "ArgsDecodeError",
     "AsyncClient",
+    "AsyncHandler",
+    "AsyncMiddleware",
     "Cancel",
     "Chain",
     "Client",
@@ -166,6 +175,7 @@ __all__ = [
     "group",
     "migrate",
     "migration_status",
+    "with_async_form",
 ]
 
 

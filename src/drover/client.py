@@ -31,6 +31,7 @@ from drover._insert.graph import encode_dependent, encode_workflow, has_dependen
 from drover._insert.identity import identity_of, needs_identity
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import EncodedGraph
+from drover._runtime.aiochain import build_async_chain
 from drover._runtime.awaiter import Awaiter
 from drover._runtime.cancels import HardCancel
 from drover._runtime.engine import Engine
@@ -135,6 +136,14 @@ class Client(JobsAndQueues):
             config.middleware,
             config.logger,
             self._metrics.middleware,
+            config.max_result_bytes,
+        )
+        # None without async workers; ConfigError when a middleware has no async form.
+        self._async_chain = build_async_chain(
+            config.workers,
+            config.middleware,
+            config.logger,
+            self._metrics.async_middleware,
             config.max_result_bytes,
         )
         self._store = Store.open(pool_or_conninfo, who="Client", max_size=10)
@@ -476,6 +485,7 @@ class Client(JobsAndQueues):
                     max_jobs=self._max_jobs,
                     released=self._committed,
                     hard_cancel=self._hard_cancel,
+                    async_chain=self._async_chain,
                 )
                 engine.start()
             except BaseException:

@@ -190,6 +190,9 @@ class JobContext:
         self._progress: ProgressSlot | None = None
         self._meta: Any = None
         """The claimed row's metadata: the base update_meta checks the size against."""
+        # Called once, with the reason, when this context is cancelled (set by
+        # the engine for an async job: it cancels the job's task).
+        self._on_cancel: Callable[[str], None] | None = None
 
     def _progress_slot(self) -> ProgressSlot:
         """The execution's progress slot, made on first use (shared with child contexts)."""
@@ -284,8 +287,20 @@ class JobContext:
             if self._event is not None:
                 self._event.set()
             children = list(self._children)
+            hook = self._on_cancel
         for child in children:
             child._cancel(reason)
+        if hook is not None:
+            hook(reason)
+
+    def _watch(self, hook: Callable[[str], None]) -> None:
+        """Call ``hook(reason)`` when this context is cancelled (at once if it is already)."""
+        with self._lock:
+            self._on_cancel = hook
+            already = self._is_cancelled
+            reason = self._reason
+        if already:
+            hook(reason or "cancelled")
 
     def __repr__(self) -> str:
         state = f"cancelled ({self._reason})" if self._is_cancelled else "active"

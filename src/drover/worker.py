@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import inspect
 import threading
 import typing
 from collections.abc import Callable, Iterator
@@ -43,6 +44,13 @@ class Worker(abc.ABC, Generic[A]):
 
     ``timeout`` (a ``timedelta`` or seconds) optionally bounds one execution's
     context deadline.
+
+    ``work`` may be ``async def``: the job then runs as a task on the
+    client's event loop (one loop thread per client) and holds no pool
+    thread while it awaits. Timeouts, shutdown and operator cancels cancel
+    the task (``asyncio.CancelledError`` at its current ``await``); a call
+    that blocks the loop delays every async job and is logged (see
+    docs/async.md).
     """
 
     args_type: ClassVar[type[JobArgs]]
@@ -71,6 +79,7 @@ class Worker(abc.ABC, Generic[A]):
 class _Registration:
     args_type: type[JobArgs]
     worker: Worker[Any]
+    is_async: bool
 
 
 class _FunctionWorker(Worker[Any]):
@@ -85,6 +94,14 @@ class _FunctionWorker(Worker[Any]):
 
     def __repr__(self) -> str:
         return f"<function worker {getattr(self._fn, '__qualname__', self._fn)!r}>"
+
+
+class _AsyncFunctionWorker(_FunctionWorker):
+    """Adapts ``async def f(job: Job[T]) -> None`` to the Worker interface."""
+
+    async def work(self, job: Job[Any]) -> object:
+        value: Any = self._fn(job)
+        return await value
 
 
 def _args_type_from_annotation(fn: Callable[..., object]) -> type[JobArgs]:
@@ -157,7 +174,7 @@ class Workers:
     def register(
         self, fn: Callable[[Job[A]], object] | None = None, /, *, args: type[A] | None = None
     ) -> Any:
-        """Register a function as the worker for a kind; usable as a decorator.
+        """Register a function (``def`` or ``async def``) as the worker for a kind; a decorator.
 
         ``@workers.register`` reads the args type from the ``job: drover.Job[T]``
         annotation; ``@workers.register(args=T)`` names it explicitly. The
@@ -172,7 +189,10 @@ class Workers:
             if not callable(func):
                 raise ConfigError(f"Workers.register needs a function, not {type(func).__name__}")
             args_type = args if args is not None else _args_type_from_annotation(func)
-            self._register(args_type, _FunctionWorker(func, args_type))
+            if inspect.iscoroutinefunction(func):
+                self._register(args_type, _AsyncFunctionWorker(func, args_type))
+            else:
+                self._register(args_type, _FunctionWorker(func, args_type))
             return func
 
         if fn is None:
@@ -196,12 +216,22 @@ class Workers:
                 raise ConfigError(
                     f'a worker is already registered for kind "{kind}" ({existing.worker!r})'
                 )
-            self._by_kind[kind] = _Registration(args_type, worker)
+            is_async = inspect.iscoroutinefunction(worker.work)
+            self._by_kind[kind] = _Registration(args_type, worker, is_async)
 
     def get(self, kind: str) -> tuple[type[JobArgs], Worker[Any]] | None:
         """Return ``(args_type, worker)`` for ``kind``, or ``None`` if unregistered."""
         entry = self._by_kind.get(kind)
         return None if entry is None else (entry.args_type, entry.worker)
+
+    def is_async(self, kind: str) -> bool:
+        """True when ``kind``'s worker is ``async def`` (it runs on the client's event loop)."""
+        entry = self._by_kind.get(kind)
+        return entry is not None and entry.is_async
+
+    def async_kinds(self) -> list[str]:
+        """The kinds whose worker is ``async def``, sorted."""
+        return sorted(k for k, e in self._by_kind.items() if e.is_async)
 
     def kinds(self) -> list[str]:
         """The registered kinds, sorted."""

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 import drover
+import drover.testing
 from drover.contrib.flask import app_context
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -277,3 +278,33 @@ def test_without_the_app_context_a_handler_cannot_use_the_session(
 def test_app_context_refuses_what_is_not_an_application() -> None:
     with pytest.raises(drover.InvalidArgument, match="needs a Flask application.*builtins.str"):
         app_context("app")  # type: ignore[arg-type]
+
+
+class _AppName(drover.JobArgs, kind="flask_app_name"):
+    pass
+
+
+def test_app_context_applies_to_async_handlers_too(db_url: str) -> None:
+    import asyncio
+
+    import flask
+
+    app = flask.Flask("async_app")
+    seen: list[str] = []
+    workers = drover.Workers()
+
+    @workers.register
+    async def name(job: drover.Job[_AppName]) -> None:
+        await asyncio.sleep(0)
+        seen.append(flask.current_app.name)
+
+    config = drover.Config(workers=workers, middleware=[app_context(app)], poll_interval=0.05)
+    client = drover.Client(db_url, config)
+    try:
+        with drover.testing.inline(client) as jobs:
+            client.insert(_AppName())
+            [worked] = jobs.drain()
+        assert worked.state is drover.JobState.COMPLETED, worked.error
+        assert seen == ["async_app"]
+    finally:
+        client.close()

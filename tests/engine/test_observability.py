@@ -53,6 +53,7 @@ FAMILIES = {
     "drover_writes_refused": "counter",
     "drover_cancels_delivered": "counter",
     "drover_leases_lost": "counter",
+    "drover_event_loop_lag_seconds": "histogram",
 }
 BUCKETS = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf,
@@ -503,6 +504,7 @@ def test_only_drovers_own_families_are_exposed(
         "drover_writes_refused": {"reason"},
         "drover_cancels_delivered": {"via"},
         "drover_leases_lost": set(),
+        "drover_event_loop_lag_seconds": set(),
     }
 
 

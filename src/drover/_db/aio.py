@@ -108,7 +108,7 @@ class aio_borrow:
     being closed, is a ``drover.DatabaseError``. Errors inside the block are
     the statements' own (each is translated where it runs). A plain class
     rather than ``pool.connection()``: fewer generators per insert on the
-    single-insert path (ADR 0035).
+    single-insert path (ADR 0034).
     """
 
     __slots__ = ("_action", "_conn", "_pool", "_timeout")

@@ -1,7 +1,7 @@
 """Wake-ups for the jobs an ``AsyncClient`` committed itself: sent after the commit, coalesced.
 
 The asyncio counterpart of ``drover._runtime.notifier.Notifier``, for the
-same reason (ADR 0035): a NOTIFY inside the inserting transaction makes
+same reason (ADR 0034): a NOTIFY inside the inserting transaction makes
 PostgreSQL hold its global notification lock across that commit's WAL
 flush, so concurrent notifying inserts would commit one at a time. Here the
 inserts commit without it, and one task sends one NOTIFY per queue per

@@ -8,11 +8,12 @@ from collections.abc import Callable, Collection
 
 from drover._db.store import Store
 from drover._records import WriteResult
+from drover._runtime.aioloop import EventLoop, LoopWatch
 from drover._runtime.cancels import Cancels, HardCancel, log_cancelled
 from drover._runtime.completer import Completer
 from drover._runtime.fetcher import Fetcher
 from drover._runtime.heartbeat import Heartbeat
-from drover._runtime.inflight import InFlight, Slots
+from drover._runtime.inflight import Claim, InFlight, Slots
 from drover._runtime.jobpool import JobPool
 from drover._runtime.listener import Listener
 from drover._runtime.progress import ProgressWriter
@@ -27,7 +28,7 @@ from drover._runtime.wiring import Wiring
 from drover.config import Config
 from drover.errors import DrainIncomplete
 from drover.log import JOB, log_job
-from drover.middleware import Handler
+from drover.middleware import AsyncHandler, Handler
 from drover.ops.metrics import Metrics
 from drover.queues import caps_of, format_queues
 
@@ -49,7 +50,10 @@ class Engine:
     of jobs a cluster-wide concurrency limit held, once their outcomes are
     written (the client wakes fetchers with it). ``hard_cancel`` receives
     operators' hard cancels of this client's jobs (a supervised worker
-    process, ADR 0030).
+    process, ADR 0030). ``async_chain`` (given when some workers are
+    ``async def``) adds the event loop and its lag watch after the completer
+    (ADR 0033): the fetcher hands async jobs to the loop, the rest to the
+    pool, all under the one ``concurrency``.
     """
 
     def __init__(
@@ -63,6 +67,7 @@ class Engine:
         max_jobs: int | None = None,
         released: Callable[[Collection[str]], None] | None = None,
         hard_cancel: Callable[[HardCancel], None] | None = None,
+        async_chain: AsyncHandler | None = None,
     ) -> None:
         self._config = config
         self._log = config.logger
@@ -89,7 +94,24 @@ class Engine:
         self.pool = JobPool(
             concurrency=config.concurrency, client_id=client_id, run=runner.run, logger=self._log
         )
-        self.fetcher = Fetcher(wiring, dispatch=self.pool.dispatch)
+        self.events: EventLoop | None = None
+        self.loopwatch: LoopWatch | None = None
+        dispatch: Callable[[list[Claim]], None] = self.pool.dispatch
+        if async_chain is not None:
+            self.events = EventLoop(
+                chain=async_chain,
+                retry_policy=config.retry_policy,
+                slots=self.slots,
+                inflight=self.inflight,
+                settle=self.completer.settle,
+                client_id=client_id,
+                logger=self._log,
+            )
+            self.loopwatch = LoopWatch(
+                self.events, observe=metrics.loop_lag, client_id=client_id, logger=self._log
+            )
+            dispatch = self._router(self.events)
+        self.fetcher = Fetcher(wiring, dispatch=dispatch)
         self.cancels = Cancels(
             self.inflight, self._log, counted=metrics.cancel_delivered, on_hard=hard_cancel
         )
@@ -108,6 +130,7 @@ class Engine:
         optional = (self.pruner, self.listener, self.ticker)
         self.services: list[ThreadService] = [
             self.completer,
+            *(s for s in (self.events, self.loopwatch) if s is not None),
             self.progress,
             self.heartbeat,
             self.rescuer,
@@ -119,6 +142,25 @@ class Engine:
         for service in self.services:
             service.on_death = metrics.service_died
 
+    def _router(self, events: EventLoop) -> Callable[[list[Claim]], None]:
+        """The fetcher's dispatch: async kinds to the loop, the others to the pool threads."""
+        is_async = self._config.workers.is_async
+        pool = self.pool.dispatch
+        loop = events.dispatch
+
+        def dispatch(claims: list[Claim]) -> None:
+            on_loop = [c for c in claims if is_async(c.row.kind)]
+            if len(on_loop) == len(claims):
+                loop(claims)
+                return
+            if on_loop:
+                loop(on_loop)
+                pool([c for c in claims if not is_async(c.row.kind)])
+            else:
+                pool(claims)
+
+        return dispatch
+
     def dead_services(self) -> list[str]:
         """The names of the services whose thread ended on its own, in start order."""
         return [s.name for s in self.services if s.died is not None]
@@ -127,7 +169,9 @@ class Engine:
         """Start every service in order; on failure stop the started ones and re-raise."""
         started: list[ThreadService] = []
         try:
-            self.pool.start()
+            if self.events is None:
+                # With async workers the threads start with the first sync job.
+                self.pool.start()
             for service in self.services:
                 service.start()
                 started.append(service)
@@ -161,8 +205,9 @@ class Engine:
         1. The intake services (fetcher, listener) stop: no claim starts after this.
         2. Wait up to ``timeout`` for every in-flight job to record its outcome
            (the completer and heartbeat keep running meanwhile).
-        3. Out of time: cancel the unfinished jobs' contexts and return them to
-           the queue in one fenced statement, claimable at once.
+        3. Out of time: return the unfinished jobs to the queue in one fenced
+           statement, claimable at once, then cancel their contexts (an async
+           job's task with it).
         4. The other services stop in reverse start order, the completer last
            (it writes what is queued); the pool threads are released
            (abandoned handlers are not waited for).
@@ -198,14 +243,22 @@ class Engine:
         for claim in unfinished:
             # Lost before the write, so a heartbeat racing it takes the
             # refusal for what it is, not for a lease lost elsewhere.
-            claim.lose("handed back at shutdown", cancel_reason="shutdown")
+            claim.lease._lose("handed back at shutdown")
         self._log.warning(
             "shutdown deadline reached with %d job(s) still running: %s",
             len(unfinished),
             ", ".join(str(c.row.id) for c in unfinished),
             extra={"jobs": [c.row.id for c in unfinished]},
         )
-        results = self.completer.hand_back(unfinished) or []
+        try:
+            results = self.completer.hand_back(unfinished) or []
+        finally:
+            # Cancelled once the hand-back is written: a handler that stops at
+            # once (an async task is cancelled within a loop turn) cannot
+            # record its own failure first and turn the hand-back into a retry
+            # at the policy's time.
+            for claim in unfinished:
+                claim.context.cancel("shutdown")
         # A job whose write was refused finished (or was taken over) in the
         # meantime: it is not incomplete. One whose write failed is, and stays
         # running for the rescuer.

@@ -36,7 +36,7 @@ import drover
 from drover.cli.hardcancel import HARD_CANCEL_EXIT, HardCancels, replace_after_hard_cancel
 from drover.context import JobContext
 from drover.job import JobRow
-from drover.middleware import Handler
+from drover.middleware import AsyncHandler, Handler, with_async_form
 from drover.ops.server import OpsServer
 
 __all__ = ["HARD_CANCEL_EXIT", "RECYCLE_EXIT", "Supervisor", "run_child"]
@@ -97,16 +97,29 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
                 try:
                     next_handler(ctx, row)
                 finally:
-                    with lock:
-                        done[0] += 1
-                        reached = done[0] >= max_jobs
-                    if reached:
-                        recycled.set()
-                        stop.set()
-                        hard.wake.set()
+                    counted()
 
             return handle
 
+        def count_async(next_handler: AsyncHandler) -> AsyncHandler:
+            async def handle(ctx: JobContext, row: JobRow) -> None:
+                try:
+                    await next_handler(ctx, row)
+                finally:
+                    counted()
+
+            return handle
+
+        def counted() -> None:
+            with lock:
+                done[0] += 1
+                reached = done[0] >= max_jobs
+            if reached:
+                recycled.set()
+                stop.set()
+                hard.wake.set()
+
+        with_async_form(count, count_async)
         changes["middleware"] = (count, *config.middleware)
     # Claims stop at the limit itself, so a process runs exactly max_jobs.
     child = drover.Client(

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from drover.context import JobContext
 from drover.errors import InvalidArgument
 from drover.job import JobRow
-from drover.middleware import Handler, Middleware
+from drover.middleware import AsyncHandler, Handler, Middleware, with_async_form
 
 __all__ = ["app_context"]
 
@@ -64,4 +64,12 @@ def app_context(app: _App) -> Middleware:
 
         return handle
 
-    return middleware
+    def async_middleware(next_handler: AsyncHandler) -> AsyncHandler:
+        async def handle(ctx: JobContext, row: JobRow) -> None:
+            # Flask keeps its contexts in context variables: each task has its own.
+            with app.app_context():
+                await next_handler(ctx, row)
+
+        return handle
+
+    return with_async_form(middleware, async_middleware)

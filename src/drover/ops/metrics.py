@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -13,7 +13,7 @@ from drover import job
 from drover.context import JobContext
 from drover.errors import ConfigError
 from drover.job import JobRow
-from drover.middleware import Handler
+from drover.middleware import AsyncHandler, Handler
 from drover.ops.executions import Executions
 
 __all__ = ["DURATION_BUCKETS", "PUBLISHED_STATES", "SERVICES", "TICK_OUTCOMES", "Metrics"]
@@ -24,8 +24,9 @@ DURATION_BUCKETS = (
 PUBLISHED_STATES = tuple(state.value for state in job.PUBLISHED_STATES)
 SERVICES = (
     "completer", "heartbeat", "rescuer", "refresher", "pruner", "listener", "periodic", "fetcher",
-    "notifier",
+    "notifier", "eventloop", "loopwatch",
 )  # fmt: skip
+LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 TICK_OUTCOMES = ("enqueued", "duplicate", "failed")
 
 
@@ -87,7 +88,8 @@ class Metrics:
     ``drover_periodic_ticks_total{id,outcome}`` and ``drover_periodic_leader``.
     Reliability: ``drover_listener_reconnects_total``,
     ``drover_writes_refused_total{reason}`` (a stale claim's write the fence
-    refused) and ``drover_leases_lost_total``. Job kind is never a label.
+    refused) and ``drover_leases_lost_total``. With async workers, from the
+    loop watch: ``drover_event_loop_lag_seconds``. Job kind is never a label.
     """
 
     def __init__(
@@ -141,6 +143,13 @@ class Metrics:
                 "Operators' requests to cancel a running job that reached this client, by how "
                 "it learned of them: notification or heartbeat (ADR 0030).",
                 ["via"],
+                registry=registry,
+            )
+            self._loop_lag = Histogram(
+                "drover_event_loop_lag_seconds",
+                "How late the event loop that runs async handlers ran a probe scheduled on it: "
+                "a handler that blocks the loop shows here (docs/async.md).",
+                buckets=LOOP_LAG_BUCKETS,
                 registry=registry,
             )
             self._lease_lost = Counter(
@@ -200,6 +209,31 @@ class Metrics:
     def service_died(self, service: str) -> None:
         """Count a background service whose thread ended on its own."""
         self._deaths.labels(service).inc()
+
+    def loop_lag(self, seconds: float) -> None:
+        """Observe one event-loop lag probe (async handlers' loop)."""
+        self._loop_lag.observe(seconds)
+
+    def async_middleware(self, next_handler: AsyncHandler) -> AsyncHandler:
+        """The async form of ``middleware``, for async handlers on the client's event loop.
+
+        Every task runs on the loop's one thread, so that thread's tally
+        counts them all, still without a lock.
+        """
+        executions = self._executions
+        clock = time.perf_counter
+
+        async def handle(ctx: JobContext, row: JobRow) -> None:
+            tally = executions.begin()
+            started = clock()
+            ok = False
+            try:
+                await next_handler(ctx, row)
+                ok = True
+            finally:
+                executions.end(tally, row.queue, ok, clock() - started)
+
+        return handle
 
     def middleware(self, next_handler: Handler) -> Handler:
         """Count, time and track every execution (installed by the client, inside Logging).

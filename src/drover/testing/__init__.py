@@ -16,6 +16,7 @@ jobs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -143,6 +144,11 @@ class Jobs:
     def drain(self, *, queues: Sequence[str] | None = None, limit: int = 1000) -> list[Worked]:
         """Run this test's due jobs now, in this thread, until none is left; return each attempt.
 
+        An ``async def`` worker's job runs to its end on a fresh event loop
+        in this thread (``asyncio.run``), so call ``drain`` from sync code:
+        inside a running event loop it raises ``drover.InvalidArgument``
+        before claiming anything.
+
         Each job goes through the client's middleware and workers as in a
         started client, and its outcome is written with the same fenced
         statement. Jobs the handlers insert are run too. A retry or a snooze
@@ -154,6 +160,14 @@ class Jobs:
             raise InvalidArgument(f"limit must be a positive int, not {limit!r}")
         config = self.client.config
         chain = self.client._chain
+        async_chain = self.client._async_chain
+        is_async = config.workers.is_async
+        if async_chain is not None and _loop_running():
+            raise InvalidArgument(
+                "Jobs.drain runs async jobs to their end with asyncio.run, which cannot run "
+                "inside a running event loop: call drain() from sync code (a plain test "
+                "function), or await asyncio.to_thread(jobs.drain)"
+            )
         worked: list[Worked] = []
         while len(worked) < limit:
             rows = self._store.claim_after(
@@ -166,7 +180,11 @@ class Jobs:
                 error: BaseException | None = None
                 try:
                     with job_scope(row):
-                        chain(claim.context, row)
+                        if async_chain is not None and is_async(row.kind):
+                            # On a fresh event loop in this thread, until it returns.
+                            asyncio.run(async_chain(claim.context, row))  # type: ignore[arg-type]
+                        else:
+                            chain(claim.context, row)
                 except BaseException as exc:  # as the runner: any exception is an outcome
                     error = exc
                 decision = disposition.decide(row, claim, error, policy=config.retry_policy)
@@ -193,6 +211,14 @@ class Jobs:
         if not rows:
             return "nothing"
         return ", ".join(f"{r.kind} on {r.queue} {json.dumps(r.args)}" for r in rows[:20])
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _describe(wanted: dict[str, Any]) -> str:
