@@ -43,6 +43,7 @@ from drover.errors import (
     UnknownJobKind,
     UnsupportedConnection,
 )
+from drover.health import HealthFinding, HealthReport, HealthThresholds
 from drover.inspector import (
     Inspector,
     KindStats,
@@ -100,6 +101,9 @@ __all__ = [
     "ExponentialRetryPolicy",
     "Group",
     "Handler",
+    "HealthFinding",
+    "HealthReport",
+    "HealthThresholds",
     "InsertItem",
     "InsertOpts",
     "InsertedWorkflow",
