@@ -4,7 +4,7 @@
 -- (or the whole cluster, for physical replication).
 
 -- name: health_horizon_backends
--- Sessions holding an xmin older than the threshold: an open transaction
+-- Sessions holding an xmin (a snapshot, or an xid of their own) older than the threshold: an open transaction
 -- (idle in transaction, or one long query) keeps every row version deleted
 -- after it started, so vacuum cannot reclaim the queue's dead jobs. Our own
 -- session is left out; the query text is never read (it may carry data).
@@ -13,9 +13,9 @@ SELECT a.pid, COALESCE(a.application_name, ''), COALESCE(a.state, ''),
        EXTRACT(EPOCH FROM now() - COALESCE(a.xact_start, a.backend_start))::float8,
        CASE WHEN a.state = 'active'
             THEN EXTRACT(EPOCH FROM now() - a.query_start)::float8 END,
-       age(a.backend_xmin)::bigint
+       age(COALESCE(a.backend_xmin, a.backend_xid))::bigint
 FROM pg_stat_activity a
-WHERE a.backend_xmin IS NOT NULL
+WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
   AND a.pid <> pg_backend_pid()
   AND (a.datname = current_database() OR a.datid IS NULL)
   AND COALESCE(a.xact_start, a.backend_start) <= now() - make_interval(secs => %(min_age_seconds)s)
