@@ -117,14 +117,13 @@ def test_a_long_query_is_named(db_url: str, inspector: drover.Inspector, poll: P
         )
     finally:
         with psycopg.connect(db_url, autocommit=True) as admin:
-            # Cancel until it ends: a cancel sent before the query began is lost.
-            poll(
-                lambda: (
-                    admin.execute("SELECT pg_cancel_backend(%s)", (pid,)) and finished.wait(0.05)
-                ),
-                timeout=30,
-                message="the long query ends",
-            )
+
+            def cancelled() -> bool:
+                # Cancel until it ends: a cancel sent before the query began is lost.
+                admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+                return finished.wait(0.05)
+
+            poll(cancelled, timeout=30, message="the long query ends")
         thread.join()
         runner.close()
     [finding] = _with(report, "XMIN_LONG_QUERY", pid=pid)
