@@ -17,6 +17,7 @@ manager on an application's pool). Thread-safe: the pool is.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -356,7 +357,7 @@ class Store:
                 default=0,
             )
             xmin_age = thresholds.xmin_age.total_seconds()
-            facts = HealthFacts(
+            horizon = HealthFacts(
                 schema_current=status.current_version,
                 schema_latest=latest,
                 backends=health.horizon_backends(conn, xmin_age),
@@ -364,23 +365,12 @@ class Store:
                 prepared=health.horizon_prepared(conn, xmin_age),
             )
             if not status.up_to_date:
-                return facts
-            facts.tables.extend(health.table_facts(conn))
-            facts.expired.extend(
-                health.expired_leases(conn, thresholds.lease_grace.total_seconds())
-            )
-            facts.unserved.extend(
-                health.unserved_queues(conn, thresholds.unserved_grace.total_seconds())
-            )
-            return HealthFacts(
-                schema_current=facts.schema_current,
-                schema_latest=facts.schema_latest,
-                backends=facts.backends,
-                slots=facts.slots,
-                prepared=facts.prepared,
-                tables=facts.tables,
-                expired=facts.expired,
-                unserved=facts.unserved,
+                return horizon
+            return dataclasses.replace(
+                horizon,
+                tables=health.table_facts(conn),
+                expired=health.expired_leases(conn, thresholds.lease_grace.total_seconds()),
+                unserved=health.unserved_queues(conn, thresholds.unserved_grace.total_seconds()),
                 periodic=health.periodic_facts(conn),
             )
 
