@@ -620,8 +620,9 @@ class Inspector(JobsAndQueues):
         whose lease expired unrescued, queues with waiting jobs and no live
         worker, periodic jobs with no leader, and a schema behind this
         library. Read-only, on one pooled connection; the statements read
-        server views, statistics and partial indexes, so it is cheap enough
-        to run on every metrics scrape. ``thresholds`` defaults to
+        server views, statistics and the running and waiting partial indexes,
+        never the history of finished jobs. Thread-safe; no timeout of its
+        own beyond the pool's. ``thresholds`` defaults to
         ``HealthThresholds()``.
         """
         if thresholds is None:
