@@ -44,6 +44,7 @@ from drover.errors import (
     UnknownJobKind,
     UnsupportedConnection,
 )
+from drover.health import HealthFinding, HealthReport, HealthThresholds
 from drover.inspector import (
     Inspector,
     KindStats,
@@ -111,6 +112,9 @@ __all__ = [
     "ExponentialRetryPolicy",
     "Group",
     "Handler",
+    "HealthFinding",
+    "HealthReport",
+    "HealthThresholds",
     "InsertItem",
     "InsertOpts",
     "InsertedWorkflow",

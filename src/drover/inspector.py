@@ -18,6 +18,7 @@ from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_in
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import JobInsertParams, KindStats, PeriodicInfo, WorkerInfo
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs, NotFound
+from drover.health import HealthReport, HealthThresholds, diagnose
 from drover.job import (
     DEFAULT_PRIORITY,
     MAX_KIND_LENGTH,
@@ -610,6 +611,27 @@ class Inspector(JobsAndQueues):
             drover.InvalidLimit: a bad key; nothing is written.
         """
         return self._store.delete_limit(parse_limit_key(key))
+
+    def health(self, thresholds: HealthThresholds | None = None) -> HealthReport:
+        """What hurts this queue now, with evidence and a remedy (the queue doctor, ADR 0035).
+
+        Names the sessions, replication slots and prepared transactions
+        holding back vacuum, drover tables full of dead tuples, running jobs
+        whose lease expired unrescued, queues with waiting jobs and no live
+        worker, periodic jobs with no leader, and a schema behind this
+        library. Read-only, on one pooled connection; the statements read
+        server views, statistics and the running and waiting partial indexes,
+        never the history of finished jobs. Thread-safe; no timeout of its
+        own beyond the pool's. ``thresholds`` defaults to
+        ``HealthThresholds()``.
+        """
+        if thresholds is None:
+            thresholds = HealthThresholds()
+        elif not isinstance(thresholds, HealthThresholds):
+            raise InvalidArgument(
+                f"thresholds must be a drover.HealthThresholds, not {type(thresholds).__name__}"
+            )
+        return diagnose(self._store.health_facts(thresholds), thresholds)
 
     def close(self) -> None:
         """Close the pool if the Inspector opened it; idempotent."""

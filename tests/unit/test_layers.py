@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.middleware",
             "drover.worker",
             "drover.log",
+            "drover.health",
         ],
     ),
     ("database", [r"drover\._db(\..+)?"]),

@@ -17,6 +17,7 @@ manager on an application's pool). Thread-safe: the pool is.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from drover._db import (
     claims,
     clients,
     graph,
+    health,
     insert,
     limits,
     queues,
@@ -45,7 +47,7 @@ from drover._db.clients import ClientEntry
 from drover._db.conninfo import describe_target
 from drover._db.deadline import socket_deadline
 from drover._db.held import HeldSession
-from drover._db.migrator import require_current_schema
+from drover._db.migrator import read_status, require_current_schema
 from drover._db.notify import Listening, notify_queues_now
 from drover._db.pool import borrow, pool_from
 from drover._db.progress import ProgressReport, job_report_progress
@@ -62,6 +64,7 @@ from drover._records import (
     Renewal,
     WorkerInfo,
 )
+from drover.health import HealthFacts, HealthThresholds
 from drover.job import JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState
 from drover.queues import QueueState
@@ -339,6 +342,37 @@ class Store:
         """Every registered periodic job, with the leader now."""
         with borrow(self._pool, "list periodic jobs") as conn:
             return ticks.periodic_list(conn)
+
+    def health_facts(self, thresholds: HealthThresholds) -> HealthFacts:
+        """The queue doctor's facts, read on one connection (ADR 0035).
+
+        The horizon questions (sessions, slots, prepared transactions) are
+        asked whatever the schema; the drover-table questions only when the
+        schema is current, since an older schema may lack what they read.
+        """
+        with borrow(self._pool, "examine queue health") as conn:
+            status = read_status(conn)
+            latest = max(
+                [m.version for m in status.pending] + [m.version for m in status.applied],
+                default=0,
+            )
+            xmin_age = thresholds.xmin_age.total_seconds()
+            horizon = HealthFacts(
+                schema_current=status.current_version,
+                schema_latest=latest,
+                backends=health.horizon_backends(conn, xmin_age),
+                slots=health.horizon_slots(conn),
+                prepared=health.horizon_prepared(conn, xmin_age),
+            )
+            if not status.up_to_date:
+                return horizon
+            return dataclasses.replace(
+                horizon,
+                tables=health.table_facts(conn),
+                expired=health.expired_leases(conn, thresholds.lease_grace.total_seconds()),
+                unserved=health.unserved_queues(conn, thresholds.unserved_grace.total_seconds()),
+                periodic=health.periodic_facts(conn),
+            )
 
     # --- the registry of live clients ------------------------------------------------------
 

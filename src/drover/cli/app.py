@@ -29,6 +29,7 @@ from drover.cli.common import (
     url_of,
     usage,
 )
+from drover.cli.doctor import doctor_command
 from drover.cli.limits import limits_app
 from drover.cli.run import bench_command, demo_command, worker_command
 from drover.cli.web import web_command
@@ -515,6 +516,7 @@ app.command("demo")(demo_command)
 app.command("bench")(bench_command)
 app.command("web")(web_command)
 app.command("workers")(workers_command)
+app.command("doctor")(doctor_command)
 
 
 @app.command("version")
@@ -549,6 +551,11 @@ _VALUE_OPTIONS = {
     "--max-memory-per-child",
     "--log-level",
     "--log-format",
+    "--xmin-age",
+    "--lease-grace",
+    "--unserved-grace",
+    "--dead-tuples-min",
+    "--dead-tuples-ratio",
 }
 
 

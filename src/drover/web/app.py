@@ -141,6 +141,8 @@ class StatusPage:
                 return self._workers(request)
             if path == "/limits":
                 return self._limits(request)
+            if path == "/health":
+                return self._health(request)
             if path.startswith("/static/"):
                 return self._static(request, path.removeprefix("/static/"))
             job = _JOB.match(path)
@@ -215,6 +217,18 @@ class StatusPage:
             title="Workers",
             workers=self.inspector.workers(),
             refresh_url=self._refresh_url(request, "/workers"),
+            live_seconds=self._live_seconds,
+        )
+
+    def _health(self, request: Request) -> Response:
+        # The queue doctor (ADR 0035), read-only, with the default thresholds.
+        report = self.inspector.health()
+        return self._render(
+            request,
+            "health.html",
+            title="Health",
+            report=report,
+            refresh_url=self._refresh_url(request, "/health"),
             live_seconds=self._live_seconds,
         )
 

@@ -1,0 +1,140 @@
+"""The queue doctor's reads (``sql/queries/health.sql``): facts, not judgements.
+
+Every statement is read-only and bounded: the horizon questions read the
+server's views, the table questions read statistics, and the job questions
+use the running and waiting partial indexes. ``drover.health.diagnose``
+decides what the facts mean.
+"""
+
+from __future__ import annotations
+
+from psycopg.rows import tuple_row
+
+from drover._db import Connection
+from drover._db.errors import translate
+from drover._db.queries import query
+from drover.health import (
+    BackendHolder,
+    ExpiredLeases,
+    PeriodicFacts,
+    PreparedHolder,
+    SlotHolder,
+    TableFacts,
+    UnservedQueue,
+)
+
+__all__ = [
+    "expired_leases",
+    "horizon_backends",
+    "horizon_prepared",
+    "horizon_slots",
+    "periodic_facts",
+    "table_facts",
+    "unserved_queues",
+]
+
+
+def horizon_backends(conn: Connection, min_age_seconds: float) -> list[BackendHolder]:
+    """Sessions (other than ours) whose xmin is older than ``min_age_seconds``."""
+    with (
+        translate("read transactions holding back vacuum"),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        cur.execute(query("health_horizon_backends"), {"min_age_seconds": min_age_seconds})
+        return [
+            BackendHolder(
+                pid=int(pid),
+                application=str(app),
+                state=str(state),
+                backend_type=str(btype),
+                user=str(user),
+                xact_age_seconds=float(xact_age),
+                query_age_seconds=None if query_age is None else float(query_age),
+                xmin_age_xids=int(xmin_age),
+            )
+            for pid, app, state, btype, user, xact_age, query_age, xmin_age in cur.fetchall()
+        ]
+
+
+def horizon_slots(conn: Connection) -> list[SlotHolder]:
+    """Replication slots of this database (logical) or the cluster (physical)."""
+    with translate("read replication slots"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("health_horizon_slots"))
+        return [
+            SlotHolder(
+                name=str(name),
+                slot_type=str(stype),
+                database=str(db),
+                active=bool(active),
+                xmin_age_xids=None if xmin is None else int(xmin),
+                catalog_xmin_age_xids=None if cxmin is None else int(cxmin),
+                retained_wal_bytes=None if wal is None else int(wal),
+            )
+            for name, stype, db, active, xmin, cxmin, wal in cur.fetchall()
+        ]
+
+
+def horizon_prepared(conn: Connection, min_age_seconds: float) -> list[PreparedHolder]:
+    """Prepared transactions of this database older than ``min_age_seconds``."""
+    with translate("read prepared transactions"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("health_horizon_prepared"), {"min_age_seconds": min_age_seconds})
+        return [
+            PreparedHolder(gid=str(g), owner=str(o), age_seconds=float(a), xmin_age_xids=int(x))
+            for g, o, a, x in cur.fetchall()
+        ]
+
+
+def table_facts(conn: Connection) -> list[TableFacts]:
+    """Dead tuples, size and last vacuum of every drover table on the search path."""
+    with translate("read table statistics"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("health_tables"))
+        return [
+            TableFacts(
+                table=str(t),
+                live_tuples=int(live),
+                dead_tuples=int(dead),
+                total_bytes=int(size),
+                last_vacuum=last,
+                autovacuum_count=int(count),
+            )
+            for t, live, dead, size, last, count in cur.fetchall()
+        ]
+
+
+def expired_leases(conn: Connection, grace_seconds: float) -> list[ExpiredLeases]:
+    """Per queue, running jobs whose lease passed more than ``grace_seconds`` ago."""
+    with translate("read expired leases"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("health_expired_leases"), {"grace_seconds": grace_seconds})
+        return [
+            ExpiredLeases(
+                queue=str(q),
+                count=int(n),
+                oldest_expired_seconds=max(0.0, float(age)),
+                sample_ids=tuple(int(i) for i in ids),
+            )
+            for q, n, age, ids in cur.fetchall()
+        ]
+
+
+def unserved_queues(conn: Connection, grace_seconds: float) -> list[UnservedQueue]:
+    """Unpaused queues with a job claimable for ``grace_seconds`` and no live client on them."""
+    with translate("read unserved queues"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("health_unserved_queues"), {"grace_seconds": grace_seconds})
+        return [
+            UnservedQueue(queue=str(q), waiting=int(n), oldest_age_seconds=max(0.0, float(age)))
+            for q, n, age in cur.fetchall()
+        ]
+
+
+def periodic_facts(conn: Connection) -> PeriodicFacts:
+    """How many periodic entries exist, whether one leads, how overdue the worst tick is."""
+    with translate("read periodic leadership"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("health_periodic"))
+        row = cur.fetchone()
+    assert row is not None
+    entries, leader, overdue = row
+    return PeriodicFacts(
+        entries=int(entries),
+        leader=bool(leader),
+        overdue_seconds=None if overdue is None else max(0.0, float(overdue)),
+    )

@@ -1,0 +1,457 @@
+"""The queue doctor's model: what hurts a PostgreSQL queue, with evidence and a remedy.
+
+``drover.Inspector.health`` gathers facts from the server (see
+``drover._db.health``) and ``diagnose`` turns them into findings against
+``HealthThresholds``. Pure data and rules: no I/O, so every rule is a
+function of the facts a test can build.
+
+The headline is the xmin horizon: a session idle in transaction, a long
+query, a replication slot or a forgotten prepared transaction keeps every
+row version deleted after it began, so the completed and deleted jobs of a
+busy queue pile up as dead tuples that no vacuum can reclaim, and every
+claim scans past them. The doctor names the holder (pid, application,
+state, age) and how to release it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from drover._durations import Duration, to_seconds
+from drover.errors import ConfigError
+
+__all__ = [
+    "BackendHolder",
+    "ExpiredLeases",
+    "HealthFacts",
+    "HealthFinding",
+    "HealthReport",
+    "HealthThresholds",
+    "PeriodicFacts",
+    "PreparedHolder",
+    "Severity",
+    "SlotHolder",
+    "TableFacts",
+    "UnservedQueue",
+    "diagnose",
+]
+
+
+class Severity(StrEnum):
+    """How much a finding hurts: ``critical`` needs action now, ``warning`` soon."""
+
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthFinding:
+    """One thing that hurts the queue.
+
+    ``code`` is stable (upper snake case, e.g. ``XMIN_IDLE_IN_TRANSACTION``)
+    for alerts and scripts; ``summary`` says what and where in one line;
+    ``evidence`` holds the numbers it was decided on (JSON-ready values);
+    ``remedy`` says what to do.
+    """
+
+    code: str
+    severity: Severity
+    summary: str
+    evidence: dict[str, Any]
+    remedy: str
+
+    def line(self) -> str:
+        """The finding as one line: ``CODE  summary — remedy``."""
+        return f"{self.code}  {self.summary} — {self.remedy}"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    """Every finding of one examination, most severe first; ``healthy`` when there is none."""
+
+    findings: list[HealthFinding]
+
+    @property
+    def healthy(self) -> bool:
+        """True when nothing was found."""
+        return not self.findings
+
+    def codes(self) -> list[str]:
+        """The findings' codes, in report order."""
+        return [f.code for f in self.findings]
+
+
+def _positive(value: Duration, name: str) -> timedelta:
+    seconds = to_seconds(value, name)
+    if seconds < 0:
+        raise ConfigError(f"{name} must not be negative, not {seconds}")
+    return timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class HealthThresholds:
+    """When a fact becomes a finding. Durations take a ``timedelta`` or seconds.
+
+    ``xmin_age``: a transaction (or prepared transaction) open longer than
+    this is named as holding back vacuum (default 5 minutes).
+    ``lease_grace``: a running job whose lease passed longer ago than this
+    was not rescued (default 1 minute; the rescuer sweeps every few seconds).
+    ``unserved_grace``: a queue whose oldest claimable job waits longer than
+    this with no live worker on it is named (default 1 minute).
+    ``dead_tuples_min`` and ``dead_tuples_ratio``: a drover table with at
+    least that many dead tuples, making up at least that fraction of its
+    rows, is named (defaults 10,000 and 0.2).
+    """
+
+    xmin_age: timedelta
+    lease_grace: timedelta
+    unserved_grace: timedelta
+    dead_tuples_min: int
+    dead_tuples_ratio: float
+
+    def __init__(
+        self,
+        *,
+        xmin_age: Duration = timedelta(minutes=5),
+        lease_grace: Duration = timedelta(minutes=1),
+        unserved_grace: Duration = timedelta(minutes=1),
+        dead_tuples_min: int = 10_000,
+        dead_tuples_ratio: float = 0.2,
+    ) -> None:
+        if isinstance(dead_tuples_min, bool) or not isinstance(dead_tuples_min, int):
+            raise ConfigError("HealthThresholds.dead_tuples_min must be an int")
+        if dead_tuples_min < 0:
+            raise ConfigError("HealthThresholds.dead_tuples_min must not be negative")
+        if isinstance(dead_tuples_ratio, bool) or not isinstance(dead_tuples_ratio, int | float):
+            raise ConfigError("HealthThresholds.dead_tuples_ratio must be a number")
+        if not 0.0 <= float(dead_tuples_ratio) <= 1.0:
+            raise ConfigError("HealthThresholds.dead_tuples_ratio must be between 0 and 1")
+        object.__setattr__(self, "xmin_age", _positive(xmin_age, "HealthThresholds.xmin_age"))
+        object.__setattr__(
+            self, "lease_grace", _positive(lease_grace, "HealthThresholds.lease_grace")
+        )
+        object.__setattr__(
+            self, "unserved_grace", _positive(unserved_grace, "HealthThresholds.unserved_grace")
+        )
+        object.__setattr__(self, "dead_tuples_min", dead_tuples_min)
+        object.__setattr__(self, "dead_tuples_ratio", float(dead_tuples_ratio))
+
+
+# --- facts, as the database layer reads them ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BackendHolder:
+    """A session whose xmin is older than the threshold."""
+
+    pid: int
+    application: str
+    state: str
+    backend_type: str
+    user: str
+    xact_age_seconds: float
+    query_age_seconds: float | None
+    xmin_age_xids: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotHolder:
+    """A replication slot of this database or the cluster."""
+
+    name: str
+    slot_type: str
+    database: str
+    active: bool
+    xmin_age_xids: int | None
+    catalog_xmin_age_xids: int | None
+    retained_wal_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedHolder:
+    """A prepared transaction older than the threshold."""
+
+    gid: str
+    owner: str
+    age_seconds: float
+    xmin_age_xids: int
+
+
+@dataclass(frozen=True, slots=True)
+class TableFacts:
+    """Statistics of one drover table."""
+
+    table: str
+    live_tuples: int
+    dead_tuples: int
+    total_bytes: int
+    last_vacuum: datetime | None
+    autovacuum_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredLeases:
+    """Running jobs of one queue whose lease passed beyond the grace."""
+
+    queue: str
+    count: int
+    oldest_expired_seconds: float
+    sample_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UnservedQueue:
+    """A queue with claimable jobs and no live worker claiming from it."""
+
+    queue: str
+    waiting: int
+    oldest_age_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicFacts:
+    """Periodic entries, whether a leader holds the lock, the most overdue fire."""
+
+    entries: int
+    leader: bool
+    overdue_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthFacts:
+    """Everything one examination read. ``schema_pending`` lists migrations not applied;
+    when the schema is missing or behind, the drover-table facts are empty (not read)."""
+
+    schema_current: int
+    schema_latest: int
+    backends: list[BackendHolder] = field(default_factory=list)
+    slots: list[SlotHolder] = field(default_factory=list)
+    prepared: list[PreparedHolder] = field(default_factory=list)
+    tables: list[TableFacts] = field(default_factory=list)
+    expired: list[ExpiredLeases] = field(default_factory=list)
+    unserved: list[UnservedQueue] = field(default_factory=list)
+    periodic: PeriodicFacts | None = None
+
+
+# --- rules ----------------------------------------------------------------------------------------
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1024:
+            return f"{value:.0f}{unit}"
+        value /= 1024
+    return f"{value:.1f}TB"
+
+
+def _backend(b: BackendHolder) -> HealthFinding:
+    who = f"pid {b.pid}" + (f" ({b.application})" if b.application else "")
+    evidence = {
+        "pid": b.pid,
+        "application": b.application,
+        "state": b.state,
+        "backend_type": b.backend_type,
+        "user": b.user,
+        "xact_age_seconds": round(b.xact_age_seconds, 1),
+        "query_age_seconds": None if b.query_age_seconds is None else round(b.query_age_seconds, 1),
+        "xmin_age_xids": b.xmin_age_xids,
+    }
+    if b.state.startswith("idle in transaction"):
+        return HealthFinding(
+            "XMIN_IDLE_IN_TRANSACTION",
+            Severity.CRITICAL,
+            f"{who} is {b.state} for {_age(b.xact_age_seconds)}, holding back vacuum",
+            evidence,
+            f"end that transaction in the application, or SELECT pg_terminate_backend({b.pid}); "
+            "set idle_in_transaction_session_timeout",
+        )
+    if b.state == "active":
+        return HealthFinding(
+            "XMIN_LONG_QUERY",
+            Severity.CRITICAL,
+            f"{who} has run a transaction for {_age(b.xact_age_seconds)}, holding back vacuum",
+            evidence,
+            f"let it finish or SELECT pg_cancel_backend({b.pid}); set statement_timeout "
+            "or move long reports to a replica",
+        )
+    return HealthFinding(
+        "XMIN_OLD_SNAPSHOT",
+        Severity.WARNING,
+        f"{who} ({b.backend_type or b.state}) holds an xmin {_age(b.xact_age_seconds)} old",
+        evidence,
+        f"find what pid {b.pid} is doing (pg_stat_activity); a standby's hot_standby_feedback "
+        "holds it while its queries run",
+    )
+
+
+def _slot(s: SlotHolder) -> HealthFinding | None:
+    evidence = {
+        "slot": s.name,
+        "slot_type": s.slot_type,
+        "database": s.database,
+        "active": s.active,
+        "xmin_age_xids": s.xmin_age_xids,
+        "catalog_xmin_age_xids": s.catalog_xmin_age_xids,
+        "retained_wal_bytes": s.retained_wal_bytes,
+    }
+    drop = f"SELECT pg_drop_replication_slot('{s.name}')"
+    if s.xmin_age_xids is not None or s.catalog_xmin_age_xids is not None:
+        held = max(x for x in (s.xmin_age_xids, s.catalog_xmin_age_xids) if x is not None)
+        state = "active" if s.active else "inactive"
+        return HealthFinding(
+            "XMIN_REPLICATION_SLOT",
+            Severity.CRITICAL if not s.active else Severity.WARNING,
+            f"{state} {s.slot_type} slot {s.name} holds an xmin {held} transactions old",
+            evidence,
+            f"reconnect its consumer, or {drop} if nothing uses it",
+        )
+    if not s.active:
+        return HealthFinding(
+            "REPLICATION_SLOT_INACTIVE",
+            Severity.WARNING,
+            f"inactive {s.slot_type} slot {s.name} retains {_size(s.retained_wal_bytes)} of WAL",
+            evidence,
+            f"reconnect its consumer, or {drop} if nothing uses it",
+        )
+    return None
+
+
+def _prepared(p: PreparedHolder) -> HealthFinding:
+    return HealthFinding(
+        "XMIN_PREPARED_TRANSACTION",
+        Severity.CRITICAL,
+        f"prepared transaction {p.gid!r} is {_age(p.age_seconds)} old, holding back vacuum",
+        {
+            "gid": p.gid,
+            "owner": p.owner,
+            "age_seconds": round(p.age_seconds, 1),
+            "xmin_age_xids": p.xmin_age_xids,
+        },
+        f"COMMIT PREPARED '{p.gid}' or ROLLBACK PREPARED '{p.gid}' (its coordinator decides)",
+    )
+
+
+def _table(t: TableFacts, th: HealthThresholds, pinned: bool) -> HealthFinding | None:
+    total = t.live_tuples + t.dead_tuples
+    ratio = t.dead_tuples / total if total else 0.0
+    if t.dead_tuples < th.dead_tuples_min or ratio < th.dead_tuples_ratio:
+        return None
+    last = (
+        "never vacuumed"
+        if t.last_vacuum is None
+        else f"last vacuumed {t.last_vacuum:%Y-%m-%d %H:%M}"
+    )
+    remedy = (
+        "release the xmin holders named above first; vacuum cannot reclaim what they pin"
+        if pinned
+        else f"VACUUM {t.table}; tune autovacuum_vacuum_scale_factor for it "
+        "(see docs/production.md)"
+    )
+    return HealthFinding(
+        "DEAD_TUPLES",
+        Severity.WARNING,
+        f"{t.table} has {t.dead_tuples} dead tuples ({ratio:.0%} of rows, "
+        f"{_size(t.total_bytes)}), {last}",
+        {
+            "table": t.table,
+            "live_tuples": t.live_tuples,
+            "dead_tuples": t.dead_tuples,
+            "dead_ratio": round(ratio, 3),
+            "total_bytes": t.total_bytes,
+            "last_vacuum": None if t.last_vacuum is None else t.last_vacuum.isoformat(),
+            "autovacuum_count": t.autovacuum_count,
+        },
+        remedy,
+    )
+
+
+def diagnose(facts: HealthFacts, thresholds: HealthThresholds) -> HealthReport:
+    """Turn ``facts`` into findings, critical first, in a stable order within each severity."""
+    found: list[HealthFinding] = []
+    if facts.schema_current < facts.schema_latest:
+        missing = facts.schema_current == 0
+        found.append(
+            HealthFinding(
+                "SCHEMA_MISSING" if missing else "SCHEMA_BEHIND",
+                Severity.CRITICAL,
+                "drover's schema is missing"
+                if missing
+                else f"the schema is at version {facts.schema_current}, this drover needs "
+                f"{facts.schema_latest}",
+                {"current": facts.schema_current, "latest": facts.schema_latest},
+                "run `drover migrate` (or drover.migrate) before starting workers",
+            )
+        )
+    found.extend(_backend(b) for b in facts.backends)
+    found.extend(f for f in map(_slot, facts.slots) if f is not None)
+    found.extend(_prepared(p) for p in facts.prepared)
+    pinned = any(f.code.startswith("XMIN_") for f in found)
+    found.extend(f for f in (_table(t, thresholds, pinned) for t in facts.tables) if f is not None)
+    for e in facts.expired:
+        found.append(
+            HealthFinding(
+                "LEASE_EXPIRED",
+                Severity.CRITICAL,
+                f"{e.count} running job(s) in queue {e.queue} lost their lease "
+                f"{_age(e.oldest_expired_seconds)} ago and were not rescued",
+                {
+                    "queue": e.queue,
+                    "count": e.count,
+                    "oldest_expired_seconds": round(e.oldest_expired_seconds, 1),
+                    "sample_ids": list(e.sample_ids),
+                },
+                "start a worker (any started client runs the rescuer); "
+                "check that workers reach the database",
+            )
+        )
+    for u in facts.unserved:
+        found.append(
+            HealthFinding(
+                "QUEUE_UNSERVED",
+                Severity.CRITICAL,
+                f"queue {u.queue} has {u.waiting} waiting job(s), oldest "
+                f"{_age(u.oldest_age_seconds)}, and no live worker",
+                {
+                    "queue": u.queue,
+                    "waiting": u.waiting,
+                    "oldest_age_seconds": round(u.oldest_age_seconds, 1),
+                },
+                f"start a worker with --queue {u.queue}, or pause the queue if that is meant",
+            )
+        )
+    p = facts.periodic
+    if p is not None and p.entries and not p.leader:
+        found.append(
+            HealthFinding(
+                "PERIODIC_NO_LEADER",
+                Severity.WARNING,
+                f"{p.entries} periodic job(s) are defined and no client leads them"
+                + (f"; a tick is {_age(p.overdue_seconds)} overdue" if p.overdue_seconds else ""),
+                {
+                    "entries": p.entries,
+                    "overdue_seconds": None
+                    if p.overdue_seconds is None
+                    else round(p.overdue_seconds, 1),
+                },
+                "start a client with its periodic jobs configured; "
+                "ticks due meanwhile fire once when one leads",
+            )
+        )
+    order = {Severity.CRITICAL: 0, Severity.WARNING: 1}
+    found.sort(key=lambda f: order[f.severity])
+    return HealthReport(found)
