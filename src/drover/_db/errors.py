@@ -10,9 +10,9 @@ import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
 
-from drover.errors import DatabaseError, SchemaMissing
+from drover.errors import DatabaseError, PermissionDenied, SchemaMissing
 
-__all__ = ["redact", "translate"]
+__all__ = ["permission_denied", "redact", "translate"]
 
 # libpq never echoes a password, but a conninfo string we format into a
 # message might carry one; scrub both URI and key=value spellings.
@@ -23,6 +23,30 @@ _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORE
 def redact(text: str) -> str:
     """``text`` with any connection password replaced by ``***``."""
     return _KV_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1***@", text))
+
+
+def _role_of(exc: psycopg.Error) -> str | None:
+    pgconn = exc.pgconn
+    user = getattr(pgconn, "user", None) if pgconn is not None else None
+    return user.decode(errors="replace") if isinstance(user, bytes) and user else None
+
+
+def permission_denied(action: str, exc: psycopg.Error) -> PermissionDenied:
+    """``drover.PermissionDenied`` for a 42501 raised while doing ``action``.
+
+    One line: the action, the role (the connection's user), the server's own
+    words (which name the table or function refused) and the pointer to
+    ``drover roles``.
+    """
+    role = _role_of(exc)
+    reason = redact(str(exc).strip().splitlines()[0]) if str(exc).strip() else "permission denied"
+    who = f"role {role!r}" if role else "this role"
+    return PermissionDenied(
+        f"{action}: {who} may not do this ({reason}); "
+        "`drover roles` prints the grants for producer, worker and reader roles",
+        action=action,
+        role=role,
+    )
 
 
 @contextlib.contextmanager
@@ -38,6 +62,8 @@ def translate(action: str) -> Iterator[None]:
         raise SchemaMissing(
             f"{action}: drover's schema is missing from this database ({redact(str(exc).strip())})"
         ) from exc
+    except pgerrors.InsufficientPrivilege as exc:
+        raise permission_denied(action, exc) from exc
     except psycopg_pool.PoolTimeout as exc:
         raise DatabaseError(
             f"{action}: no database connection became available in time "

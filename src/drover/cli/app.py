@@ -30,6 +30,7 @@ from drover.cli.common import (
     usage,
 )
 from drover.cli.limits import limits_app
+from drover.cli.roles import roles_command
 from drover.cli.run import bench_command, demo_command, worker_command
 from drover.cli.web import web_command
 from drover.cli.workers import workers_command
@@ -515,6 +516,7 @@ app.command("demo")(demo_command)
 app.command("bench")(bench_command)
 app.command("web")(web_command)
 app.command("workers")(workers_command)
+app.command("roles")(roles_command)
 
 
 @app.command("version")
