@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -12,7 +13,7 @@ from psycopg import errors as pgerrors
 
 from drover.errors import DatabaseError, PermissionDenied, SchemaMissing
 
-__all__ = ["permission_denied", "redact", "translate"]
+__all__ = ["naming_role", "permission_denied", "redact", "translate"]
 
 # libpq never echoes a password, but a conninfo string we format into a
 # message might carry one; scrub both URI and key=value spellings.
@@ -25,21 +26,15 @@ def redact(text: str) -> str:
     return _KV_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1***@", text))
 
 
-def _role_of(exc: psycopg.Error) -> str | None:
-    pgconn = exc.pgconn
-    user = getattr(pgconn, "user", None) if pgconn is not None else None
-    return user.decode(errors="replace") if isinstance(user, bytes) and user else None
-
-
-def permission_denied(action: str, exc: psycopg.Error) -> PermissionDenied:
+def permission_denied(action: str, exc: psycopg.Error, role: str | None = None) -> PermissionDenied:
     """``drover.PermissionDenied`` for a 42501 raised while doing ``action``.
 
-    One line: the action, the role (the connection's user), the server's own
-    words (which name the table or function refused) and the pointer to
-    ``drover roles``.
+    One line: the action, the role (when the caller knows the connection's
+    user), the server's own words (which name the table, schema or function
+    refused) and the pointer to ``drover roles``.
     """
-    role = _role_of(exc)
-    reason = redact(str(exc).strip().splitlines()[0]) if str(exc).strip() else "permission denied"
+    text = str(exc).strip()
+    reason = redact(text.splitlines()[0]) if text else "permission denied"
     who = f"role {role!r}" if role else "this role"
     return PermissionDenied(
         f"{action}: {who} may not do this ({reason}); "
@@ -47,6 +42,18 @@ def permission_denied(action: str, exc: psycopg.Error) -> PermissionDenied:
         action=action,
         role=role,
     )
+
+
+@contextlib.contextmanager
+def naming_role(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Re-raise a ``PermissionDenied`` from the block naming ``conn``'s user as the role."""
+    try:
+        yield
+    except PermissionDenied as exc:
+        cause = exc.__cause__
+        if exc.role is not None or not isinstance(cause, psycopg.Error):
+            raise
+        raise permission_denied(exc.action, cause, conn.info.user) from cause
 
 
 @contextlib.contextmanager
