@@ -145,20 +145,31 @@ def test_the_producer_inserts_every_way(roles: Roles, conn: Conn) -> None:
         first = producer.insert(Ping(n=7), unique)
         again = producer.insert(Ping(n=7), unique)
         assert again.id == first.id
+        debounced = drover.InsertOpts(debounce=60)
+        assert producer.insert(Ping(n=8), debounced).id == producer.insert(Ping(n=8), debounced).id
+        throttled = drover.InsertOpts(throttle=60)
+        assert producer.insert(Ping(n=9), throttled).id == producer.insert(Ping(n=9), throttled).id
         flow = producer.insert(drover.chain(Ping(n=1), Ping(n=2)))
         assert len(flow.jobs) == 2
+        # A job depending on one already in the table marks it has_dependents.
+        producer.insert(Ping(n=3), drover.InsertOpts(depends_on=[first.id]))
     count = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
-    assert count is not None and count[0] == 1 + 50 + 1 + 50 + 1 + 2
+    assert count is not None and count[0] == 1 + 50 + 1 + 50 + 1 + 1 + 1 + 2 + 1
     deps = conn.execute("SELECT count(*) FROM drover_job_deps").fetchone()
-    assert deps is not None and deps[0] == 1
+    assert deps is not None and deps[0] == 2
+    marked = conn.execute("SELECT has_dependents FROM drover_jobs WHERE id = %s", (first.id,))
+    assert marked.fetchone() == (True,)
 
 
 def test_the_producer_cannot_claim(roles: Roles, conn: Conn) -> None:
     with closing(drover.Client(roles.url("producer"))) as producer:
         producer.insert(Ping())
-    with psycopg.connect(roles.url("producer")) as as_producer:
-        with pytest.raises(drover.PermissionDenied) as raised, borrow(as_producer, "claim") as c:
-            job_claim(c, "default", 10, 30.0)
+    with (
+        psycopg.connect(roles.url("producer")) as as_producer,
+        pytest.raises(drover.PermissionDenied) as raised,
+        borrow(as_producer, "claim") as c,
+    ):
+        job_claim(c, "default", 10, 30.0)
     _says_who_and_where(
         raised.value, "claim jobs from queue 'default'", roles.names.logins["producer"]
     )
@@ -168,6 +179,7 @@ def test_the_producer_cannot_claim(roles: Roles, conn: Conn) -> None:
 # --- worker -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_worker_runs_jobs_end_to_end(roles: Roles, conn: Conn, poll: Poll) -> None:
     seen: dict[str, int] = {"flaky": 0, "nap": 0}
     lock = threading.Lock()
@@ -185,6 +197,13 @@ def test_the_worker_runs_jobs_end_to_end(roles: Roles, conn: Conn, poll: Poll) -
             if seen["flaky"] == 1:
                 raise RuntimeError("first attempt fails")
 
+    holding = threading.Event()
+
+    @workers.register
+    def hold(job: drover.Job[Hold]) -> None:
+        holding.set()
+        assert job.context.wait(30), "the cancel request never reached the handler"
+
     @workers.register
     def nap(job: drover.Job[Nap]) -> None:
         with lock:
@@ -196,6 +215,10 @@ def test_the_worker_runs_jobs_end_to_end(roles: Roles, conn: Conn, poll: Poll) -
         workers=workers,
         poll_interval=0.05,
         retry_policy=Now(),
+        rescue_interval=0.1,
+        periodic_jobs=[
+            drover.PeriodicJob("roles_beat", "@every 1h", Ping(n=-1), run_on_start=True)
+        ],
         queues={"default": drover.Queue(limits=drover.Limit(concurrency=2))},
     )
     with closing(drover.Client(roles.url("producer"))) as producer:
@@ -203,10 +226,22 @@ def test_the_worker_runs_jobs_end_to_end(roles: Roles, conn: Conn, poll: Poll) -
         producer.insert_many([Ping(n=i) for i in range(10)])
         producer.insert(Flaky())
         producer.insert(Nap())
-    total = 2 + 10 + 2
+        held = producer.insert(Hold()).id
+    # A job whose worker died: running, its lease long gone; the rescuer takes it back.
+    conn.execute(
+        "INSERT INTO drover_jobs (kind, queue, args, state, attempt, attempted_at, leased_until)"
+        " VALUES ('roles_ping', 'default', '{\"n\": 5}', 'running', 1, now(), now() - interval '1 hour')"
+    )
+    total = 2 + 10 + 2 + 1 + 1  # chain, many, flaky and nap, the rescued one, the periodic one
     with closing(drover.Client(roles.url("worker"), config)) as worker:
         worker.start()
-        poll(lambda: _states(conn) == {"completed": total}, message="all jobs completed")
+        assert holding.wait(30)
+        with drover.Inspector(roles.owner) as owner:
+            owner.cancel_job(held, reason="roles test")
+        poll(
+            lambda: _states(conn) == {"completed": total, "cancelled": 1},
+            message="all jobs completed, the held one cancelled",
+        )
         with drover.Inspector(roles.url("reader")) as reader:
             assert [w.client_id for w in reader.workers()] != []
         worker.stop(timeout=10)
@@ -214,7 +249,7 @@ def test_the_worker_runs_jobs_end_to_end(roles: Roles, conn: Conn, poll: Poll) -
         "SELECT count(*) FROM drover_jobs WHERE kind = 'roles_ping' AND result IS NOT NULL"
         " AND progress = 0.5"
     ).fetchone()
-    assert results is not None and results[0] == 12
+    assert results is not None and results[0] == 2 + 10 + 1 + 1
     assert seen == {"flaky": 2, "nap": 2}
     declared = conn.execute("SELECT count(*) FROM drover_limits").fetchone()
     assert declared is not None and declared[0] == 1
