@@ -230,7 +230,8 @@ def test_the_worker_runs_jobs_end_to_end(roles: Roles, conn: Conn, poll: Poll) -
     # A job whose worker died: running, its lease long gone; the rescuer takes it back.
     conn.execute(
         "INSERT INTO drover_jobs (kind, queue, args, state, attempt, attempted_at, leased_until)"
-        " VALUES ('roles_ping', 'default', '{\"n\": 5}', 'running', 1, now(), now() - interval '1 hour')"
+        " VALUES ('roles_ping', 'default', '{\"n\": 5}', 'running', 1, now(),"
+        " now() - interval '1 hour')"
     )
     total = 2 + 10 + 2 + 1 + 1  # chain, many, flaky and nap, the rescued one, the periodic one
     with closing(drover.Client(roles.url("worker"), config)) as worker:
