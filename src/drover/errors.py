@@ -16,7 +16,8 @@ that too, so ``except ValueError`` keeps working:
     ├── DuplicateJob                 a non-terminal job already holds the unique key
     ├── MigrationError               a migration file is malformed or failed to apply
     ├── DatabaseError                the database refused or could not be reached
-    │   └── SchemaMissing            drover's tables are missing or old: run drover.migrate()
+    │   ├── SchemaMissing            drover's tables are missing or old: run drover.migrate()
+    │   └── PermissionDenied         the role lacks a privilege the action needs: see `drover roles`
     ├── NotFound                     (LookupError) no job with that id
     ├── InvalidTransition            an operator action the job's state does not allow
     ├── AlreadyStarted               start() on a client that was started before
