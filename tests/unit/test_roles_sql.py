@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from clihelp import invoke
@@ -38,8 +39,9 @@ def test_no_retention_leaves_the_workers_delete_out() -> None:
     ],
 )
 def test_a_name_that_would_need_quoting_is_refused(field: str, value: str) -> None:
+    names: dict[str, Any] = {field: value}
     with pytest.raises(drover.InvalidArgument, match=f"--{field} must be"):
-        render_roles(**{field: value})
+        render_roles(**names)
 
 
 def test_three_roles_need_three_names() -> None:
