@@ -8,6 +8,7 @@ group role, then connects as it (the embedded server trusts local connections).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import closing
@@ -173,6 +174,42 @@ def test_the_producer_cannot_claim(roles: Roles, conn: Conn) -> None:
     _says_who_and_where(
         raised.value, "claim jobs from queue 'default'", roles.names.logins["producer"]
     )
+    assert _states(conn) == {"available": 1}
+
+
+def test_a_worker_with_producer_rights_claims_nothing_and_says_why(
+    roles: Roles, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        """Never runs: the claim is refused."""
+
+    login = roles.names.logins["producer"]
+    with closing(drover.Client(roles.url("producer"))) as producer:
+        producer.insert(Ping())
+    client = drover.Client(
+        roles.url("producer"), drover.Config(workers=workers, poll_interval=0.05)
+    )
+    try:
+        client.start()
+        refused = poll(
+            lambda: [
+                r
+                for r in caplog.records
+                if r.exc_info
+                and isinstance(r.exc_info[1], drover.PermissionDenied)
+                and login in str(r.exc_info[1])
+                and "claim jobs" in str(r.exc_info[1])
+            ],
+            message="the fetcher logged the refused claim",
+        )
+        assert refused
+    finally:
+        with contextlib.suppress(drover.DrainIncomplete):
+            client.stop(timeout=5)
+        client.close()
     assert _states(conn) == {"available": 1}
 
 
