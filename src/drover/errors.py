@@ -16,7 +16,8 @@ that too, so ``except ValueError`` keeps working:
     ├── DuplicateJob                 a non-terminal job already holds the unique key
     ├── MigrationError               a migration file is malformed or failed to apply
     ├── DatabaseError                the database refused or could not be reached
-    │   └── SchemaMissing            drover's tables are missing or old: run drover.migrate()
+    │   ├── SchemaMissing            drover's tables are missing or old: run drover.migrate()
+    │   └── PermissionDenied         the role lacks a privilege the action needs: see `drover roles`
     ├── NotFound                     (LookupError) no job with that id
     ├── InvalidTransition            an operator action the job's state does not allow
     ├── AlreadyStarted               start() on a client that was started before
@@ -66,6 +67,7 @@ __all__ = [
     "NotFound",
     "NotInTransaction",
     "NotStarted",
+    "PermissionDenied",
     "ResultTimeout",
     "SchemaMissing",
     "Snooze",
@@ -193,6 +195,26 @@ class SchemaMissing(DatabaseError):
         reworded = SchemaMissing(self.problem, remedy)
         reworded.__cause__ = self.__cause__
         return reworded
+
+
+class PermissionDenied(DatabaseError):
+    """The database role drover connected as lacks a privilege the action needs.
+
+    PostgreSQL refused with SQLSTATE 42501 (insufficient_privilege): a producer
+    role tried to claim, a reader to retry or cancel, any role but the owner to
+    migrate. The message names the action, the role and the object refused, and
+    points to `drover roles`, which prints the grants each role gets. Nothing
+    the action would have written was committed.
+
+    Attributes:
+        action: What drover was doing ("claim jobs", "retry job").
+        role: The role the connection authenticated as, when known.
+    """
+
+    def __init__(self, message: str, *, action: str = "", role: str | None = None) -> None:
+        super().__init__(message)
+        self.action = action
+        self.role = role
 
 
 class NotFound(DroverError, LookupError):

@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
 
-from drover.errors import DatabaseError, SchemaMissing
+from drover.errors import DatabaseError, PermissionDenied, SchemaMissing
 
-__all__ = ["redact", "translate"]
+__all__ = ["naming_role", "permission_denied", "redact", "translate"]
 
 # libpq never echoes a password, but a conninfo string we format into a
 # message might carry one; scrub both URI and key=value spellings.
@@ -23,6 +24,36 @@ _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORE
 def redact(text: str) -> str:
     """``text`` with any connection password replaced by ``***``."""
     return _KV_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1***@", text))
+
+
+def permission_denied(action: str, exc: psycopg.Error, role: str | None = None) -> PermissionDenied:
+    """``drover.PermissionDenied`` for a 42501 raised while doing ``action``.
+
+    One line: the action, the role (when the caller knows the connection's
+    user), the server's own words (which name the table, schema or function
+    refused) and the pointer to ``drover roles``.
+    """
+    text = str(exc).strip()
+    reason = redact(text.splitlines()[0]) if text else "permission denied"
+    who = f"role {role!r}" if role else "this role"
+    return PermissionDenied(
+        f"{action}: {who} may not do this ({reason}); "
+        "`drover roles` prints the grants for producer, worker and reader roles",
+        action=action,
+        role=role,
+    )
+
+
+@contextlib.contextmanager
+def naming_role(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Re-raise a ``PermissionDenied`` from the block naming ``conn``'s user as the role."""
+    try:
+        yield
+    except PermissionDenied as exc:
+        cause = exc.__cause__
+        if exc.role is not None or not isinstance(cause, psycopg.Error):
+            raise
+        raise permission_denied(exc.action, cause, conn.info.user) from cause
 
 
 @contextlib.contextmanager
@@ -38,6 +69,8 @@ def translate(action: str) -> Iterator[None]:
         raise SchemaMissing(
             f"{action}: drover's schema is missing from this database ({redact(str(exc).strip())})"
         ) from exc
+    except pgerrors.InsufficientPrivilege as exc:
+        raise permission_denied(action, exc) from exc
     except psycopg_pool.PoolTimeout as exc:
         raise DatabaseError(
             f"{action}: no database connection became available in time "

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from drover._db import Connection
 from drover._db.claims import job_claim_limited, job_record_outcomes
-from drover._db.errors import translate
+from drover._db.errors import naming_role, translate
 from drover._db.pool import ConnectionPool, borrow_connection
 from drover._db.progress import ProgressReport, job_report_progress
 from drover._records import Outcome, Recorded
@@ -125,7 +125,7 @@ class HeldSession:
 
     def claim(self, queue: str, limit: int, lease_seconds: float, holder: str) -> Claimed:
         """Claim up to ``limit`` due jobs of ``queue`` (sorted by id) for ``holder``."""
-        with self._held as conn:
+        with self._held as conn, naming_role(conn):
             sent = time.monotonic()
             seen = self._limited_since.get(queue)
             expect = seen is not None and sent - seen < _RECHECK_LIMITS
@@ -140,12 +140,12 @@ class HeldSession:
 
     def record_outcomes(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         """Write a batch of outcomes, each fenced on its claim; one result per outcome."""
-        with self._held as conn:
+        with self._held as conn, naming_role(conn):
             return job_record_outcomes(conn, outcomes)
 
     def report_progress(self, reports: Sequence[ProgressReport]) -> set[int]:
         """Write progress reports, each fenced on its execution; the ids written (ADR 0032)."""
-        with self._held as conn:
+        with self._held as conn, naming_role(conn):
             return job_report_progress(conn, reports)
 
     def release(self) -> None:

@@ -20,7 +20,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from drover._db import Connection
 from drover._db.conninfo import check_conninfo, describe_target, names_application
-from drover._db.errors import redact, translate
+from drover._db.errors import naming_role, redact, translate
 from drover.errors import DatabaseError, InvalidArgument
 
 __all__ = [
@@ -263,19 +263,20 @@ def borrow(
     a pool connection (default: the pool's own).
     """
     if isinstance(source, psycopg.Connection):
-        yield source
+        with naming_role(source):
+            yield source
     elif isinstance(source, OwnedPool):
         with translate(action):
             conn = _getconn(source, timeout, action)
             try:
                 # Commits on success and rolls back on an error, as the pool's
                 # own connection() does; a pool connection is not closed.
-                with conn:
+                with conn, naming_role(conn):
                     yield conn
             finally:
                 source.putconn(conn)
     elif isinstance(source, ConnectionPool):
-        with translate(action), source.connection(timeout=timeout) as conn:
+        with translate(action), source.connection(timeout=timeout) as conn, naming_role(conn):
             yield conn
     elif isinstance(source, str):
         # The checks pool_from makes: an empty string would mean libpq's
@@ -288,7 +289,7 @@ def borrow(
             raise InvalidArgument(f"{action}: {exc}") from None
         with translate(action):
             conn = psycopg.connect(conninfo, autocommit=True)
-        with conn:
+        with conn, naming_role(conn):
             yield conn
     else:
         raise InvalidArgument(

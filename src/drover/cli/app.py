@@ -31,6 +31,7 @@ from drover.cli.common import (
 )
 from drover.cli.doctor import doctor_command
 from drover.cli.limits import limits_app
+from drover.cli.roles import roles_command
 from drover.cli.run import bench_command, demo_command, worker_command
 from drover.cli.web import web_command
 from drover.cli.workers import workers_command
@@ -517,6 +518,7 @@ app.command("bench")(bench_command)
 app.command("web")(web_command)
 app.command("workers")(workers_command)
 app.command("doctor")(doctor_command)
+app.command("roles")(roles_command)
 
 
 @app.command("version")

@@ -1,0 +1,408 @@
+"""The SQL `drover roles` prints, applied for real: each role does its job, and no more.
+
+Roles are cluster-global and grants are per database: the session makes one
+LOGIN role per drover role (unique names, dropped at the end); each test applies
+the printed SQL to its own database and makes each LOGIN role a member of its
+group role, then connects as it (the embedded server trusts local connections).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from clihelp import invoke
+from jobdb import Conn, Poll
+from psycopg import errors as pgerrors
+from psycopg import sql
+from werkzeug.test import Client as WsgiClient
+
+import drover
+from drover._db.claims import job_claim
+from drover._db.pool import borrow
+from drover._db.retention import job_prune_batch
+from drover._db.roles import render_roles
+from drover.web import make_app
+
+KINDS = ("producer", "worker", "reader")
+
+
+@dataclass(frozen=True)
+class Names:
+    groups: dict[str, str]
+    logins: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Roles:
+    names: Names
+    urls: dict[str, str]
+    owner: str
+
+    def url(self, kind: str) -> str:
+        return self.urls[kind]
+
+
+@pytest.fixture(scope="session")
+def role_names(pg_server: str, run_tag: str) -> Iterator[Names]:
+    tag = run_tag.lower()
+    names = Names(
+        groups={k: f"drover_{k}_{tag}" for k in KINDS},
+        logins={k: f"drover_{k}_login_{tag}" for k in KINDS},
+    )
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        for login in names.logins.values():
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(login)))
+            admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(login)))
+    yield names
+    # Every test database (where the grants lived) is gone by now.
+    with psycopg.connect(pg_server, autocommit=True) as admin:
+        for role in [*names.logins.values(), *names.groups.values()]:
+            admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
+def _apply(db_url: str, names: Names, *, retention: bool = True) -> None:
+    text = render_roles(
+        producer=names.groups["producer"],
+        worker=names.groups["worker"],
+        reader=names.groups["reader"],
+        retention=retention,
+    )
+    with psycopg.connect(db_url, autocommit=True) as owner:
+        owner.execute(text.encode())
+        for kind in KINDS:
+            owner.execute(
+                sql.SQL("GRANT {} TO {}").format(
+                    sql.Identifier(names.groups[kind]), sql.Identifier(names.logins[kind])
+                )
+            )
+
+
+def _roles(db_url: str, names: Names) -> Roles:
+    urls = {k: psycopg.conninfo.make_conninfo(db_url, user=names.logins[k]) for k in KINDS}
+    return Roles(names, urls, db_url)
+
+
+@pytest.fixture
+def roles(db_url: str, role_names: Names) -> Roles:
+    _apply(db_url, role_names)
+    return _roles(db_url, role_names)
+
+
+class Ping(drover.JobArgs, kind="roles_ping"):
+    n: int = 0
+
+
+class Flaky(drover.JobArgs, kind="roles_flaky"):
+    pass
+
+
+class Nap(drover.JobArgs, kind="roles_nap"):
+    pass
+
+
+class Hold(drover.JobArgs, kind="roles_hold"):
+    pass
+
+
+class Now:
+    """Retry at once: the test waits on the second attempt, not on a backoff."""
+
+    def next_retry(self, job: drover.JobRow) -> datetime:
+        return datetime.now(UTC)
+
+
+def _states(conn: Conn) -> dict[str, int]:
+    rows = conn.execute("SELECT state::text, count(*) FROM drover_jobs GROUP BY 1").fetchall()
+    return {str(s): int(n) for s, n in rows}
+
+
+def _says_who_and_where(error: drover.PermissionDenied, action: str, login: str) -> None:
+    text = str(error)
+    assert text.startswith(f"{action}:"), text
+    assert login in text and "drover roles" in text and "permission denied" in text, text
+    assert error.role == login and error.action == action
+    assert isinstance(error, drover.DatabaseError)
+    assert isinstance(error.__cause__, pgerrors.InsufficientPrivilege)
+
+
+# --- producer -----------------------------------------------------------------------------------
+
+
+def test_the_producer_inserts_every_way(roles: Roles, conn: Conn) -> None:
+    with closing(drover.Client(roles.url("producer"))) as producer:
+        producer.insert(Ping(n=1))
+        producer.insert_many([Ping(n=i) for i in range(50)])  # COPY
+        with psycopg.connect(roles.url("producer")) as tx:
+            producer.insert_tx(tx, Ping(n=99))
+            producer.insert_many_tx(tx, [Ping(n=i) for i in range(50)])
+        unique = drover.InsertOpts(unique=drover.Unique(by_args=True))
+        first = producer.insert(Ping(n=7), unique)
+        again = producer.insert(Ping(n=7), unique)
+        assert again.id == first.id
+        debounced = drover.InsertOpts(debounce=60)
+        assert producer.insert(Ping(n=8), debounced).id == producer.insert(Ping(n=8), debounced).id
+        throttled = drover.InsertOpts(throttle=60)
+        assert producer.insert(Ping(n=9), throttled).id == producer.insert(Ping(n=9), throttled).id
+        flow = producer.insert(drover.chain(Ping(n=1), Ping(n=2)))
+        assert len(flow.jobs) == 2
+        # A job depending on one already in the table marks it has_dependents.
+        producer.insert(Ping(n=3), drover.InsertOpts(depends_on=[first.id]))
+    count = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
+    assert count is not None and count[0] == 1 + 50 + 1 + 50 + 1 + 1 + 1 + 2 + 1
+    deps = conn.execute("SELECT count(*) FROM drover_job_deps").fetchone()
+    assert deps is not None and deps[0] == 2
+    marked = conn.execute("SELECT has_dependents FROM drover_jobs WHERE id = %s", (first.id,))
+    assert marked.fetchone() == (True,)
+
+
+def test_the_producer_cannot_claim(roles: Roles, conn: Conn) -> None:
+    with closing(drover.Client(roles.url("producer"))) as producer:
+        producer.insert(Ping())
+    with (
+        psycopg.connect(roles.url("producer")) as as_producer,
+        pytest.raises(drover.PermissionDenied) as raised,
+        borrow(as_producer, "claim") as c,
+    ):
+        job_claim(c, "default", 10, 30.0)
+    _says_who_and_where(
+        raised.value, "claim jobs from queue 'default'", roles.names.logins["producer"]
+    )
+    assert _states(conn) == {"available": 1}
+
+
+def test_a_worker_with_producer_rights_claims_nothing_and_says_why(
+    roles: Roles, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        """Never runs: the claim is refused."""
+
+    login = roles.names.logins["producer"]
+    with closing(drover.Client(roles.url("producer"))) as producer:
+        producer.insert(Ping())
+    client = drover.Client(
+        roles.url("producer"), drover.Config(workers=workers, poll_interval=0.05)
+    )
+    try:
+        client.start()
+        refused = poll(
+            lambda: [
+                r
+                for r in caplog.records
+                if r.exc_info
+                and isinstance(r.exc_info[1], drover.PermissionDenied)
+                and login in str(r.exc_info[1])
+                and "claim jobs" in str(r.exc_info[1])
+            ],
+            message="the fetcher logged the refused claim",
+        )
+        assert refused
+    finally:
+        with contextlib.suppress(drover.DrainIncomplete):
+            client.stop(timeout=5)
+        client.close()
+    assert _states(conn) == {"available": 1}
+
+
+# --- worker -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_worker_runs_jobs_end_to_end(roles: Roles, conn: Conn, poll: Poll) -> None:
+    seen: dict[str, int] = {"flaky": 0, "nap": 0}
+    lock = threading.Lock()
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> dict[str, int]:
+        job.set_progress(0.5, "half way")
+        return {"n": job.args.n}
+
+    @workers.register
+    def flaky(job: drover.Job[Flaky]) -> None:
+        with lock:
+            seen["flaky"] += 1
+            if seen["flaky"] == 1:
+                raise RuntimeError("first attempt fails")
+
+    holding = threading.Event()
+
+    @workers.register
+    def hold(job: drover.Job[Hold]) -> None:
+        holding.set()
+        assert job.context.wait(30), "the cancel request never reached the handler"
+
+    @workers.register
+    def nap(job: drover.Job[Nap]) -> None:
+        with lock:
+            seen["nap"] += 1
+            if seen["nap"] == 1:
+                raise drover.Snooze(0)
+
+    config = drover.Config(
+        workers=workers,
+        poll_interval=0.05,
+        retry_policy=Now(),
+        rescue_interval=0.1,
+        periodic_jobs=[
+            drover.PeriodicJob("roles_beat", "@every 1h", Ping(n=-1), run_on_start=True)
+        ],
+        queues={"default": drover.Queue(limits=drover.Limit(concurrency=2))},
+    )
+    with closing(drover.Client(roles.url("producer"))) as producer:
+        producer.insert(drover.chain(Ping(n=1), Ping(n=2)))
+        producer.insert_many([Ping(n=i) for i in range(10)])
+        producer.insert(Flaky())
+        producer.insert(Nap())
+        held = producer.insert(Hold()).id
+    # A job whose worker died: running, its lease long gone; the rescuer takes it back.
+    conn.execute(
+        "INSERT INTO drover_jobs (kind, queue, args, state, attempt, attempted_at, leased_until)"
+        " VALUES ('roles_ping', 'default', '{\"n\": 5}', 'running', 1, now(),"
+        " now() - interval '1 hour')"
+    )
+    total = 2 + 10 + 2 + 1 + 1  # chain, many, flaky and nap, the rescued one, the periodic one
+    with closing(drover.Client(roles.url("worker"), config)) as worker:
+        worker.start()
+        assert holding.wait(30)
+        with drover.Inspector(roles.owner) as owner:
+            owner.cancel_job(held, reason="roles test")
+        poll(
+            lambda: _states(conn) == {"completed": total, "cancelled": 1},
+            message="all jobs completed, the held one cancelled",
+        )
+        with drover.Inspector(roles.url("reader")) as reader:
+            assert [w.client_id for w in reader.workers()] != []
+        worker.stop(timeout=10)
+    results = conn.execute(
+        "SELECT count(*) FROM drover_jobs WHERE kind = 'roles_ping' AND result IS NOT NULL"
+        " AND progress = 0.5"
+    ).fetchone()
+    assert results is not None and results[0] == 2 + 10 + 1 + 1
+    assert seen == {"flaky": 2, "nap": 2}
+    declared = conn.execute("SELECT count(*) FROM drover_limits").fetchone()
+    assert declared is not None and declared[0] == 1
+
+
+def test_the_worker_cannot_change_the_schema(roles: Roles) -> None:
+    with psycopg.connect(roles.url("worker"), autocommit=True) as as_worker:
+        with pytest.raises(pgerrors.InsufficientPrivilege):
+            as_worker.execute("CREATE TABLE drover_sneaky (id int)")
+        with pytest.raises(pgerrors.InsufficientPrivilege):
+            as_worker.execute("ALTER TABLE drover_jobs ADD COLUMN sneaky int")
+        with pytest.raises(pgerrors.InsufficientPrivilege):
+            as_worker.execute("TRUNCATE drover_jobs")
+
+
+def _finish_one(owner_url: str) -> None:
+    with psycopg.connect(owner_url, autocommit=True) as owner:
+        owner.execute(
+            "INSERT INTO drover_jobs (kind, queue, args, state, attempt, finalized_at)"
+            " VALUES ('roles_ping', 'default', '{}', 'completed', 1, now() - interval '1 day')"
+        )
+
+
+def _prune_as(url: str) -> int | None:
+    with psycopg.connect(url) as as_role, borrow(as_role, "prune") as c:
+        deleted = job_prune_batch(c, "completed", 60.0, 100)
+        as_role.commit()
+        return deleted
+
+
+def test_the_worker_deletes_only_when_it_runs_retention(
+    db_url: str, role_names: Names, conn: Conn
+) -> None:
+    _apply(db_url, role_names, retention=False)
+    roles = _roles(db_url, role_names)
+    _finish_one(db_url)
+    with pytest.raises(drover.PermissionDenied) as raised:
+        _prune_as(roles.url("worker"))
+    _says_who_and_where(raised.value, "prune completed jobs", role_names.logins["worker"])
+    assert _states(conn) == {"completed": 1}
+    # The same statement with the retention grant (printed again, idempotently) deletes.
+    _apply(db_url, role_names, retention=True)
+    assert _prune_as(roles.url("worker")) == 1
+    assert _states(conn) == {}
+
+
+# --- reader -------------------------------------------------------------------------------------
+
+
+def _plant_dead(conn: Conn) -> int:
+    row = conn.execute(
+        "INSERT INTO drover_jobs (kind, queue, args, state, attempt, finalized_at)"
+        " VALUES ('roles_ping', 'default', '{}', 'dead', 1, now()) RETURNING id"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_reader_reads_stats_jobs_and_the_read_only_page(roles: Roles, conn: Conn) -> None:
+    dead = _plant_dead(conn)
+    with drover.Inspector(roles.url("reader")) as reader:
+        assert reader.stats() is not None
+        assert [j.id for j in reader.list_jobs(state="dead")] == [dead]
+        assert reader.get_job(dead).state == "dead"
+        page = WsgiClient(make_app(reader, read_only=True))
+        for path in ("/", "/jobs", f"/jobs/{dead}", "/workers"):
+            response = page.get(path, headers={"Host": "status.example"})
+            assert response.status_code == 200, (path, response.text[:300])
+    result = invoke(["stats", "-d", roles.url("reader")])
+    assert result.exit_code == 0, result.output
+    listed = invoke(["jobs", "list", "--state", "dead", "-d", roles.url("reader")])
+    assert listed.exit_code == 0 and str(dead) in listed.output
+
+
+def test_the_reader_cannot_retry_or_cancel(roles: Roles, conn: Conn) -> None:
+    dead = _plant_dead(conn)
+    with closing(drover.Client(roles.url("producer"))) as producer:
+        waiting = producer.insert(Ping()).id
+    login = roles.names.logins["reader"]
+    with drover.Inspector(roles.url("reader")) as reader:
+        with pytest.raises(drover.PermissionDenied) as retried:
+            reader.retry_job(dead)
+        assert login in str(retried.value) and "drover roles" in str(retried.value)
+        with pytest.raises(drover.PermissionDenied) as cancelled:
+            reader.cancel_job(waiting)
+        assert login in str(cancelled.value)
+    assert _states(conn) == {"dead": 1, "available": 1}
+    for command in (["retry", str(dead)], ["cancel", str(waiting)]):
+        result = invoke([*command, "-d", roles.url("reader")])
+        assert result.exit_code == 1, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and "drover roles" in lines[0] and login in lines[0], lines
+    assert _states(conn) == {"dead": 1, "available": 1}
+
+
+# --- migrations ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_only_the_owner_can_migrate(roles: Roles, kind: str) -> None:
+    with pytest.raises(drover.PermissionDenied) as raised:
+        drover.migrate(roles.url(kind))
+    assert roles.names.logins[kind] in str(raised.value)
+    result = invoke(["migrate", "-d", roles.url(kind)])
+    assert result.exit_code == 1 and "drover roles" in result.output, result.output
+    assert drover.migrate(roles.owner) == []
+
+
+def test_the_printed_sql_applies_twice(db_url: str, role_names: Names) -> None:
+    _apply(db_url, role_names)
+    _apply(db_url, role_names)
+    with psycopg.connect(db_url) as owner:
+        granted = owner.execute(
+            "SELECT privilege_type FROM information_schema.role_table_grants"
+            " WHERE grantee = %s AND table_name = 'drover_jobs' ORDER BY 1",
+            (role_names.groups["reader"],),
+        ).fetchall()
+    assert granted == [("SELECT",)]
