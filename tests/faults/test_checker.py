@@ -653,3 +653,18 @@ def test_load_needs_a_directory(tmp_path: Path) -> None:
 def test_params_refuse_an_unknown_mode(mode: str) -> None:
     with pytest.raises(ValueError, match="mode"):
         Params(lease=1, rescue_interval=1, heartbeat=1, poll_interval=1, mode=mode)
+
+
+def test_drain_slack_replaces_epsilon_for_drains_only() -> None:
+    # The planted drain took 2.5 s against a 1 s budget.
+    overrun = drain_overrun(clean())
+    assert [v.code for v in check(overrun).violations] == ["DRAIN_OVERRUN"]
+    roomy = dataclasses.replace(overrun, params=dataclasses.replace(PARAMS, drain_slack=2.0))
+    assert check(roomy).ok
+    # A wide epsilon does not widen the drain bound once drain_slack is given.
+    tight = dataclasses.replace(PARAMS, epsilon=2.0, drain_slack=1.0)
+    assert [v.code for v in check(dataclasses.replace(overrun, params=tight)).violations] == [
+        "DRAIN_OVERRUN"
+    ]
+    with pytest.raises(ValueError, match="drain_slack"):
+        dataclasses.replace(PARAMS, drain_slack=-1.0)

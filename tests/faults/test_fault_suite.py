@@ -29,6 +29,12 @@ from drover.faults.suite.workload import LIMITED_CONCURRENCY
 pytestmark = pytest.mark.slow
 
 FAST_JOBS, FAST_FAULTS = 1500, 12
+# The fast tier runs beside the rest of the suite (-n 6 on two cores). A
+# drain's bound is SIGTERM to exit, interpreter exit included, and under that
+# load its exit alone took up to 1.5 s over the 1 s budget (2.1-2.5 s in all),
+# the same before and after a change (docs/reliability.md). The default slack
+# (1 s, the checker's epsilon) stays for the CLI and the long tier.
+FAST_DRAIN_SLACK = 2.0
 
 
 def _run(tmp_path: Path, mode: str, seed: int) -> dict[str, object]:
@@ -38,6 +44,7 @@ def _run(tmp_path: Path, mode: str, seed: int) -> dict[str, object]:
             faults=FAST_FAULTS,
             mode=mode,
             seed=seed,
+            drain_slack=FAST_DRAIN_SLACK,
             out=tmp_path / mode,
             log=lambda _line: None,
         )

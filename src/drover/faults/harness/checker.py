@@ -688,12 +688,13 @@ class _Checker:
             took = fault.t_end - fault.t_start
             self.report.drains += 1
             worst = took if worst is None else max(worst, took)
-            if took > fault.budget + self.p.epsilon:
+            slack = self.p.drain_bound_slack
+            if took > fault.budget + slack:
                 self.flag(
                     "DRAIN_OVERRUN",
                     None,
                     f"pid {fault.pid} took {took:.3f} s to drain from SIGTERM at "
-                    f"{fault.t_start:.3f} (budget {fault.budget} s + epsilon {self.p.epsilon} s; "
+                    f"{fault.t_start:.3f} (budget {fault.budget} s + slack {slack} s; "
                     f"exit code {fault.exit_code})",
                 )
         self.report.drain_worst = worst

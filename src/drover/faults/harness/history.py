@@ -217,8 +217,10 @@ class Fault:
 class Params:
     """The run's knobs the checker's bounds depend on (seconds).
 
-    ``epsilon`` is the slack allowed on every time bound; ``mode`` is ``plain``
-    or ``tx`` (handlers used ``complete_tx``).
+    ``epsilon`` is the slack allowed on every time bound; ``drain_slack``,
+    when given, replaces it for drains (SIGTERM to exit, which includes the
+    interpreter's own exit and is the bound most moved by a loaded CPU);
+    ``mode`` is ``plain`` or ``tx`` (handlers used ``complete_tx``).
     """
 
     lease: float
@@ -227,6 +229,12 @@ class Params:
     poll_interval: float
     epsilon: float = 1.0
     mode: str = "plain"
+    drain_slack: float | None = None
+
+    @property
+    def drain_bound_slack(self) -> float:
+        """The slack on a drain's budget: ``drain_slack``, else ``epsilon``."""
+        return self.epsilon if self.drain_slack is None else self.drain_slack
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -235,6 +243,10 @@ class Params:
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"Params.{name} must be a finite number >= 0, not {value!r}")
+        if self.drain_slack is not None:
+            value = self.drain_slack
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"Params.drain_slack must be a finite number >= 0, not {value!r}")
 
 
 @dataclass(frozen=True)
@@ -339,6 +351,7 @@ def _params(f: Fields) -> Params:
         poll_interval=f.get_float("poll_interval"),
         epsilon=f.get_float("epsilon") if f.has("epsilon") else 1.0,
         mode=f.get_str("mode") if f.has("mode") else "plain",
+        drain_slack=f.get_opt_float("drain_slack") if f.has("drain_slack") else None,
     )
 
 

@@ -77,6 +77,8 @@ class Scenario:
     rescue: float = 0.5
     poll: float = 0.2
     drain_budget: float = 1.0
+    drain_slack: float | None = None
+    """Slack on each drain's budget (SIGTERM to exit); None: the checker's epsilon (1 s)."""
     fault_every: float = 1.0
     """Seconds between two faults (after the previous one healed)."""
     workflows: int | None = None
@@ -446,6 +448,7 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
             heartbeat=scenario.heartbeat,
             poll_interval=scenario.poll,
             mode=scenario.mode,
+            drain_slack=scenario.drain_slack,
         )
         history = load_history(history_dir, params)
         report = check(history)
