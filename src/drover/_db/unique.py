@@ -124,11 +124,10 @@ def insert_one(
     rare race where the holder left its states in between go through
     ``drover_insert_unique``.
     """
-    if params.tags or params.meta is not None:
-        # Tags and metadata ride only in drover_insert_unique's items: the
-        # lean statements below stay as short as a plain insert's.
-        pass
-    elif identity.form == "u" and identity.period_us is None and params.scheduled_at is None:
+    # Tags and metadata ride only in drover_insert_unique's items, so the
+    # lean statements below stay as short as a plain insert's.
+    lean = identity.form == "u" and not params.tags and params.meta is None
+    if lean and identity.period_us is None and params.scheduled_at is None:
         with (
             translate(f"insert job kind {params.kind!r}"),
             conn.cursor(row_factory=tuple_row) as cur,
@@ -149,7 +148,7 @@ def insert_one(
             now_row = cur.fetchone()
         if now_row is not None:
             return new_row(params, now_row[0], now_row[1])
-    elif identity.form == "u":
+    elif lean:
         with (
             translate(f"insert job kind {params.kind!r}"),
             conn.cursor(row_factory=tuple_row) as cur,
@@ -174,7 +173,7 @@ def insert_one(
         if found is not None:
             id_, created_at, state, scheduled_at, _ = found
             return new_row(params, id_, created_at, JobState(state), scheduled_at)
-    if identity.form == "u" and not params.tags and params.meta is None:
+    if lean:
         # Held: read the holder. If it left its states meanwhile (or a new
         # period began), the function below inserts or finds, exactly.
         with (
