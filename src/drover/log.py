@@ -37,6 +37,7 @@ __all__ = [
     "job_args",
     "job_fields",
     "job_scope",
+    "log_execution_end",
     "log_job",
 ]
 
@@ -204,49 +205,41 @@ def Logging(logger: logging.Logger | None = None) -> Middleware:
             started = time.perf_counter()
             try:
                 next_handler(ctx, row)
-            except Snooze as exc:
-                # A snooze is the handler asking to run later (a polling job
-                # snoozes every time): not a failure, so not a WARNING.
-                if verbose:
-                    duration = round((time.perf_counter() - started) * 1000, 3)
-                    error = describe_failure(exc)
-                    log.info(
-                        JOB + " snoozed after %s ms: %s",
-                        *job_args(row),
-                        duration,
-                        error,
-                        extra={
-                            **job_fields(row, "job_finished"),
-                            "duration_ms": duration,
-                            "error": error,
-                        },
-                    )
-                raise
             except BaseException as exc:
-                if log.isEnabledFor(logging.WARNING):
-                    duration = round((time.perf_counter() - started) * 1000, 3)
-                    error = describe_failure(exc)
-                    log.warning(
-                        JOB + " failed after %s ms: %s",
-                        *job_args(row),
-                        duration,
-                        error,
-                        extra={
-                            **job_fields(row, "job_failed"),
-                            "duration_ms": duration,
-                            "error": error,
-                        },
-                    )
+                log_execution_end(log, row, started, exc)
                 raise
             if verbose:
-                duration = round((time.perf_counter() - started) * 1000, 3)
-                log.info(
-                    JOB + " finished in %s ms",
-                    *job_args(row),
-                    duration,
-                    extra={**job_fields(row, "job_finished"), "duration_ms": duration},
-                )
+                log_execution_end(log, row, started)
 
         return handle
 
     return middleware
+
+
+def log_execution_end(
+    log: logging.Logger, row: JobRow, started: float, exc: BaseException | None = None
+) -> None:
+    """Write the record that ends one execution, for both forms of ``Logging``.
+
+    ``started`` is the ``time.perf_counter()`` reading at its start; ``exc``
+    what it raised, if anything. A return is ``job_finished`` at INFO; a
+    ``Snooze`` is the handler asking to run later (a polling job snoozes every
+    time), so also INFO, not a failure; anything else is ``job_failed`` at
+    WARNING. Nothing is formatted when the level is off.
+    """
+    if exc is None:
+        level, event, text = logging.INFO, "job_finished", " finished in %s ms"
+    elif isinstance(exc, Snooze):
+        level, event, text = logging.INFO, "job_finished", " snoozed after %s ms: %s"
+    else:
+        level, event, text = logging.WARNING, "job_failed", " failed after %s ms: %s"
+    if not log.isEnabledFor(level):
+        return
+    duration = round((time.perf_counter() - started) * 1000, 3)
+    extra = {**job_fields(row, event), "duration_ms": duration}
+    if exc is None:
+        log.log(level, JOB + text, *job_args(row), duration, extra=extra)
+        return
+    error = describe_failure(exc)
+    extra["error"] = error
+    log.log(level, JOB + text, *job_args(row), duration, error, extra=extra)

@@ -11,14 +11,12 @@ import logging
 import time
 from collections.abc import Sequence
 
-import pydantic
-
+from drover._runtime.runner import keep_result, prepare_execution
 from drover.context import JobContext
-from drover.errors import ArgsDecodeError, Snooze, UnknownJobKind, describe_failure
-from drover.job import Job, JobRow
-from drover.log import JOB, job_args, job_fields
+from drover.job import JobRow
+from drover.log import JOB, job_args, job_fields, log_execution_end
 from drover.middleware import AsyncHandler, AsyncMiddleware, Middleware, compose_async
-from drover.results import DEFAULT_MAX_RESULT_BYTES, encode_result
+from drover.results import DEFAULT_MAX_RESULT_BYTES
 from drover.worker import Workers
 
 __all__ = ["AsyncLogging", "build_async_chain"]
@@ -28,30 +26,8 @@ def _async_dispatcher(workers: Workers, max_result_bytes: int) -> AsyncHandler:
     """The innermost async handler: as the sync dispatcher, awaiting the worker."""
 
     async def dispatch(ctx: JobContext, row: JobRow) -> None:
-        entry = workers.get(row.kind)
-        if entry is None:
-            raise UnknownJobKind(f'no worker registered for kind "{row.kind}"')
-        args_type, worker = entry
-        try:
-            args = args_type.model_validate(row.args)
-        except pydantic.ValidationError as exc:
-            raise ArgsDecodeError(
-                f'decode args for job {row.id} (kind "{row.kind}"): {exc}'
-            ) from None
-        if worker.timeout is not None:
-            ctx = ctx.with_timeout(worker.timeout)
-        slot = ctx._result_slot
-        slot.max_bytes = max_result_bytes
-        job = Job(
-            id=row.id,
-            kind=row.kind,
-            queue=row.queue,
-            attempt=row.attempt,
-            max_attempts=row.max_attempts,
-            created_at=row.created_at,
-            args=args,
-            context=ctx,
-        )
+        worker, job = prepare_execution(workers, ctx, row, max_result_bytes)
+        ctx = job.context
         remaining = None if worker.timeout is None else ctx.remaining()
         if remaining is None:
             value = await worker.work(job)  # type: ignore[misc]  # an async def worker
@@ -67,8 +43,7 @@ def _async_dispatcher(workers: Workers, max_result_bytes: int) -> AsyncHandler:
                 raise TimeoutError(
                     f"job {row.id} ({row.kind}) was cancelled at its deadline"
                 ) from None
-        if value is not None and not slot.in_tx:
-            slot.text = encode_result(value, kind=row.kind, max_bytes=max_result_bytes)
+        keep_result(job, value, max_result_bytes)
 
     return dispatch
 
@@ -86,33 +61,10 @@ def AsyncLogging(logger: logging.Logger) -> AsyncMiddleware:
             try:
                 await next_handler(ctx, row)
             except BaseException as exc:
-                snoozed = isinstance(exc, Snooze)
-                level = logging.INFO if snoozed else logging.WARNING
-                if log.isEnabledFor(level):
-                    duration = round((time.perf_counter() - started) * 1000, 3)
-                    error = describe_failure(exc)
-                    log.log(
-                        level,
-                        JOB
-                        + (" snoozed after %s ms: %s" if snoozed else " failed after %s ms: %s"),
-                        *job_args(row),
-                        duration,
-                        error,
-                        extra={
-                            **job_fields(row, "job_finished" if snoozed else "job_failed"),
-                            "duration_ms": duration,
-                            "error": error,
-                        },
-                    )
+                log_execution_end(log, row, started, exc)
                 raise
             if verbose:
-                duration = round((time.perf_counter() - started) * 1000, 3)
-                log.info(
-                    JOB + " finished in %s ms",
-                    *job_args(row),
-                    duration,
-                    extra={**job_fields(row, "job_finished"), "duration_ms": duration},
-                )
+                log_execution_end(log, row, started)
 
         return handle
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pydantic
 
@@ -17,47 +18,60 @@ from drover.log import JOB, Logging, enter_job, leave_job, log_job
 from drover.middleware import Handler, Middleware, compose
 from drover.results import DEFAULT_MAX_RESULT_BYTES, encode_result
 from drover.retry import RetryPolicy
-from drover.worker import Workers
+from drover.worker import Worker, Workers
 
-__all__ = ["Runner", "build_chain"]
+__all__ = ["Runner", "build_chain", "keep_result", "prepare_execution"]
+
+
+def prepare_execution(
+    workers: Workers, ctx: JobContext, row: JobRow, max_result_bytes: int
+) -> tuple[Worker[Any], Job[Any]]:
+    """What both dispatchers do before calling the worker: registry lookup,
+    typed decode, the worker's own timeout on the context, and the result
+    slot's size limit. Raises ``UnknownJobKind`` or ``ArgsDecodeError``."""
+    entry = workers.get(row.kind)
+    if entry is None:
+        raise UnknownJobKind(f'no worker registered for kind "{row.kind}"')
+    args_type, worker = entry
+    try:
+        args = args_type.model_validate(row.args)
+    except pydantic.ValidationError as exc:
+        raise ArgsDecodeError(f'decode args for job {row.id} (kind "{row.kind}"): {exc}') from None
+    if worker.timeout is not None:
+        ctx = ctx.with_timeout(worker.timeout)
+    ctx._result_slot.max_bytes = max_result_bytes
+    job = Job(
+        id=row.id,
+        kind=row.kind,
+        queue=row.queue,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        created_at=row.created_at,
+        args=args,
+        context=ctx,
+    )
+    return worker, job
+
+
+def keep_result(job: Job[Any], value: object, max_result_bytes: int) -> None:
+    """Encode what the worker returned into its context's result slot.
+
+    Encoded here, so a result that cannot be stored fails the attempt through
+    the middleware like any handler error. After a ``complete_tx`` the
+    completion is written: a returned value has nowhere to go.
+    """
+    slot = job.context._result_slot
+    if value is not None and not slot.in_tx:
+        slot.text = encode_result(value, kind=job.kind, max_bytes=max_result_bytes)
 
 
 def _dispatcher(workers: Workers, max_result_bytes: int) -> Handler:
-    """The innermost handler: registry lookup, typed decode, the worker's own timeout,
-    and the encoding of what the worker returns (its job's result)."""
+    """The innermost handler: ``prepare_execution``, the worker's ``work``,
+    then ``keep_result``."""
 
     def dispatch(ctx: JobContext, row: JobRow) -> None:
-        entry = workers.get(row.kind)
-        if entry is None:
-            raise UnknownJobKind(f'no worker registered for kind "{row.kind}"')
-        args_type, worker = entry
-        try:
-            args = args_type.model_validate(row.args)
-        except pydantic.ValidationError as exc:
-            raise ArgsDecodeError(
-                f'decode args for job {row.id} (kind "{row.kind}"): {exc}'
-            ) from None
-        if worker.timeout is not None:
-            ctx = ctx.with_timeout(worker.timeout)
-        slot = ctx._result_slot
-        slot.max_bytes = max_result_bytes
-        value = worker.work(
-            Job(
-                id=row.id,
-                kind=row.kind,
-                queue=row.queue,
-                attempt=row.attempt,
-                max_attempts=row.max_attempts,
-                created_at=row.created_at,
-                args=args,
-                context=ctx,
-            )
-        )
-        # Encoded here, so a result that cannot be stored fails the attempt
-        # through the middleware like any handler error. After a complete_tx
-        # the completion is written: a returned value has nowhere to go.
-        if value is not None and not slot.in_tx:
-            slot.text = encode_result(value, kind=row.kind, max_bytes=max_result_bytes)
+        worker, job = prepare_execution(workers, ctx, row, max_result_bytes)
+        keep_result(job, worker.work(job), max_result_bytes)
 
     return dispatch
 
