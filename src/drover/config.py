@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from drover._address import parse_address
 from drover._durations import DurationField
 from drover.errors import ConfigError, InvalidArgument
+from drover.health import HealthThresholds
 from drover.limits import Limit, LimitKey
 from drover.middleware import Middleware
 from drover.periodic import PeriodicJob
@@ -109,6 +110,16 @@ class Config:
     stats_interval: DurationField = DurationField(15.0)
     """How often queue depth and oldest age are read for the gauges and
     ``/readyz`` (positive)."""
+
+    health_interval: DurationField = DurationField(60.0)
+    """How often a started client runs the queue doctor (``drover doctor``'s
+    examination: a few reads of the server's statistics views) and publishes
+    its findings as ``drover_health_findings{code}``; zero turns it off. The
+    first examination runs one interval after start."""
+
+    health_thresholds: HealthThresholds = dataclasses.field(default_factory=HealthThresholds)
+    """When the probe's facts become findings (``drover.HealthThresholds``:
+    the defaults are the doctor's, e.g. a transaction open 5 minutes)."""
 
     metrics_registry: CollectorRegistry | None = None
     """The ``prometheus_client.CollectorRegistry`` this client records on
@@ -222,9 +233,19 @@ class Config:
             value: timedelta = getattr(self, name)
             if value <= timedelta(0):
                 raise ConfigError(f"Config.{name} must be positive, not {_s(value)}")
+        if not isinstance(self.health_thresholds, HealthThresholds):
+            raise ConfigError(
+                "Config.health_thresholds must be a drover.HealthThresholds, "
+                f"not {self.health_thresholds!r}"
+            )
+        if self.health_interval < timedelta(0):
+            raise ConfigError(
+                "Config.health_interval must be positive, or zero to turn the probe off, "
+                f"not {_s(self.health_interval)}"
+            )
         for name in (
             "lease_duration", "heartbeat_interval", "poll_interval", "rescue_interval",
-            "stats_interval", "prune_interval", "shutdown_timeout",
+            "stats_interval", "prune_interval", "shutdown_timeout", "health_interval",
         ):  # fmt: skip
             value = getattr(self, name)
             if value > MAX_DURATION:

@@ -24,6 +24,7 @@ from drover._durations import Duration, to_seconds
 from drover.errors import ConfigError
 
 __all__ = [
+    "CODES",
     "BackendHolder",
     "ExpiredLeases",
     "HealthFacts",
@@ -38,6 +39,15 @@ __all__ = [
     "UnservedQueue",
     "diagnose",
 ]
+
+
+CODES = (
+    "SCHEMA_MISSING", "SCHEMA_BEHIND", "XMIN_IDLE_IN_TRANSACTION", "XMIN_LONG_QUERY",
+    "XMIN_OLD_SNAPSHOT", "XMIN_REPLICATION_SLOT", "REPLICATION_SLOT_INACTIVE",
+    "XMIN_PREPARED_TRANSACTION", "DEAD_TUPLES", "LEASE_EXPIRED", "QUEUE_UNSERVED",
+    "PERIODIC_NO_LEADER",
+)  # fmt: skip
+"""Every finding code the doctor can report, stable for alerts and scripts."""
 
 
 class Severity(StrEnum):

@@ -54,6 +54,8 @@ FAMILIES = {
     "drover_cancels_delivered": "counter",
     "drover_leases_lost": "counter",
     "drover_event_loop_lag_seconds": "histogram",
+    "drover_health_findings": "gauge",
+    "drover_health_checked_timestamp_seconds": "gauge",
 }
 BUCKETS = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, math.inf,
@@ -505,6 +507,8 @@ def test_only_drovers_own_families_are_exposed(
         "drover_cancels_delivered": {"via"},
         "drover_leases_lost": set(),
         "drover_event_loop_lag_seconds": set(),
+        "drover_health_findings": {"code"},
+        "drover_health_checked_timestamp_seconds": set(),
     }
 
 

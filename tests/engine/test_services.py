@@ -50,6 +50,7 @@ def test_a_service_that_fails_to_start_stops_the_ones_already_running(
         "rescuer",
         "refresher",
         "pruner",
+        "health",
         "listener",
         "registry",
     ]

@@ -12,6 +12,7 @@ from drover._runtime.aioloop import EventLoop, LoopWatch
 from drover._runtime.cancels import Cancels, HardCancel, log_cancelled
 from drover._runtime.completer import Completer
 from drover._runtime.fetcher import Fetcher
+from drover._runtime.healthprobe import HealthProbe
 from drover._runtime.heartbeat import Heartbeat
 from drover._runtime.inflight import Claim, InFlight, Slots
 from drover._runtime.jobpool import JobPool
@@ -40,8 +41,8 @@ class Engine:
 
     ``services`` lists the background loops in start order: the
     completer, the heartbeat, the rescuer, the stats refresher, the pruner,
-    the listener and the ticker (when configured), and last the fetcher, so
-    nothing is claimed before everything that handles a claim runs. The job
+    the health probe, the listener and the ticker (when configured), and
+    last the fetcher, so nothing is claimed before everything that handles a claim runs. The job
     pool's ``concurrency`` threads start before them all. ``start``
     starts them in that order and, if one fails to start, stops those
     already running; ``stop`` stops them in reverse order, draining
@@ -120,6 +121,7 @@ class Engine:
         self.refresher = StatsRefresher(wiring)
         retention = config.retention is not None and bool(config.retention.by_state())
         self.pruner = Pruner(wiring) if retention else None
+        self.health = HealthProbe(wiring) if config.health_interval else None
         self.listener = (
             Listener(wiring, wake=self.fetcher.wake, on_cancel=self.cancels.notified)
             if config.notify
@@ -127,7 +129,7 @@ class Engine:
         )
         self.ticker = Ticker(wiring) if config.periodic_jobs else None
         self.registry = Registry(wiring)
-        optional = (self.pruner, self.listener, self.ticker)
+        optional = (self.pruner, self.health, self.listener, self.ticker)
         self.services: list[ThreadService] = [
             self.completer,
             *(s for s in (self.events, self.loopwatch) if s is not None),

@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 from drover import job
 from drover.context import JobContext
 from drover.errors import ConfigError
+from drover.health import CODES
 from drover.job import JobRow
 from drover.middleware import AsyncHandler, Handler
 from drover.ops.executions import Executions
@@ -24,7 +25,7 @@ DURATION_BUCKETS = (
 PUBLISHED_STATES = tuple(state.value for state in job.PUBLISHED_STATES)
 SERVICES = (
     "completer", "heartbeat", "rescuer", "refresher", "pruner", "listener", "periodic", "fetcher",
-    "notifier", "eventloop", "loopwatch",
+    "notifier", "eventloop", "loopwatch", "health",
 )  # fmt: skip
 LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 TICK_OUTCOMES = ("enqueued", "duplicate", "failed")
@@ -89,7 +90,11 @@ class Metrics:
     Reliability: ``drover_listener_reconnects_total``,
     ``drover_writes_refused_total{reason}`` (a stale claim's write the fence
     refused) and ``drover_leases_lost_total``. With async workers, from the
-    loop watch: ``drover_event_loop_lag_seconds``. Job kind is never a label.
+    loop watch: ``drover_event_loop_lag_seconds``. From the health probe
+    (the queue doctor, every ``Config.health_interval``):
+    ``drover_health_findings{code}`` (findings of each code, 0 for every code
+    not found) and ``drover_health_checked_timestamp_seconds``. Job kind is
+    never a label.
     """
 
     def __init__(
@@ -158,6 +163,18 @@ class Metrics:
                 "(the heartbeat found the claim gone, or the lease ran out unrenewed).",
                 registry=registry,
             )
+            self._health = Gauge(
+                "drover_health_findings",
+                "Findings of the last queue-doctor examination by code (0 when not found); "
+                "`drover doctor` prints the evidence and the remedy (docs/production.md).",
+                ["code"],
+                registry=registry,
+            )
+            self._health_checked = Gauge(
+                "drover_health_checked_timestamp_seconds",
+                "Unix time of the last successful queue-doctor examination (0 before the first).",
+                registry=registry,
+            )
             self._queues = _QueueGauges(queues)
             registry.register(self._queues)
         except ValueError as exc:
@@ -172,6 +189,8 @@ class Metrics:
             self._refused.labels(reason)
         for via in ("notification", "heartbeat"):
             self._cancels.labels(via)
+        for code in CODES:
+            self._health.labels(code)
         for periodic_id in periodic_ids:
             for outcome in TICK_OUTCOMES:
                 self._ticks.labels(periodic_id, outcome)
@@ -181,6 +200,15 @@ class Metrics:
     ) -> None:
         """Replace the depth and age series with a fresh refresh."""
         self._queues.publish(depth, ages)
+
+    def publish_health(self, codes: Collection[str], checked_at: float) -> None:
+        """Replace the findings gauges with one examination's ``codes`` (one entry per finding)."""
+        counts = dict.fromkeys(CODES, 0)
+        for code in codes:
+            counts[code] = counts.get(code, 0) + 1
+        for code, count in counts.items():
+            self._health.labels(code).set(count)
+        self._health_checked.set(checked_at)
 
     def periodic_tick(self, periodic_id: str, outcome: str) -> None:
         """Count one periodic tick's outcome."""
