@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import statistics
@@ -42,12 +41,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from _scaffold import scratch_database, server
 
 import drover
 
@@ -204,35 +201,6 @@ def drain(url: str, variant: str, jobs: int, concurrency: int, timeout: float) -
     return result
 
 
-@contextlib.contextmanager
-def server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from drover._db.embedded import embedded_postgres
-
-    # fsync, synchronous_commit and full_page_writes stay on, as in production.
-    with embedded_postgres(tune_for_tests=False) as embedded:
-        yield embedded
-
-
-@contextlib.contextmanager
-def scratch_database(server_url: str) -> Iterator[str]:
-    """A database of its own on the server, migrated, dropped on exit."""
-    name = f"drover_async_bench_{os.getpid()}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        url = make_conninfo(server_url, dbname=name)
-        drover.migrate(url)
-        yield url
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 def _show(row: dict[str, Any], ideal: float | None = None) -> str:
     pg = row.get("server_cpu_us_per_job")
     server = "" if pg is None else f" (PostgreSQL {pg:.0f} us/job)"
@@ -269,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if min(args.io_jobs, args.noop_jobs, args.rounds) < 1:
         parser.error("--io-jobs, --noop-jobs and --rounds must be at least 1")
-    with server(args.database) as url_root, scratch_database(url_root) as url:
+    with (
+        server(args.database) as url_root,
+        scratch_database(url_root, "drover_async_bench", migrate=True) as url,
+    ):
         aio = drain(url, "async-io", args.io_jobs, args.async_concurrency, args.timeout)
         aio_ideal = args.async_concurrency / SLEEP
         print(_show(aio, aio_ideal), file=sys.stderr)

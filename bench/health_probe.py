@@ -16,45 +16,14 @@ docs/benchmarks.md, "Queue doctor".
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from _scaffold import scratch_database, server
 
 import drover
-
-
-@contextlib.contextmanager
-def server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from drover._db.embedded import embedded_postgres
-
-    with embedded_postgres(tune_for_tests=False) as embedded:
-        yield embedded
-
-
-@contextlib.contextmanager
-def scratch_database(server_url: str) -> Iterator[str]:
-    name = f"drover_health_bench_{os.getpid()}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        url = make_conninfo(server_url, dbname=name)
-        drover.migrate(url)
-        yield url
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def fill(url: str, jobs: int) -> None:
@@ -94,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=15)
     args = parser.parse_args(argv)
-    with server(args.database) as server_url, scratch_database(server_url) as url:
+    with (
+        server(args.database) as server_url,
+        scratch_database(server_url, "drover_health_bench", migrate=True) as url,
+    ):
         fill(url, args.jobs)
         health: list[float] = []
         stats: list[float] = []

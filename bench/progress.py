@@ -28,19 +28,15 @@ it at the end. See docs/benchmarks.md, "Progress".
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from _scaffold import scratch_database, server
 
 import drover
 
@@ -134,35 +130,6 @@ def drain(
     return jobs / elapsed, cpu / jobs * 1e6
 
 
-@contextlib.contextmanager
-def server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from drover._db.embedded import embedded_postgres
-
-    # fsync, synchronous_commit and full_page_writes stay on, as in production.
-    with embedded_postgres(tune_for_tests=False) as embedded:
-        yield embedded
-
-
-@contextlib.contextmanager
-def scratch_database(server_url: str) -> Iterator[str]:
-    """A database of its own on the server, migrated, dropped on exit."""
-    name = f"drover_progress_bench_{os.getpid()}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        url = make_conninfo(server_url, dbname=name)
-        drover.migrate(url)
-        yield url
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database", help="a server URL (default: an embedded PostgreSQL)")
@@ -186,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs, --rounds and --concurrency must be at least 1")
     raw: dict[str, list[float]] = {v: [] for v in chosen}
     cpu: dict[str, list[float]] = {v: [] for v in chosen}
-    with server(args.database) as url_root, scratch_database(url_root) as url:
+    with (
+        server(args.database) as url_root,
+        scratch_database(url_root, "drover_progress_bench", migrate=True) as url,
+    ):
         if not args.no_warmup:
             drain(url, "none", min(args.jobs, 1000), args.concurrency, args.timeout)
         for round_ in range(args.rounds):

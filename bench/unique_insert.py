@@ -24,17 +24,13 @@ least 0.80 x ``plain``. See docs/benchmarks.md and docs/uniqueness.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from _scaffold import scratch_database, server
 
 import drover
 
@@ -45,33 +41,6 @@ TARGET = 0.80
 class Ping(drover.JobArgs, kind="uqbench_ping"):
     n: int
     account: str = "acct-0001"
-
-
-@contextlib.contextmanager
-def server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from drover._db.embedded import embedded_postgres
-
-    # fsync, synchronous_commit and full_page_writes stay on, as in production.
-    with embedded_postgres(tune_for_tests=False) as embedded:
-        yield embedded
-
-
-@contextlib.contextmanager
-def scratch_database(server_url: str, no_flush: bool) -> Iterator[str]:
-    name = f"drover_uqbench_{os.getpid()}"
-    ident = sql.Identifier(name)
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
-        if no_flush:
-            conn.execute(sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(ident))
-    try:
-        yield make_conninfo(server_url, dbname=name)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
 
 
 def reset(url: str) -> None:
@@ -118,7 +87,10 @@ def main() -> int:
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
 
-    with server(args.database) as server_url, scratch_database(server_url, args.no_flush) as url:
+    with (
+        server(args.database) as server_url,
+        scratch_database(server_url, "drover_uqbench", no_flush=args.no_flush) as url,
+    ):
         drover.migrate(url)
         with psycopg.connect(url) as conn:
             settings = conn.execute(

@@ -52,8 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from _scaffold import scratch_database, server
 
 import drover
 
@@ -368,33 +367,6 @@ def run_child(python: str, spec: dict[str, Any]) -> dict[str, Any]:
         return result
 
 
-@contextlib.contextmanager
-def server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    from drover._db.embedded import embedded_postgres
-
-    # fsync, synchronous_commit and full_page_writes stay on, as in production.
-    with embedded_postgres(tune_for_tests=False) as embedded:
-        yield embedded
-
-
-@contextlib.contextmanager
-def scratch_database(server_url: str, tag: str) -> Iterator[str]:
-    """A database of its own on the server, created empty and dropped on exit."""
-    name = f"drover_wfbench_{os.getpid()}_{tag}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(server_url, dbname=name)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
@@ -573,11 +545,11 @@ def main(argv: list[str] | None = None) -> None:
     began = time.perf_counter()
     pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {r: [] for r in rows}
     with server(args.database) as server_url, contextlib.ExitStack() as stack:
-        cur = stack.enter_context(scratch_database(server_url, "cur"))
+        cur = stack.enter_context(scratch_database(server_url, "drover_wfbench_cur"))
         run_child(sys.executable, {"kind": "migrate", "url": cur})
         base = None
         if "base" in rows:
-            base = stack.enter_context(scratch_database(server_url, "base"))
+            base = stack.enter_context(scratch_database(server_url, "drover_wfbench_base"))
             run_child(args.base_python, {"kind": "migrate", "url": base})
         pg = _execute(cur, "SELECT version(), current_setting('fsync')")[0]
         print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} · {os.cpu_count()} CPU · "
