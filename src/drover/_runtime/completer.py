@@ -318,7 +318,6 @@ class Completer(ThreadService):
             state_attempt=recorded.current_attempt,
         )
 
-
     def _tx_rolled_back(self, outcome: Outcome) -> None:
         error = outcome.error or {}
         self._log.warning(

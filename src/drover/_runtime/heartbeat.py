@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
-from drover._runtime.cancels import CancelRequest, Cancels
 from drover._db.ledger import LedgerNote, stale_write_note
+from drover._runtime.cancels import CancelRequest, Cancels
 from drover._runtime.inflight import Claim
 from drover._runtime.ledger import record_notes
 from drover._runtime.service import IntervalService
@@ -84,18 +84,21 @@ class Heartbeat(IntervalService):
             if renewal.leased_until is not None:
                 claim.renewed(renewal.leased_until, sent + self._lease_seconds)
                 renewed += 1
-            elif not renewal.current and not claim.settled:
-                if self._lose(claim, "the job moved on: rescued, re-claimed or cancelled"):
-                    self._on_stale("lease lost", "heartbeat")
-                    stale.append(
-                        stale_write_note(
-                            claim.row.id,
-                            claim.row.attempt,
-                            worker=self._holder,
-                            write="heartbeat",
-                            refused="lease lost",
-                        )
+            elif (
+                not renewal.current
+                and not claim.settled
+                and self._lose(claim, "the job moved on: rescued, re-claimed or cancelled")
+            ):
+                self._on_stale("lease lost", "heartbeat")
+                stale.append(
+                    stale_write_note(
+                        claim.row.id,
+                        claim.row.attempt,
+                        worker=self._holder,
+                        write="heartbeat",
+                        refused="lease lost",
                     )
+                )
             if renewal.cancel_request is not None and renewal.current and self._cancels:
                 # The fallback when no notification told us (ADR 0030).
                 self._cancels.deliver(
