@@ -96,10 +96,12 @@ def test_a_job_rescued_while_its_handler_runs_records_the_rescue_and_the_late_co
         retry_policy=RetryNow(),
     )
     poll(
-        lambda: conn.execute(
-            "SELECT state::text, attempt FROM drover_jobs WHERE id = %s", (job.id,)
-        ).fetchone()
-        == ("completed", 2),
+        lambda: (
+            conn.execute(
+                "SELECT state::text, attempt FROM drover_jobs WHERE id = %s", (job.id,)
+            ).fetchone()
+            == ("completed", 2)
+        ),
         timeout=SAFETY,
         message="rescued by the second client and run again",
     )
@@ -137,7 +139,7 @@ def test_a_job_rescued_while_its_handler_runs_records_the_rescue_and_the_late_co
     assert _sample(second, "drover_reruns_total", reason="lease_expired") == 1.0
     assert _sample(first, "drover_reruns_total", reason="lease_expired") == 0.0
     assert (
-        _sample(first, "drover_stale_writes_refused_total", kind="not running", write="complete")
+        _sample(first, "drover_stale_writes_refused_total", reason="not running", write="complete")
         == 1.0
     )
     assert _sample(first, "drover_writes_refused_total", reason="not running") == 1.0
@@ -174,11 +176,13 @@ def test_a_job_that_ran_once_has_an_empty_ledger(
     jobs = client.insert_many([Twice() for _ in range(20)])
     ids = [j.id for j in jobs]
     poll(
-        lambda: conn.execute(
-            "SELECT count(*) FROM drover_jobs WHERE id = ANY(%s) AND state = 'completed'",
-            (ids,),
-        ).fetchone()
-        == (20,),
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM drover_jobs WHERE id = ANY(%s) AND state = 'completed'",
+                (ids,),
+            ).fetchone()
+            == (20,)
+        ),
         message="all completed",
     )
     assert client.get_job(ids[0]).ledger == ()
@@ -249,7 +253,7 @@ def test_a_heartbeat_that_finds_the_job_moved_on_records_a_stale_heartbeat(
     )
     assert entry.worker == _holder(client)
     assert (
-        _sample(client, "drover_stale_writes_refused_total", kind="lease lost", write="heartbeat")
+        _sample(client, "drover_stale_writes_refused_total", reason="lease lost", write="heartbeat")
         == 1.0
     )
     runs.release.set()
@@ -283,8 +287,10 @@ def test_a_progress_report_refused_is_recorded_once_per_execution(
     job = client.insert(Twice())
     assert reported.wait(SAFETY)
     poll(
-        lambda: conn.execute("SELECT progress FROM drover_jobs WHERE id = %s", (job.id,)).fetchone()
-        == (pytest.approx(0.1),),
+        lambda: (
+            conn.execute("SELECT progress FROM drover_jobs WHERE id = %s", (job.id,)).fetchone()
+            == (pytest.approx(0.1),)
+        ),
         message="the first report written",
     )
     # The job moves on under the running handler; the heartbeat (every 10 s) stays out of it.
@@ -302,7 +308,7 @@ def test_a_progress_report_refused_is_recorded_once_per_execution(
     [entry] = _ledger(conn, job.id)
     assert (entry["event"], entry["write"], entry["attempt"]) == ("stale_write", "progress", 1)
     assert (
-        _sample(client, "drover_stale_writes_refused_total", kind="lease lost", write="progress")
+        _sample(client, "drover_stale_writes_refused_total", reason="lease lost", write="progress")
         == 1.0
     )
     finish.set()

@@ -53,6 +53,8 @@ FAMILIES = {
     "drover_writes_refused": "counter",
     "drover_cancels_delivered": "counter",
     "drover_leases_lost": "counter",
+    "drover_reruns": "counter",
+    "drover_stale_writes_refused": "counter",
     "drover_event_loop_lag_seconds": "histogram",
 }
 BUCKETS = [
@@ -504,6 +506,8 @@ def test_only_drovers_own_families_are_exposed(
         "drover_writes_refused": {"reason"},
         "drover_cancels_delivered": {"via"},
         "drover_leases_lost": set(),
+        "drover_reruns": {"reason"},
+        "drover_stale_writes_refused": {"reason", "write"},
         "drover_event_loop_lag_seconds": set(),
     }
 

@@ -103,7 +103,7 @@ class Metrics:
     ``drover_writes_refused_total{reason}`` (a stale claim's write the fence
     refused) and ``drover_leases_lost_total``. The duplicate ledger (ADR 0040):
     ``drover_reruns_total{reason}`` (jobs this client's rescuer or shutdown
-    sent to run again) and ``drover_stale_writes_refused_total{kind,write}``
+    sent to run again) and ``drover_stale_writes_refused_total{reason,write}``
     (this client's writes of claims that had moved on). With async workers, from the
     loop watch: ``drover_event_loop_lag_seconds``. Job kind is never a label.
     """
@@ -185,8 +185,8 @@ class Metrics:
             self._stale = Counter(
                 "drover_stale_writes_refused",
                 "This client's writes for a claim that had moved on, refused by the fence, by "
-                "why (kind) and what was written (write). Each is an entry in the job's ledger.",
-                ["kind", "write"],
+                "why (reason) and what was written (write). Each is an entry in the job's ledger.",
+                ["reason", "write"],
                 registry=registry,
             )
             self._queues = _QueueGauges(queues)
@@ -237,9 +237,9 @@ class Metrics:
         """Count one job sent to run again (``reason``: lease_expired or handed_back)."""
         self._reruns.labels(reason).inc()
 
-    def stale_write_refused(self, kind: str, write: str) -> None:
-        """Count one stale write refused (``kind``: why; ``write``: what it tried)."""
-        self._stale.labels(kind, write).inc()
+    def stale_write_refused(self, reason: str, write: str) -> None:
+        """Count one stale write refused (``reason``: why; ``write``: what it tried)."""
+        self._stale.labels(reason, write).inc()
 
     def lease_lost(self) -> None:
         """Count one running job whose lease was lost."""
