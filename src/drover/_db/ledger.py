@@ -8,25 +8,28 @@ are built here from what the caller knows, so every writer spells them alike.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from psycopg.rows import tuple_row
 
 from drover._db import Connection
+from drover._db.claims import job_claim_expired, job_record_outcomes
 from drover._db.errors import translate
 from drover._db.queries import query
 from drover._db.rows import row_from_db
-from drover._records import Outcome
+from drover._records import Outcome, Recorded, WriteResult
 from drover.job import JobRow, JobState
 from drover.ledger import HANDED_BACK, RESCUED, STALE_WRITE, LedgerEntry, parse_ledger
 
 __all__ = [
     "LedgerNote",
     "LedgeredRow",
+    "hand_back_and_record",
     "handed_back_note",
     "job_get_with_ledger",
     "job_ledger_append",
+    "rescue_and_record",
     "rescued_note",
     "stale_write_note",
     "write_label",
@@ -142,3 +145,46 @@ def job_get_with_ledger(conn: Connection, job_id: int) -> LedgeredRow | None:
     row = LedgeredRow._make(row_from_db(found[:-1]))
     row.__dict__["_ledger"] = parse_ledger(found[-1])
     return row
+
+
+def _moved_to(recorded: Recorded) -> str:
+    return "cancelled" if recorded.cancelled else recorded.outcome.state.value
+
+
+def rescue_and_record(
+    conn: Connection,
+    limit: int,
+    lease_seconds: float,
+    decide: Callable[[JobRow], Outcome],
+    *,
+    by: str,
+) -> tuple[int, list[Recorded]]:
+    """The rescue's statements (claim the expired, record, ledger) on ``conn``, in the
+    caller's transaction; ``(rows found, the writes' results)``."""
+    rows = job_claim_expired(conn, limit, lease_seconds)
+    if not rows:
+        return 0, []
+    results = job_record_outcomes(conn, [decide(row) for row in rows])
+    by_id = {row.id: row for row in rows}
+    applied = [r for r in results if r.result is WriteResult.APPLIED]
+    job_ledger_append(
+        conn, [rescued_note(by_id[r.outcome.id], by=by, to=_moved_to(r)) for r in applied]
+    )
+    return len(rows), results
+
+
+def hand_back_and_record(
+    conn: Connection, outcomes: Sequence[Outcome], *, worker: str
+) -> list[Recorded]:
+    """Shutdown's hand-back outcomes and their ledger entries on ``conn``, in the caller's
+    transaction; the writes' results."""
+    results = job_record_outcomes(conn, outcomes)
+    applied = [r for r in results if r.result is WriteResult.APPLIED]
+    job_ledger_append(
+        conn,
+        [
+            handed_back_note(r.outcome.id, r.outcome.attempt, worker=worker, to=_moved_to(r))
+            for r in applied
+        ],
+    )
+    return results

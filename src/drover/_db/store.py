@@ -64,7 +64,6 @@ from drover._records import (
     Recorded,
     Renewal,
     WorkerInfo,
-    WriteResult,
 )
 from drover.health import HealthFacts, HealthThresholds
 from drover.job import JobRow, JobState
@@ -454,46 +453,13 @@ class Store:
         the entry skip it). Returns ``(rows found, the writes' results)``.
         """
         with borrow(self._pool, "rescue expired jobs") as conn, conn.transaction():
-            rows = claims.job_claim_expired(conn, limit, lease_seconds)
-            if not rows:
-                return 0, []
-            results = claims.job_record_outcomes(conn, [decide(row) for row in rows])
-            by_id = {row.id: row for row in rows}
-            ledger.job_ledger_append(
-                conn,
-                [
-                    ledger.rescued_note(
-                        by_id[r.outcome.id],
-                        by=by,
-                        to="cancelled" if r.cancelled else r.outcome.state.value,
-                    )
-                    for r in results
-                    if r.result is WriteResult.APPLIED
-                ],
-            )
-        return len(rows), results
+            return ledger.rescue_and_record(conn, limit, lease_seconds, decide, by=by)
 
     def hand_back(self, outcomes: Sequence[Outcome], *, worker: str) -> list[Recorded]:
-        """Record shutdown's hand-back outcomes and note each in its job's duplicate ledger.
-
-        One transaction, as ``rescue``. Returns the writes' results.
-        """
+        """Record shutdown's hand-back outcomes and note each in its job's duplicate ledger,
+        in one transaction, as ``rescue``. Returns the writes' results."""
         with borrow(self._pool, "return jobs to the queue") as conn, conn.transaction():
-            results = claims.job_record_outcomes(conn, outcomes)
-            ledger.job_ledger_append(
-                conn,
-                [
-                    ledger.handed_back_note(
-                        r.outcome.id,
-                        r.outcome.attempt,
-                        worker=worker,
-                        to="cancelled" if r.cancelled else r.outcome.state.value,
-                    )
-                    for r in results
-                    if r.result is WriteResult.APPLIED
-                ],
-            )
-        return results
+            return ledger.hand_back_and_record(conn, outcomes, worker=worker)
 
     def append_ledger(self, notes: Sequence[ledger.LedgerNote]) -> set[int]:
         """Append entries to jobs' duplicate ledgers (rare paths only); the ids written."""
