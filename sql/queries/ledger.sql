@@ -1,4 +1,4 @@
--- The duplicate ledger (migration 0017, ADR 0040): appends on the rare paths
+-- The duplicate ledger (migration 0016, ADR 0037): appends on the rare paths
 -- only (rescue, hand-back, a refused stale write) and the read for operators.
 -- Nothing on the normal claim -> complete path runs any of these.
 

@@ -390,7 +390,7 @@ class JobRow(NamedTuple):
 
     @property
     def ledger(self) -> tuple[LedgerEntry, ...]:
-        """The job's duplicate ledger, oldest first (``drover.ledger``, ADR 0040).
+        """The job's duplicate ledger, oldest first (``drover.ledger``, ADR 0037).
 
         Read by ``Inspector.get_job`` and ``Client.get_job`` only: every
         re-run of an attempt (a rescue, a hand-back) and every stale write the

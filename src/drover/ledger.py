@@ -1,4 +1,4 @@
-"""The duplicate ledger: why a job ran more than once, recorded on the job itself (ADR 0040).
+"""The duplicate ledger: why a job ran more than once, recorded on the job itself (ADR 0037).
 
 Delivery is at-least-once, so a job can run twice. When it does, drover
 writes an entry on the job (``JobRow.ledger``, from ``Inspector.get_job``)
@@ -43,7 +43,7 @@ HANDED_BACK = "handed_back"
 STALE_WRITE = "stale_write"
 LEDGER_EVENTS = (RESCUED, HANDED_BACK, STALE_WRITE)
 LEDGER_MAX_ENTRIES = 50
-"""How many entries a job keeps (migration 0017's ``drover_ledger_push``): the newest."""
+"""How many entries a job keeps (migration 0016's ``drover_ledger_push``): the newest."""
 
 # The states after which a job runs again: a rescue or hand-back to one of
 # these is a re-run of the job.

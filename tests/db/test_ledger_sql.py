@@ -1,4 +1,4 @@
-"""The duplicate ledger's statements (ADR 0040): bounded, off the normal path, never waiting."""
+"""The duplicate ledger's statements (ADR 0037): bounded, off the normal path, never waiting."""
 
 from __future__ import annotations
 

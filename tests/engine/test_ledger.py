@@ -1,4 +1,4 @@
-"""The duplicate ledger (ADR 0040) with real clients and threads: a job run twice says why."""
+"""The duplicate ledger (ADR 0037) with real clients and threads: a job run twice says why."""
 
 from __future__ import annotations
 

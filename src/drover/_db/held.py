@@ -150,7 +150,7 @@ class HeldSession:
             return job_report_progress(conn, reports)
 
     def append_ledger(self, notes: Sequence[LedgerNote]) -> set[int]:
-        """Append entries to jobs' duplicate ledgers (ADR 0040); the ids written."""
+        """Append entries to jobs' duplicate ledgers (ADR 0037); the ids written."""
         with self._held as conn, naming_role(conn):
             return job_ledger_append(conn, notes)
 

@@ -1,4 +1,4 @@
-"""The duplicate ledger's statements: the Python side of ``sql/queries/ledger.sql`` (ADR 0040).
+"""The duplicate ledger's statements: the Python side of ``sql/queries/ledger.sql`` (ADR 0037).
 
 Only the rare paths call ``job_ledger_append`` (a rescue, a hand-back, a
 refused stale write); the normal claim and completion never do. The entries

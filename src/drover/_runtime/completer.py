@@ -47,7 +47,7 @@ class Completer(ThreadService):
     There is no artificial delay: while one batch is being written the next
     one builds up, so batches grow exactly when the database is the
     bottleneck. A refused write (the claim was superseded) is logged per job at
-    WARNING, counted, written in the job's duplicate ledger (ADR 0040: one
+    WARNING, counted, written in the job's duplicate ledger (ADR 0037: one
     more statement, only for a batch with a refusal) and its outcome
     discarded. A failed write is retried with backoff;
     once stopping, after the retries run out the batch is dropped with an
@@ -118,7 +118,7 @@ class Completer(ThreadService):
         try:
             if not outcomes:
                 return []
-            # With a ledger entry per job (ADR 0040): its handler may still be running.
+            # With a ledger entry per job (ADR 0037): its handler may still be running.
             results = self._store.hand_back(outcomes, worker=self._holder)
             for recorded in results:
                 if recorded.result is WriteResult.APPLIED and not recorded.cancelled:

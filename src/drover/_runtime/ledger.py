@@ -1,4 +1,4 @@
-"""Writing the duplicate ledger from the engine's rare paths (ADR 0040).
+"""Writing the duplicate ledger from the engine's rare paths (ADR 0037).
 
 The completer, the heartbeat and the progress writer each learn of a stale
 write of their own; they record it here. An entry is worth less than the

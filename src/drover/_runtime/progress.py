@@ -39,7 +39,7 @@ class ProgressWriter(IntervalService):
 
     A report the fence refused (its claim moved on while the handler kept
     running) is a stale write: counted and written in the job's duplicate
-    ledger (ADR 0040), once per execution.
+    ledger (ADR 0037), once per execution.
     """
 
     name = "progress"

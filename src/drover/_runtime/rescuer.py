@@ -38,7 +38,7 @@ class Rescuer(IntervalService):
     (the statement sees to it, ADR 0030), never to run again.
 
     Each rescue is written in the job's duplicate ledger in the same
-    transaction (ADR 0040): the attempt, the worker that held the lease, this
+    transaction (ADR 0037): the attempt, the worker that held the lease, this
     client, and the state the job moved to. One sent to run again counts in
     ``drover_reruns_total{reason="lease_expired"}``.
     """

@@ -155,7 +155,7 @@ def job_block(row: JobRow, result: Any = None) -> str:
 
 
 def ledger_lines(row: JobRow) -> str:
-    """``drover jobs get``'s lines for a job's duplicate ledger (none: nothing; ADR 0040)."""
+    """``drover jobs get``'s lines for a job's duplicate ledger (none: nothing; ADR 0037)."""
     if not row.ledger:
         return ""
     lines = [f"\nledger ({len(row.ledger)}):"]

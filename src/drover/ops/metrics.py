@@ -36,7 +36,7 @@ SERVICES = (
 )  # fmt: skip
 LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 TICK_OUTCOMES = ("enqueued", "duplicate", "failed")
-# The duplicate ledger's counters (ADR 0040): why a job was sent to run again,
+# The duplicate ledger's counters (ADR 0037): why a job was sent to run again,
 # and which stale writes the fence refused.
 RERUN_REASONS = ("lease_expired", "handed_back")
 STALE_WRITES = ("complete", "fail", "snooze", "cancel", "heartbeat", "progress")
@@ -101,7 +101,7 @@ class Metrics:
     ``drover_periodic_ticks_total{id,outcome}`` and ``drover_periodic_leader``.
     Reliability: ``drover_listener_reconnects_total``,
     ``drover_writes_refused_total{reason}`` (a stale claim's write the fence
-    refused) and ``drover_leases_lost_total``. The duplicate ledger (ADR 0040):
+    refused) and ``drover_leases_lost_total``. The duplicate ledger (ADR 0037):
     ``drover_reruns_total{reason}`` (jobs this client's rescuer or shutdown
     sent to run again) and ``drover_stale_writes_refused_total{reason,write}``
     (this client's writes of claims that had moved on). With async workers, from the

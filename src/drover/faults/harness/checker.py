@@ -572,7 +572,7 @@ class _Checker:
         reference = max(job.attempt, highest[0] if highest else 0)
         keep = next((i for i, e in enumerate(effects) if e.attempt == reference), 0)
         unexplained = []
-        # The attempts the job's own duplicate ledger (ADR 0040) says ran again or were
+        # The attempts the job's own duplicate ledger (ADR 0037) says ran again or were
         # fenced out: the database's account of the duplicate, beside the fault's.
         in_ledger = {entry.get("attempt") for entry in job.ledger}
         for i, e in enumerate(effects):

@@ -107,7 +107,7 @@ class JobFinal:
     workflow_id: int | None = None
     depends_on: tuple[int, ...] = ()
     ledger: list[dict[str, Any]] = field(default_factory=list)
-    """The job's duplicate ledger (ADR 0040): ``{"event", "attempt", "worker", ...}``
+    """The job's duplicate ledger (ADR 0037): ``{"event", "attempt", "worker", ...}``
     entries, oldest first; empty when the snapshot did not record it."""
 
 

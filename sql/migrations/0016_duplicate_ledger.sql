@@ -1,4 +1,4 @@
--- The duplicate ledger (ADR 0040): every re-run of an attempt and every
+-- The duplicate ledger (ADR 0037): every re-run of an attempt and every
 -- stale write the fence refused, recorded on the job itself, so an operator
 -- can answer "did this job run twice, and why" from the job alone.
 --
