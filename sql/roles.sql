@@ -87,6 +87,7 @@ GRANT EXECUTE ON FUNCTION
     {{schema}}.drover_release_dependents(bigint[]),
     {{schema}}.drover_cancel_dependents(bigint[], text[]),
     {{schema}}.drover_cancel_entry(jsonb, integer),
+    {{schema}}.drover_ledger_push(jsonb, jsonb),
     {{schema}}.drover_state_bit({{schema}}.drover_job_state)
     TO {{worker}};
 GRANT EXECUTE ON FUNCTION

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from drover._durations import Duration
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
+from drover.ledger import LedgerEntry
 from drover.limits import Limit, limits_tuple
 from drover.progress import MAX_PROGRESS_MESSAGE, check_progress, check_tags, encode_meta
 from drover.results import DEFAULT_MAX_RESULT_BYTES, decode_result, encode_result
@@ -386,6 +387,18 @@ class JobRow(NamedTuple):
         """True when an insert with ``unique``, ``debounce`` or ``throttle`` found the job
         already there and returned it instead of inserting a new one (see "Uniqueness")."""
         return False
+
+    @property
+    def ledger(self) -> tuple[LedgerEntry, ...]:
+        """The job's duplicate ledger, oldest first (``drover.ledger``, ADR 0037).
+
+        Read by ``Inspector.get_job`` and ``Client.get_job`` only: every
+        re-run of an attempt (a rescue, a hand-back) and every stale write the
+        fence refused, on the database clock. Empty for a job that ran once,
+        and on the rows claims, inserts and listings return (they do not read
+        it).
+        """
+        return ()
 
 
 NO_META = _NO_META

@@ -476,7 +476,7 @@ def test_jobs_get_shows_args_and_errors_with_tracebacks(db_url: str, conn: Conn)
     ]
 
     document = json.loads(ok(cli(db_url, "jobs", "get", str(job_id), "--json")))
-    assert document == {**expected_job(conn, job_id), "result": None}
+    assert document == {**expected_job(conn, job_id), "result": None, "ledger": []}
     assert document["errors"][0]["trace"] == TRACE
 
 

@@ -45,6 +45,7 @@ EXPECTED_COLUMNS = {
     "unique_hash": ("bytea", "YES", None),
     "unique_bucket": ("bigint", "NO", "0"),
     "unique_states": ("smallint", "NO", "0"),
+    "ledger": ("jsonb", "YES", None),
 }
 
 

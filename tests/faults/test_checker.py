@@ -668,3 +668,24 @@ def test_drain_slack_replaces_epsilon_for_drains_only() -> None:
     ]
     with pytest.raises(ValueError, match="drain_slack"):
         dataclasses.replace(PARAMS, drain_slack=-1.0)
+
+
+def test_duplicates_are_cross_checked_against_the_jobs_ledgers() -> None:
+    history = clean()
+    assert check(history).duplicates_in_ledger == 0, "no ledger in the snapshot: none counted"
+    attempts: dict[int, set[int]] = {}
+    for e in history.effects:
+        attempts.setdefault(e.job, set()).add(e.attempt)
+    twice = {job for job, seen in attempts.items() if len(seen) > 1}
+    assert twice, "the clean history has duplicates to explain"
+    jobs = dict(history.jobs)
+    for job in twice:
+        older = sorted(attempts[job])[:-1]
+        jobs[job] = dataclasses.replace(
+            jobs[job], ledger=[{"event": "rescued", "attempt": a} for a in older]
+        )
+    report = check(dataclasses.replace(history, jobs=jobs))
+    assert report.ok, report.summary()
+    assert report.duplicates_in_ledger == report.duplicates_total == 2
+    assert report.to_json()["duplicates_in_ledger"] == 2
+    assert "in the job's ledger 2" in report.summary()

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover._address",
             "drover.context",
             "drover.unique",
+            "drover.ledger",
             "drover.job",
             "drover._records",
             "drover.queues",

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from drover._db import Connection
 from drover._db.claims import job_claim_limited, job_record_outcomes
 from drover._db.errors import naming_role, translate
+from drover._db.ledger import LedgerNote, job_ledger_append
 from drover._db.pool import ConnectionPool, borrow_connection
 from drover._db.progress import ProgressReport, job_report_progress
 from drover._records import Outcome, Recorded
@@ -147,6 +148,11 @@ class HeldSession:
         """Write progress reports, each fenced on its execution; the ids written (ADR 0032)."""
         with self._held as conn, naming_role(conn):
             return job_report_progress(conn, reports)
+
+    def append_ledger(self, notes: Sequence[LedgerNote]) -> set[int]:
+        """Append entries to jobs' duplicate ledgers (ADR 0037); the ids written."""
+        with self._held as conn, naming_role(conn):
+            return job_ledger_append(conn, notes)
 
     def release(self) -> None:
         """Return the connection to the pool, if one is held."""

@@ -34,6 +34,7 @@ from drover._db import (
     graph,
     health,
     insert,
+    ledger,
     limits,
     queues,
     results,
@@ -189,9 +190,9 @@ class Store:
     # --- jobs and queues --------------------------------------------------------------------
 
     def get_job(self, job_id: int) -> JobRow | None:
-        """The job's row now, or ``None``."""
+        """The job's row now with its duplicate ledger (``JobRow.ledger``), or ``None``."""
         with borrow(self._pool, "get job") as conn:
-            return admin.job_get(conn, job_id)
+            return ledger.job_get_with_ledger(conn, job_id)
 
     def list_jobs(
         self,
@@ -442,17 +443,28 @@ class Store:
             return sent, claims.job_extend_leases(conn, held, lease_seconds)
 
     def rescue(
-        self, limit: int, lease_seconds: float, decide: Callable[[JobRow], Outcome]
+        self, limit: int, lease_seconds: float, decide: Callable[[JobRow], Outcome], *, by: str
     ) -> tuple[int, list[Recorded]]:
-        """Re-lease up to ``limit`` expired claims and record ``decide(row)`` for each.
+        """Re-lease up to ``limit`` expired claims, record ``decide(row)`` for each, and
+        note each rescue in its job's duplicate ledger (``by``: the rescuing client).
 
-        Both statements on one connection (and, on a pool that does not
-        autocommit, one transaction). Returns ``(rows found, the writes' results)``.
+        One transaction, so the rescued rows stay locked until their ledger
+        entries are written (a fetcher cannot claim one in between and make
+        the entry skip it). Returns ``(rows found, the writes' results)``.
         """
-        with borrow(self._pool, "rescue expired jobs") as conn:
-            rows = claims.job_claim_expired(conn, limit, lease_seconds)
-            results = claims.job_record_outcomes(conn, [decide(row) for row in rows])
-        return len(rows), results
+        with borrow(self._pool, "rescue expired jobs") as conn, conn.transaction():
+            return ledger.rescue_and_record(conn, limit, lease_seconds, decide, by=by)
+
+    def hand_back(self, outcomes: Sequence[Outcome], *, worker: str) -> list[Recorded]:
+        """Record shutdown's hand-back outcomes and note each in its job's duplicate ledger,
+        in one transaction, as ``rescue``. Returns the writes' results."""
+        with borrow(self._pool, "return jobs to the queue") as conn, conn.transaction():
+            return ledger.hand_back_and_record(conn, outcomes, worker=worker)
+
+    def append_ledger(self, notes: Sequence[ledger.LedgerNote]) -> set[int]:
+        """Append entries to jobs' duplicate ledgers (rare paths only); the ids written."""
+        with borrow(self._pool, "record duplicate ledger entries") as conn:
+            return ledger.job_ledger_append(conn, notes)
 
     def prune(self, state: str, older_than: float, limit: int) -> int | None:
         """Delete up to ``limit`` old ``state`` jobs; ``None`` when another client is pruning."""

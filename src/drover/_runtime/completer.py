@@ -13,11 +13,13 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from drover._db.ledger import LedgerNote, stale_write_note, write_label
 from drover._records import Outcome, Recorded, WriteResult
 from drover._runtime import disposition
 from drover._runtime.cancels import log_cancelled
 from drover._runtime.disposition import Decision
 from drover._runtime.inflight import Claim
+from drover._runtime.ledger import record_notes
 from drover._runtime.progress import ProgressWriter
 from drover._runtime.service import ThreadService
 from drover._runtime.wiring import Wiring
@@ -45,7 +47,9 @@ class Completer(ThreadService):
     There is no artificial delay: while one batch is being written the next
     one builds up, so batches grow exactly when the database is the
     bottleneck. A refused write (the claim was superseded) is logged per job at
-    WARNING and its outcome discarded. A failed write is retried with backoff;
+    WARNING, counted, written in the job's duplicate ledger (ADR 0037: one
+    more statement, only for a batch with a refusal) and its outcome
+    discarded. A failed write is retried with backoff;
     once stopping, after the retries run out the batch is dropped with an
     ERROR and the rows stay ``running`` for the rescuer.
     """
@@ -67,6 +71,9 @@ class Completer(ThreadService):
         self._store = wiring.store
         self._inflight = wiring.inflight
         self._on_refused = wiring.metrics.write_refused
+        self._on_stale = wiring.metrics.stale_write_refused
+        self._on_rerun = wiring.metrics.rerun
+        self._holder = wiring.holder
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._accepting = True
         self._accept_lock = threading.Lock()
@@ -111,7 +118,12 @@ class Completer(ThreadService):
         try:
             if not outcomes:
                 return []
-            return self._store.record_outcomes(outcomes, "return jobs to the queue")
+            # With a ledger entry per job (ADR 0037): its handler may still be running.
+            results = self._store.hand_back(outcomes, worker=self._holder)
+            for recorded in results:
+                if recorded.result is WriteResult.APPLIED and not recorded.cancelled:
+                    self._on_rerun("handed_back")
+            return results
         except DroverError:
             self._log.error(
                 "returning jobs %s to the queue failed; the rescuer will recover them",
@@ -253,9 +265,12 @@ class Completer(ThreadService):
                 self._stopping.wait(_RETRY_DELAYS[attempt])
                 attempt += 1
         applied = []
+        notes: list[LedgerNote] = []
         for recorded in results:
             if recorded.result is not WriteResult.APPLIED:
-                self._report(recorded)
+                note = self._report(recorded)
+                if note is not None:
+                    notes.append(note)
                 continue
             applied.append((recorded.outcome.id, recorded.outcome.attempt))
             if recorded.cancelled:
@@ -264,22 +279,25 @@ class Completer(ThreadService):
                 self._tx_rolled_back(recorded.outcome)
         released = self._inflight.limited_queues(applied) if self._released else None
         self._untrack((o.id, o.attempt) for o in batch)
+        record_notes(self._log, self._session.append_ledger, notes)
         if released and self._released is not None:
             try:
                 self._released(released)
             except Exception:  # a wake-up is an optimisation: the poll still finds the work
                 self._log.warning("waking fetchers after a release failed", exc_info=True)
 
-    def _report(self, recorded: Recorded) -> None:
+    def _report(self, recorded: Recorded) -> LedgerNote | None:
+        """Log and count a refused write; the ledger entry to record for it, if any."""
         outcome = recorded.outcome
         if (
             outcome.settles_tx
             and recorded.current_state == JobState.COMPLETED.value
             and recorded.current_attempt == outcome.attempt
         ):
-            return  # complete_tx's transaction committed: the expected refusal
-        if self._on_refused is not None:
-            self._on_refused(recorded.result.value)
+            return None  # complete_tx's transaction committed: the expected refusal
+        write = write_label(outcome)
+        self._on_refused(recorded.result.value)
+        self._on_stale(recorded.result.value, write)
         self._discarded(
             recorded.outcome,
             f"{recorded.result.value}; it is now {recorded.current_state}, "
@@ -287,6 +305,17 @@ class Completer(ThreadService):
             reason=recorded.result.value,
             current_state=recorded.current_state,
             current_attempt=recorded.current_attempt,
+        )
+        if recorded.current_state is None:
+            return None  # the job is gone: no ledger to write to
+        return stale_write_note(
+            outcome.id,
+            outcome.attempt,
+            worker=self._holder,
+            write=write,
+            refused=recorded.result.value,
+            state=recorded.current_state,
+            state_attempt=recorded.current_attempt,
         )
 
     def _tx_rolled_back(self, outcome: Outcome) -> None:

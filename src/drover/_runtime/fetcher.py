@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import socket
 import threading
 from collections.abc import Callable, Mapping
 
@@ -90,7 +88,7 @@ class Fetcher(ThreadService):
         self._session = wiring.store.held("fetch jobs")
         self._read_parents = wiring.store.parent_results
         # Written into each claimed row for operators (Inspector.lease_holder).
-        self._holder = f"{wiring.client_id} (pid {os.getpid()} on {socket.gethostname()})"
+        self._holder = wiring.holder
         self.claims = 0
         """Claim round trips made (for tests and stats)."""
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import time
 
+from drover._db.ledger import LedgerNote, stale_write_note
 from drover._runtime.cancels import CancelRequest, Cancels
 from drover._runtime.inflight import Claim
+from drover._runtime.ledger import record_notes
 from drover._runtime.service import IntervalService
 from drover._runtime.wiring import Wiring
 from drover.log import JOB, log_job
@@ -30,6 +32,10 @@ class Heartbeat(IntervalService):
     Its answer also carries any operator's request to cancel a renewed job
     (ADR 0030), which it hands to ``cancels``: how a client that does not
     listen for notifications learns of it, within one interval.
+
+    A renewal the database refused because the job moved on is a stale
+    write: it is counted and written in the job's duplicate ledger (ADR
+    0040), once per claim, in one more statement for the beats that find one.
     """
 
     name = "heartbeat"
@@ -42,6 +48,8 @@ class Heartbeat(IntervalService):
         self._inflight = wiring.inflight
         self._lease_seconds = wiring.lease_seconds
         self._on_lease_lost = wiring.metrics.lease_lost
+        self._on_stale = wiring.metrics.stale_write_refused
+        self._holder = wiring.holder
         self._cancels = cancels
 
     def run_once(self) -> int:
@@ -70,13 +78,27 @@ class Heartbeat(IntervalService):
         )
         by_id = {c.row.id: c for c in held}
         renewed = 0
+        stale: list[LedgerNote] = []
         for renewal in renewals:
             claim = by_id[renewal.id]
             if renewal.leased_until is not None:
                 claim.renewed(renewal.leased_until, sent + self._lease_seconds)
                 renewed += 1
-            elif not renewal.current and not claim.settled:
-                self._lose(claim, "the job moved on: rescued, re-claimed or cancelled")
+            elif (
+                not renewal.current
+                and not claim.settled
+                and self._lose(claim, "the job moved on: rescued, re-claimed or cancelled")
+            ):
+                self._on_stale("lease lost", "heartbeat")
+                stale.append(
+                    stale_write_note(
+                        claim.row.id,
+                        claim.row.attempt,
+                        worker=self._holder,
+                        write="heartbeat",
+                        refused="lease lost",
+                    )
+                )
             if renewal.cancel_request is not None and renewal.current and self._cancels:
                 # The fallback when no notification told us (ADR 0030).
                 self._cancels.deliver(
@@ -85,11 +107,13 @@ class Heartbeat(IntervalService):
                     ),
                     "heartbeat",
                 )
+        record_notes(self._log, self._store.append_ledger, stale)
         return renewed
 
-    def _lose(self, claim: Claim, reason: str) -> None:
+    def _lose(self, claim: Claim, reason: str) -> bool:
+        """Mark the claim's lease lost; False when it already was."""
         if not claim.lose(reason):
-            return
+            return False
         self._on_lease_lost()
         log_job(
             self._log,
@@ -101,3 +125,4 @@ class Heartbeat(IntervalService):
             reason,
             reason=reason,
         )
+        return True

@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
+from drover._db.ledger import stale_write_note
 from drover._db.progress import ProgressReport
+from drover._runtime.ledger import record_notes
 from drover._runtime.service import IntervalService
 from drover._runtime.wiring import Wiring
 from drover.progress import ProgressSlot, encode_meta
@@ -14,6 +16,8 @@ __all__ = ["PROGRESS_INTERVAL", "ProgressWriter"]
 
 PROGRESS_INTERVAL = 0.5
 """Seconds between two rounds of the progress writer: the most a report waits."""
+
+_MAX_NOTED = 10_000
 
 Write = Callable[[Sequence[ProgressReport]], set[int]]
 
@@ -32,6 +36,10 @@ class ProgressWriter(IntervalService):
     can never land after a newer one. A failed round is logged and its
     reports are written by the next. It stops before the completer, which
     writes the last reports of the draining jobs.
+
+    A report the fence refused (its claim moved on while the handler kept
+    running) is a stale write: counted and written in the job's duplicate
+    ledger (ADR 0037), once per execution.
     """
 
     name = "progress"
@@ -42,6 +50,11 @@ class ProgressWriter(IntervalService):
         self._store = wiring.store
         self._inflight = wiring.inflight
         self._lock = threading.Lock()
+        self._on_stale = wiring.metrics.stale_write_refused
+        self._holder = wiring.holder
+        # (id, attempt) of the executions whose refused report is already in
+        # their ledger: a handler that keeps reporting is refused every round.
+        self._noted: set[tuple[int, int]] = set()
         self.statements = 0
         """Statements sent so far (for tests: the throttle's effect)."""
 
@@ -52,7 +65,32 @@ class ProgressWriter(IntervalService):
             slot = claim.context._progress
             if slot is not None and not claim.finished and slot.dirty:
                 slots.append(slot)
-        return self.flush(slots, self._store.report_progress) if slots else 0
+        return self.flush(slots, self._write) if slots else 0
+
+    def _write(self, reports: Sequence[ProgressReport]) -> set[int]:
+        written = self._store.report_progress(reports)
+        if len(written) == len(reports):
+            return written
+        notes = []
+        for report in reports:
+            key = (report.id, report.attempt)
+            if report.id in written or key in self._noted:
+                continue
+            if len(self._noted) >= _MAX_NOTED:
+                self._noted.clear()  # a bound, not a cache: at worst a second entry
+            self._noted.add(key)
+            self._on_stale("lease lost", "progress")
+            notes.append(
+                stale_write_note(
+                    report.id,
+                    report.attempt,
+                    worker=self._holder,
+                    write="progress",
+                    refused="lease lost",
+                )
+            )
+        record_notes(self._log, self._store.append_ledger, notes)
+        return written
 
     def flush(self, slots: Iterable[ProgressSlot], write: Write) -> int:
         """Write the changed reports of ``slots`` with ``write``; the number of rows written.

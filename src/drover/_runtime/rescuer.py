@@ -10,13 +10,16 @@ from drover._runtime.cancels import log_cancelled as _log_cancelled
 from drover._runtime.disposition import Decision, Note
 from drover._runtime.service import IntervalService
 from drover._runtime.wiring import Wiring
-from drover.job import JobRow
+from drover.job import JobRow, JobState
 from drover.log import JOB
 
 __all__ = ["Rescuer"]
 
 BATCH = 100
 MAX_ROUNDS = 10
+
+# A rescue to one of these sends the job to run again.
+RERUN_STATES = frozenset({JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE})
 
 _EXPIRED = Note(logging.WARNING, "job_lease_expired", JOB + " lease expired, worker presumed dead")
 
@@ -33,6 +36,11 @@ class Rescuer(IntervalService):
     connection. Recovery after a crash takes about lease + rescue interval.
     A rescued job an operator asked to cancel while it ran ends ``cancelled``
     (the statement sees to it, ADR 0030), never to run again.
+
+    Each rescue is written in the job's duplicate ledger in the same
+    transaction (ADR 0037): the attempt, the worker that held the lease, this
+    client, and the state the job moved to. One sent to run again counts in
+    ``drover_reruns_total{reason="lease_expired"}``.
     """
 
     name = "rescuer"
@@ -44,6 +52,8 @@ class Rescuer(IntervalService):
         self._store = wiring.store
         self._lease_seconds = wiring.lease_seconds
         self._policy = wiring.config.retry_policy
+        self._holder = wiring.holder
+        self._on_rerun = wiring.metrics.rerun
 
     def _decide(self, row: JobRow) -> Outcome:
         decision = disposition.failed(
@@ -57,11 +67,15 @@ class Rescuer(IntervalService):
         """Sweep once; return how many jobs were moved on."""
         moved = 0
         for _ in range(MAX_ROUNDS):
-            found, results = self._store.rescue(BATCH, self._lease_seconds, self._decide)
+            found, results = self._store.rescue(
+                BATCH, self._lease_seconds, self._decide, by=self._holder
+            )
             for recorded in results:
                 if recorded.result is not WriteResult.APPLIED:
                     continue
                 moved += 1
+                if not recorded.cancelled and recorded.outcome.state in RERUN_STATES:
+                    self._on_rerun("lease_expired")
                 if recorded.cancelled:
                     _log_cancelled(self._log, recorded.outcome.id, recorded.outcome.attempt)
             if found < BATCH:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from dataclasses import dataclass
 
 from drover._db.store import Store
@@ -31,6 +33,12 @@ class Wiring:
     @property
     def log(self) -> logging.Logger:
         return self.config.logger
+
+    @property
+    def holder(self) -> str:
+        """``"<client id> (pid <pid> on <host>)"``: how claims (``leased_by``) and the
+        duplicate ledger name this client. Read at the call, so a forked process names itself."""
+        return f"{self.client_id} (pid {os.getpid()} on {socket.gethostname()})"
 
     @property
     def lease_seconds(self) -> float:

@@ -204,7 +204,8 @@ def _tags_option(given: list[str] | None) -> list[str] | None:
 
 @jobs_app.command("get")
 def jobs_get_command(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
-    """One job, with its args, its errors (tracebacks as text) and its result."""
+    """One job, with its args, its errors (tracebacks as text), its result and its duplicate
+    ledger (every re-run and refused stale write)."""
     g = get_globals(ctx)
     checked = parse_job_id(job_id)
     with open_inspector(g) as inspector:
@@ -217,8 +218,13 @@ def jobs_get_command(ctx: typer.Context, job_id: str = typer.Argument(..., metav
             fail(str(exc))
     emit(
         g,
-        out.job_block(row, result) + out.identity_lines(identity),
-        {**out.job_dict(row), "result": result, **out.identity_dict(identity)},
+        out.job_block(row, result) + out.identity_lines(identity) + out.ledger_lines(row),
+        {
+            **out.job_dict(row),
+            "result": result,
+            **out.identity_dict(identity),
+            "ledger": out.ledger_list(row),
+        },
     )
 
 

@@ -154,6 +154,21 @@ def job_block(row: JobRow, result: Any = None) -> str:
     return "\n".join(lines)
 
 
+def ledger_lines(row: JobRow) -> str:
+    """``drover jobs get``'s lines for a job's duplicate ledger (none: nothing; ADR 0037)."""
+    if not row.ledger:
+        return ""
+    lines = [f"\nledger ({len(row.ledger)}):"]
+    for entry in row.ledger:
+        lines.append(f"  {timestamp(entry.at)}  {entry.describe()}")
+    return "\n".join(lines)
+
+
+def ledger_list(row: JobRow) -> list[dict[str, Any]]:
+    """A job's duplicate ledger for ``--json``: one dict per entry, oldest first."""
+    return [entry.as_dict() for entry in row.ledger]
+
+
 def identity_lines(identity: UniqueIdentity | None) -> str:
     """``drover jobs get``'s lines for a job's unique identity (none: nothing)."""
     if identity is None:

@@ -17,7 +17,15 @@ from drover.job import JobRow
 from drover.middleware import AsyncHandler, Handler
 from drover.ops.executions import Executions
 
-__all__ = ["DURATION_BUCKETS", "PUBLISHED_STATES", "SERVICES", "TICK_OUTCOMES", "Metrics"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "PUBLISHED_STATES",
+    "RERUN_REASONS",
+    "SERVICES",
+    "STALE_WRITES",
+    "TICK_OUTCOMES",
+    "Metrics",
+]
 
 DURATION_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
@@ -29,6 +37,11 @@ SERVICES = (
 )  # fmt: skip
 LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 TICK_OUTCOMES = ("enqueued", "duplicate", "failed")
+# The duplicate ledger's counters (ADR 0037): why a job was sent to run again,
+# and which stale writes the fence refused.
+RERUN_REASONS = ("lease_expired", "handed_back")
+STALE_WRITES = ("complete", "fail", "snooze", "cancel", "heartbeat", "progress")
+REFUSALS = ("not running", "lease lost", "not found")
 
 
 class _QueueGauges(Collector):
@@ -89,7 +102,10 @@ class Metrics:
     ``drover_periodic_ticks_total{id,outcome}`` and ``drover_periodic_leader``.
     Reliability: ``drover_listener_reconnects_total``,
     ``drover_writes_refused_total{reason}`` (a stale claim's write the fence
-    refused) and ``drover_leases_lost_total``. With async workers, from the
+    refused) and ``drover_leases_lost_total``. The duplicate ledger (ADR 0037):
+    ``drover_reruns_total{reason}`` (jobs this client's rescuer or shutdown
+    sent to run again) and ``drover_stale_writes_refused_total{reason,write}``
+    (this client's writes of claims that had moved on). With async workers, from the
     loop watch: ``drover_event_loop_lag_seconds``. From the health probe
     (the queue doctor, every ``Config.health_interval``):
     ``drover_health_findings{code}`` (findings of each code, 0 for every code
@@ -175,6 +191,21 @@ class Metrics:
                 "Unix time of the last successful queue-doctor examination (0 before the first).",
                 registry=registry,
             )
+            self._reruns = Counter(
+                "drover_reruns",
+                "Jobs sent to run again while an attempt may still have been running: "
+                "rescued after their lease expired (by this client's rescuer) or handed back "
+                "at this client's shutdown. Each is an entry in the job's ledger.",
+                ["reason"],
+                registry=registry,
+            )
+            self._stale = Counter(
+                "drover_stale_writes_refused",
+                "This client's writes for a claim that had moved on, refused by the fence, by "
+                "why (reason) and what was written (write). Each is an entry in the job's ledger.",
+                ["reason", "write"],
+                registry=registry,
+            )
             self._queues = _QueueGauges(queues)
             registry.register(self._queues)
         except ValueError as exc:
@@ -185,8 +216,12 @@ class Metrics:
         concurrency_gauge.set(concurrency)
         for service in SERVICES:
             self._deaths.labels(service)
-        for reason in ("not running", "lease lost", "not found"):
+        for reason in REFUSALS:
             self._refused.labels(reason)
+            for write in STALE_WRITES:
+                self._stale.labels(reason, write)
+        for reason in RERUN_REASONS:
+            self._reruns.labels(reason)
         for via in ("notification", "heartbeat"):
             self._cancels.labels(via)
         for code in CODES:
@@ -225,6 +260,14 @@ class Metrics:
     def write_refused(self, reason: str) -> None:
         """Count one fenced write refused (``reason``: not running, lease lost, not found)."""
         self._refused.labels(reason).inc()
+
+    def rerun(self, reason: str) -> None:
+        """Count one job sent to run again (``reason``: lease_expired or handed_back)."""
+        self._reruns.labels(reason).inc()
+
+    def stale_write_refused(self, reason: str, write: str) -> None:
+        """Count one stale write refused (``reason``: why; ``write``: what it tried)."""
+        self._stale.labels(reason, write).inc()
 
     def lease_lost(self) -> None:
         """Count one running job whose lease was lost."""

@@ -150,6 +150,7 @@ class Report:
     duplicates_unattributed: int = 0
     duplicates_by_fault: dict[str, int] = field(default_factory=dict)
     duplicates_in_tx: int = 0
+    duplicates_in_ledger: int = 0
     recovery_samples: int = 0
     recovery_worst: float | None = None
     recovery_p99: float | None = None
@@ -194,6 +195,7 @@ class Report:
             "duplicates_unattributed": self.duplicates_unattributed,
             "duplicates_by_fault": dict(self.duplicates_by_fault),
             "duplicates_in_tx": self.duplicates_in_tx,
+            "duplicates_in_ledger": self.duplicates_in_ledger,
             "recovery_samples": self.recovery_samples,
             "recovery_worst": _micro(self.recovery_worst),
             "recovery_p99": _micro(self.recovery_p99),
@@ -214,6 +216,7 @@ class Report:
         if self.duplicates_by_fault:
             duplicates += f" ({_counts(self.duplicates_by_fault)})"
         duplicates += f", unattributed {self.duplicates_unattributed}"
+        duplicates += f"; in the job's ledger {self.duplicates_in_ledger}"
         if self.duplicates_in_tx:
             duplicates += f"; jobs with more than one effect in tx mode {self.duplicates_in_tx}"
         recovery = (
@@ -569,10 +572,15 @@ class _Checker:
         reference = max(job.attempt, highest[0] if highest else 0)
         keep = next((i for i, e in enumerate(effects) if e.attempt == reference), 0)
         unexplained = []
+        # The attempts the job's own duplicate ledger (ADR 0037) says ran again or were
+        # fenced out: the database's account of the duplicate, beside the fault's.
+        in_ledger = {entry.get("attempt") for entry in job.ledger}
         for i, e in enumerate(effects):
             if i == keep:
                 continue
             r.duplicates_total += 1
+            if e.attempt in in_ledger:
+                r.duplicates_in_ledger += 1
             fault = self._explaining_fault(e)
             if fault is None:
                 r.duplicates_unattributed += 1

@@ -106,6 +106,9 @@ class JobFinal:
     args: dict[str, Any] = field(default_factory=dict)
     workflow_id: int | None = None
     depends_on: tuple[int, ...] = ()
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    """The job's duplicate ledger (ADR 0037): ``{"event", "attempt", "worker", ...}``
+    entries, oldest first; empty when the snapshot did not record it."""
 
 
 @dataclass(frozen=True)
@@ -393,6 +396,7 @@ def load_history(directory: Path, params: Params | None = None) -> History:
                     args=f.get_object("args"),
                     workflow_id=f.get_opt_int("workflow_id"),
                     depends_on=f.get_ints("depends_on"),
+                    ledger=f.get_errors("ledger"),
                 )
                 if job.id in jobs:
                     raise ValueError(f"{where}: job {job.id} recorded twice")

@@ -363,13 +363,14 @@ def _snapshot(dsn: str, history_dir: Path) -> None:
         for row in conn.execute(
             "SELECT id, args->>'workload', state::text, attempt, max_attempts,"
             " extract(epoch FROM finalized_at)::float8, errors, kind, queue, args, workflow_id,"
-            " ARRAY(SELECT e.depends_on FROM drover_job_deps e WHERE e.job_id = j.id ORDER BY 1)"
-            " FROM drover_jobs j ORDER BY id"
+            " ARRAY(SELECT e.depends_on FROM drover_job_deps e WHERE e.job_id = j.id ORDER BY 1),"
+            " ledger FROM drover_jobs j ORDER BY id"
         ):
             out.write(
                 ev="job", id=row[0], workload=row[1], state=row[2], attempt=row[3],
                 max_attempts=row[4], finalized_at=row[5], errors=row[6], kind=row[7],
                 queue=row[8], args=row[9], workflow_id=row[10], depends_on=row[11],
+                ledger=row[12],
             )  # fmt: skip
         for row in conn.execute(
             "SELECT job_id, attempt, pid, t_start, t_end, db_at, tx FROM fault_effects"

@@ -1,0 +1,190 @@
+"""The duplicate ledger's statements: the Python side of ``sql/queries/ledger.sql`` (ADR 0037).
+
+Only the rare paths call ``job_ledger_append`` (a rescue, a hand-back, a
+refused stale write); the normal claim and completion never do. The entries
+are built here from what the caller knows, so every writer spells them alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from psycopg.rows import tuple_row
+
+from drover._db import Connection
+from drover._db.claims import job_claim_expired, job_record_outcomes
+from drover._db.errors import translate
+from drover._db.queries import query
+from drover._db.rows import row_from_db
+from drover._records import Outcome, Recorded, WriteResult
+from drover.job import JobRow, JobState
+from drover.ledger import HANDED_BACK, RESCUED, STALE_WRITE, LedgerEntry, parse_ledger
+
+__all__ = [
+    "LedgerNote",
+    "LedgeredRow",
+    "hand_back_and_record",
+    "handed_back_note",
+    "job_get_with_ledger",
+    "job_ledger_append",
+    "rescue_and_record",
+    "rescued_note",
+    "stale_write_note",
+    "write_label",
+]
+
+
+class LedgeredRow(JobRow):
+    """A ``JobRow`` read with its ledger (``Inspector.get_job``).
+
+    Equal to a ``JobRow`` with the same fields: the ledger is not a field
+    (claims and listings never read it), it rides in the instance's
+    dictionary, so ``_replace`` gives a row without it.
+    """
+
+    # No __slots__: a tuple subclass cannot have non-empty slots, and the
+    # ledger needs somewhere to live.
+
+    @property
+    def ledger(self) -> tuple[LedgerEntry, ...]:
+        """The job's duplicate ledger, oldest first, as read with the row."""
+        found: tuple[LedgerEntry, ...] = self.__dict__.get("_ledger", ())
+        return found
+
+
+class LedgerNote(NamedTuple):
+    """One entry to append to one job's ledger (the database adds ``at``)."""
+
+    job_id: int
+    entry: dict[str, Any]
+
+
+def write_label(outcome: Outcome) -> str:
+    """What a refused outcome tried to write: complete, fail, snooze or cancel."""
+    if outcome.refund_attempt:
+        return "snooze"
+    if outcome.state is JobState.COMPLETED:
+        return "complete"
+    if outcome.state is JobState.CANCELLED:
+        return "cancel"
+    return "fail"
+
+
+def rescued_note(row: JobRow, *, by: str, to: str) -> LedgerNote:
+    """A rescue of ``row``'s attempt (its lease holder is still ``leased_by``)."""
+    return LedgerNote(row.id, {"event": RESCUED, "attempt": row.attempt, "by": by, "to": to})
+
+
+def handed_back_note(job_id: int, attempt: int, *, worker: str, to: str) -> LedgerNote:
+    """An attempt returned to the queue at shutdown while its handler still ran."""
+    return LedgerNote(
+        job_id, {"event": HANDED_BACK, "attempt": attempt, "worker": worker, "to": to}
+    )
+
+
+def stale_write_note(
+    job_id: int,
+    attempt: int,
+    *,
+    worker: str,
+    write: str,
+    refused: str,
+    state: str | None = None,
+    state_attempt: int | None = None,
+) -> LedgerNote:
+    """A write of a claim that moved on, refused by the fence."""
+    entry: dict[str, Any] = {
+        "event": STALE_WRITE,
+        "attempt": attempt,
+        "worker": worker,
+        "write": write,
+        "refused": refused,
+    }
+    if state is not None:
+        entry["state"] = state
+    if state_attempt is not None:
+        entry["state_attempt"] = state_attempt
+    return LedgerNote(job_id, entry)
+
+
+def job_ledger_append(conn: Connection, notes: Sequence[LedgerNote]) -> set[int]:
+    """Append every note to its job's ledger in one statement; the ids written.
+
+    A job that no longer exists, or whose row another transaction holds
+    locked, is not written (see ``job_ledger_append`` in ledger.sql).
+    A rescue entry's worker is the row's ``leased_by``, read by the statement.
+    """
+    if not notes:
+        return set()
+    grouped: dict[int, list[dict[str, Any]]] = {}
+    for note in notes:
+        grouped.setdefault(note.job_id, []).append(note.entry)
+    with (
+        translate(f"record {len(notes)} duplicate ledger entries"),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        cur.execute(
+            query("job_ledger_append"),
+            {
+                "ids": list(grouped),
+                "entries": [json.dumps(entries) for entries in grouped.values()],
+            },
+        )
+        return {id_ for (id_,) in cur.fetchall()}
+
+
+def job_get_with_ledger(conn: Connection, job_id: int) -> LedgeredRow | None:
+    """The job with ``job_id`` and its ledger, or ``None``."""
+    with translate(f"get job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_get_with_ledger"), {"id": job_id})
+        found = cur.fetchone()
+    if found is None:
+        return None
+    row = LedgeredRow._make(row_from_db(found[:-1]))
+    row.__dict__["_ledger"] = parse_ledger(found[-1])
+    return row
+
+
+def _moved_to(recorded: Recorded) -> str:
+    return "cancelled" if recorded.cancelled else recorded.outcome.state.value
+
+
+def rescue_and_record(
+    conn: Connection,
+    limit: int,
+    lease_seconds: float,
+    decide: Callable[[JobRow], Outcome],
+    *,
+    by: str,
+) -> tuple[int, list[Recorded]]:
+    """The rescue's statements (claim the expired, record, ledger) on ``conn``, in the
+    caller's transaction; ``(rows found, the writes' results)``."""
+    rows = job_claim_expired(conn, limit, lease_seconds)
+    if not rows:
+        return 0, []
+    results = job_record_outcomes(conn, [decide(row) for row in rows])
+    by_id = {row.id: row for row in rows}
+    applied = [r for r in results if r.result is WriteResult.APPLIED]
+    job_ledger_append(
+        conn, [rescued_note(by_id[r.outcome.id], by=by, to=_moved_to(r)) for r in applied]
+    )
+    return len(rows), results
+
+
+def hand_back_and_record(
+    conn: Connection, outcomes: Sequence[Outcome], *, worker: str
+) -> list[Recorded]:
+    """Shutdown's hand-back outcomes and their ledger entries on ``conn``, in the caller's
+    transaction; the writes' results."""
+    results = job_record_outcomes(conn, outcomes)
+    applied = [r for r in results if r.result is WriteResult.APPLIED]
+    job_ledger_append(
+        conn,
+        [
+            handed_back_note(r.outcome.id, r.outcome.attempt, worker=worker, to=_moved_to(r))
+            for r in applied
+        ],
+    )
+    return results
