@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,22 @@ def _migrations_at(commit: str) -> tuple[str, ...]:
     return tuple(sorted(n for n in out.split() if n.endswith(".sql")))
 
 
+def _candidates() -> Iterator[str]:
+    """HEAD, then the parent of each first-parent commit that changed sql/migrations, newest first.
+
+    HEAD first: a migration being written, not yet committed, upgrades from HEAD.
+    Between two commits that changed sql/migrations (a merge compared with its
+    first parent) the files do not change, so each one's parent is the last
+    state before that change.
+    """
+    yield _git("rev-parse", "HEAD").strip()
+    for change in _git("rev-list", "--first-parent", "HEAD", "--", MIGRATIONS).split():
+        try:
+            yield _git("rev-parse", "--verify", "--quiet", f"{change}^1").strip()
+        except NoHistory:
+            return  # the root commit, or a shallow clone's boundary
+
+
 def find_previous_release() -> PreviousRelease:
     """The previous release's commit (see the module docstring).
 
@@ -79,18 +96,10 @@ def find_previous_release() -> PreviousRelease:
     if not (ROOT / ".git").exists():
         raise NoHistory(f"{ROOT} is not a git checkout (installed from an sdist?)")
     current = tuple(sorted(p.name for p in (ROOT / MIGRATIONS).glob("*.sql")))
-    # Only the commits that changed sql/migrations (a merge compared with its
-    # first parent): between two of them the set of files does not change, so
-    # the parent of each is the last state before that change.
-    changes = _git("rev-list", "--first-parent", "HEAD", "--", MIGRATIONS).split()
-    for change in changes:
-        try:
-            parent = _git("rev-parse", "--verify", "--quiet", f"{change}^1").strip()
-        except NoHistory:
-            break  # the root commit, or a shallow clone's boundary
-        before = _migrations_at(parent)
+    for candidate in _candidates():
+        before = _migrations_at(candidate)
         if before and len(before) < len(current) and current[: len(before)] == before:
-            return PreviousRelease(parent, before, current)
+            return PreviousRelease(candidate, before, current)
     shallow = _git("rev-parse", "--is-shallow-repository").strip() == "true"
     why = "the clone is shallow" if shallow else "no such commit in the history"
     raise NoHistory(

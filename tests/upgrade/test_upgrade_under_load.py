@@ -106,6 +106,7 @@ class Fleet:
         self._url = url
         self._tmp = tmp
         self.procs: dict[str, subprocess.Popen[str]] = {}
+        self._stopped: set[str] = set()
 
     def spawn(self, name: str, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
         with (self._tmp / f"{name}.stderr").open("w") as err:
@@ -131,11 +132,19 @@ class Fleet:
     def stop(self, name: str) -> str:
         """SIGTERM one process; it must exit 0 with nothing on stderr. Returns its stdout."""
         proc = self.procs[name]
+        self._stopped.add(name)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=SAFETY)
         assert proc.returncode == 0, self.diagnostics()
         assert self.stderr(name) == "", f"{name} logged:\n{self.stderr(name)}"
         return out
+
+    def trouble(self) -> str | None:
+        """What went wrong so far: a process that logged or exited on its own, else None."""
+        for name, proc in self.procs.items():
+            if self.stderr(name) or (proc.poll() is not None and name not in self._stopped):
+                return f"{name} exited with {proc.poll()} or logged:\n{self.diagnostics()}"
+        return None
 
     def __enter__(self) -> Fleet:
         return self
@@ -148,22 +157,32 @@ class Fleet:
                 proc.communicate(timeout=SAFETY)
 
 
-def _wait(conn: Conn, sql: str, params: tuple[object, ...], want: int, what: str) -> None:
+def _wait(
+    conn: Conn,
+    sql: str,
+    params: tuple[object, ...],
+    want: int,
+    what: str,
+    fleet: Fleet | None = None,
+) -> None:
+    """Until ``sql`` counts ``want``; fails at once if a process of ``fleet`` logs or dies."""
     deadline = time.monotonic() + SAFETY
     while True:
         row = conn.execute(sql, params).fetchone()
         got = int(row[0]) if row is not None and row[0] is not None else 0
         if got >= want:
             return
+        trouble = fleet.trouble() if fleet is not None else None
+        if trouble is not None:
+            pytest.fail(f"{what}: {got} of {want}; {trouble}")
         if time.monotonic() >= deadline:
             pytest.fail(f"{what}: {got} of {want} within {SAFETY}s")
         time.sleep(0.05)
 
 
-def _ready(conn: Conn, name: str) -> None:
-    _wait(
-        conn, "SELECT count(*) FROM upgrade_ready WHERE release = %s", (name,), 1, f"{name} ready"
-    )
+def _ready(conn: Conn, name: str, fleet: Fleet) -> None:
+    sql = "SELECT count(*) FROM upgrade_ready WHERE release = %s"
+    _wait(conn, sql, (name,), 1, f"{name} ready", fleet)
 
 
 def _now(conn: Conn) -> object:
@@ -192,9 +211,10 @@ def test_old_workers_drain_while_current_migrate_runs(
             for name in ("old-1", "old-2"):
                 fleet.worker(name, previous.env())
             for name in ("old-1", "old-2"):
-                _ready(conn, name)
+                _ready(conn, name, fleet)
             fleet.spawn("old-producer", previous.env(), "produce", url, "--rate", "200")
-            _wait(conn, "SELECT count(*) FROM upgrade_log", (), 100, "jobs run before migrating")
+            sql = "SELECT count(*) FROM upgrade_log"
+            _wait(conn, sql, (), 100, "jobs run before migrating", fleet)
 
             # Today's `drover migrate`, on the database the old fleet is using.
             started = _now(conn)
@@ -215,13 +235,14 @@ def test_old_workers_drain_while_current_migrate_runs(
             # The old workers keep going on the new schema, and an old worker
             # started now (a restart, a scale-up) starts on it.
             fleet.worker("old-3", previous.env())
-            _ready(conn, "old-3")
+            _ready(conn, "old-3", fleet)
             _wait(
                 conn,
                 "SELECT count(*) FROM upgrade_log WHERE at > %s AND release LIKE 'old-%%'",
                 (ended,),
                 200,
                 "jobs the old workers ran after the migration",
+                fleet,
             )
             _wait(
                 conn,
@@ -229,14 +250,17 @@ def test_old_workers_drain_while_current_migrate_runs(
                 (),
                 10,
                 "jobs the old worker started after the migration ran",
+                fleet,
             )
-            produced = int(fleet.stop("old-producer").split()[-1])
+            out = fleet.stop("old-producer")
+            assert str(previous.src) in out  # it ran the previous release
+            produced = int(out.split()[-1])
 
             # Roll the workers: the old ones drain and exit, a current one takes over.
             for name in ("old-1", "old-2", "old-3"):
-                fleet.stop(name)
+                assert str(previous.src) in fleet.stop(name)
             fleet.worker("current", current_env())
-            _ready(conn, "current")
+            _ready(conn, "current", fleet)
             client = drover.Client(url)
             try:
                 client.insert_many([Plain(n=i) for i in range(200)])
@@ -249,12 +273,12 @@ def test_old_workers_drain_while_current_migrate_runs(
                 (),
                 produced + 200,
                 "jobs completed",
+                fleet,
             )
-            fleet.stop("current")
+            assert str(previous.src) not in fleet.stop("current")
 
         states = conn.execute(
-            "SELECT state::text, count(*) FROM drover_jobs WHERE kind <> 'backlog' "
-            "GROUP BY 1"
+            "SELECT state::text, count(*) FROM drover_jobs WHERE kind <> 'backlog' GROUP BY 1"
         ).fetchall()
         assert dict(states) == {"completed": produced + 200}
         # Exactly once: one execution per job, or a re-run the job's own errors
@@ -329,7 +353,7 @@ def test_previous_release_worker_starts_on_the_current_schema(
     create_side_tables(db_url)
     with psycopg.connect(db_url, autocommit=True) as conn, Fleet(db_url, tmp_path) as fleet:
         fleet.worker("old", previous.env())
-        _ready(conn, "old")
+        _ready(conn, "old", fleet)
         client = drover.Client(db_url)
         try:
             job = client.insert(Plain(n=1))
