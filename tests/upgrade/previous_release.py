@@ -7,11 +7,11 @@ today's ``drover migrate`` can bring forward by applying only newer files.
 
 Why not "the parent of the commit that added the newest migration file": the
 lead renumbers migrations at merge, so files arrive by rename (0014 and 0015
-were renamed, not added) and out of numeric order (0012 landed after 0015);
-the parent of such a commit can hold a set of migrations that is not a prefix
-of today's (0001-0011, 0013 and a 0015 that is today's 0014), which no real
-database was ever upgraded from. The prefix rule picks the right commit in both
-cases, and picks up new migrations (0016, ...) added later with no change here.
+have no adding commit) and out of numeric order (0012 was added, on a side
+branch, after 0015). On the main line the parent of 0015's merge holds
+0001-0011, 0013 and a 0015 that is today's 0014, a set no database was ever
+upgraded from. The prefix rule picks a commit today's files extend, and
+follows new migrations (0016, ...) with no change here.
 """
 
 from __future__ import annotations
