@@ -63,7 +63,10 @@ def _git(*args: str) -> str:
 
 
 def _migrations_at(commit: str) -> tuple[str, ...]:
-    out = _git("ls-tree", "--name-only", f"{commit}:{MIGRATIONS}")
+    try:
+        out = _git("ls-tree", "--name-only", f"{commit}:{MIGRATIONS}")
+    except NoHistory:
+        return ()  # a commit from before sql/migrations existed
     return tuple(sorted(n for n in out.split() if n.endswith(".sql")))
 
 
