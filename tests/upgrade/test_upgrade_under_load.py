@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import previous_release
 import psycopg
 import pytest
 from jobdb import Conn
@@ -377,3 +378,28 @@ def test_previous_release_worker_starts_on_the_current_schema(
         )
         out = fleet.stop("old")
     assert str(previous.src) in out
+
+
+def test_without_a_git_checkout_the_previous_release_is_not_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An installed sdist: sql/migrations without .git around it.
+    (tmp_path / "sql" / "migrations").mkdir(parents=True)
+    monkeypatch.setattr(previous_release, "ROOT", tmp_path)
+    with pytest.raises(NoHistory, match="not a git checkout"):
+        find_previous_release()
+
+
+def test_a_shallow_clone_says_it_is_shallow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--depth", "1", f"file://{previous_release.ROOT}", str(clone)],
+        check=True,
+        capture_output=True,
+        timeout=SAFETY,
+    )
+    monkeypatch.setattr(previous_release, "ROOT", clone)
+    with pytest.raises(NoHistory, match="shallow"):
+        find_previous_release()
