@@ -1,4 +1,4 @@
-"""Claims of the migration audit in docs/upgrading.md that are checked on today's schema (ADR 0041).
+"""Claims of the migration audit in docs/upgrading.md that are checked on today's schema (ADR 0038).
 
 0011 replaced the unique-key index (``drover_jobs_unique_active_idx``) with a
 ``_v2`` whose predicate also holds ``pending``. The release before 0011 names

@@ -1,4 +1,4 @@
-"""The migration policy, checked on the text of sql/migrations (ADR 0041, docs/upgrading.md).
+"""The migration policy, checked on the text of sql/migrations (ADR 0038, docs/upgrading.md).
 
 A release's migrations must keep the previous release's code working: it runs
 against the migrated schema until its workers are rolled. So a migration may

@@ -1,6 +1,6 @@
 """Upgrades under load: the previous release's workers keep working while ``drover migrate`` runs.
 
-The policy (ADR 0041, docs/upgrading.md): a release's migrations keep the
+The policy (ADR 0038, docs/upgrading.md): a release's migrations keep the
 previous release's code working, so an upgrade is "migrate while the old
 workers run, then roll the workers". These tests hold the shipped migrations
 to it with the previous release itself: its ``src`` and ``sql`` taken from git
