@@ -8,13 +8,16 @@ that lands while they run lands after their effect:
 - ``sample_append`` is not: a plain ``INSERT`` per run, so a re-run repeats it.
 
 ``sample_flaky`` fails its first attempt (a ValueError the report counts as
-raised) and has no effect check; ``sample_unsampled`` gets no args at all.
+raised) and has no effect check; ``sample_async`` is an ``async def``
+handler; ``sample_unsampled`` gets no args at all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+from typing import Any
 
 import psycopg
 
@@ -42,6 +45,10 @@ class Flaky(drover.JobArgs, kind="sample_flaky"):
     n: int
 
 
+class Pause(drover.JobArgs, kind="sample_async"):
+    n: int
+
+
 class Unsampled(drover.JobArgs, kind="sample_unsampled"):
     n: int
 
@@ -49,7 +56,7 @@ class Unsampled(drover.JobArgs, kind="sample_unsampled"):
 workers = drover.Workers()
 
 
-def _effects_db() -> psycopg.Connection[tuple[object, ...]]:
+def _effects_db() -> psycopg.Connection[tuple[Any, ...]]:
     # Read when a handler runs: the variable is set for the worker processes.
     return psycopg.connect(os.environ["DROVER_FAULTS_DATABASE_URL"], autocommit=True)
 
@@ -77,6 +84,12 @@ def flaky(job: drover.Job[Flaky]) -> None:
 
 
 @workers.register
+async def pause(job: drover.Job[Pause]) -> None:
+    """An async handler: the run records it through the middleware's async form."""
+    await asyncio.sleep(0.01)
+
+
+@workers.register
 def unsampled(job: drover.Job[Unsampled]) -> None:
     """Never inserted: the report lists the kind as not sampled."""
 
@@ -87,10 +100,11 @@ def setup(database_url: str) -> None:
         conn.execute(DDL.encode())
 
 
-_SAMPLED: dict[str, type[Upsert | Append | Flaky]] = {
+_SAMPLED: dict[str, type[Upsert | Append | Flaky | Pause]] = {
     "sample_upsert": Upsert,
     "sample_append": Append,
     "sample_flaky": Flaky,
+    "sample_async": Pause,
 }
 
 _COUNTS = {
@@ -110,6 +124,15 @@ def effects(job: SampledJob) -> int:
     with _effects_db() as conn:
         row = conn.execute(_COUNTS[job.kind].encode(), (job.id,)).fetchone()
     return int(row[0]) if row else 0
+
+
+BAD_ARGS = {"sample_upsert": 3}
+"""Not an args source: a kind mapped to neither a callable nor a list."""
+
+
+def broken_args(kind: str, rng: random.Random) -> drover.JobArgs:
+    """An args factory with a bug."""
+    raise KeyError(kind)
 
 
 EFFECTS = {"sample_upsert": effects, "sample_append": effects}

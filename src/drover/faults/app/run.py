@@ -258,6 +258,24 @@ def _effect_counts(
     return out
 
 
+def _call_user(
+    scenario: AppScenario, dsn: str, rng: random.Random
+) -> dict[str, list[drover.JobArgs]]:
+    """Run the user's setup, then their args factory (unless the args were sampled already)."""
+    what = "--setup"
+    try:
+        if scenario.setup is not None:
+            scenario.setup(dsn)
+        if scenario.sampled is not None:
+            return scenario.sampled
+        what = "--args"
+        return sample_args(scenario.args, scenario.workers, scenario.per_kind, rng)
+    except drover.InvalidArgument:
+        raise
+    except Exception as exc:  # the user's own code: say whose, in one line
+        raise AppRunFailed(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+
 def run_app(scenario: AppScenario) -> AppReport:
     """Run ``scenario`` end to end (a minute or two by default) and return its report.
 
@@ -283,9 +301,6 @@ def run_app(scenario: AppScenario) -> AppReport:
             f"unknown fault kind(s): {', '.join(unknown) or '(none left)'}; "
             f"the kinds are {', '.join(FAULT_KINDS)}"
         )
-    target = proxy_target(scenario.database_url) if scenario.database_url else None
-    if isinstance(target, str):
-        raise drover.InvalidArgument("--database-url must reach PostgreSQL over TCP, not a socket")
     rng = random.Random(scenario.seed)  # noqa: S311 - a seeded schedule, not a secret
     suite = Scenario(
         jobs=0, faults=scenario.faults, seed=scenario.seed, workers=scenario.processes,
@@ -302,11 +317,7 @@ def run_app(scenario: AppScenario) -> AppReport:
                 "database (its faults re-run jobs)"
             )
         with _environment(DATABASE_URL_ENV, dsn):
-            if scenario.setup is not None:
-                scenario.setup(dsn)
-            sampled = scenario.sampled
-            if sampled is None:
-                sampled = sample_args(scenario.args, scenario.workers, scenario.per_kind, rng)
+            sampled = _call_user(scenario, dsn, rng)
             if not sampled:
                 raise drover.InvalidArgument("no kind was sampled: the args source gave no args")
             items: list[drover.InsertItem] = [a for args in sampled.values() for a in args]
@@ -356,8 +367,8 @@ def _exercise(
     say = scenario.log
     queues = sorted({getattr(type(a), "default_queue", None) or "default" for a in items})
     rounds = _chunks(items, suite.faults + 1)
+    # TCP or a Unix socket upstream; the workers always reach the proxy over loopback TCP.
     upstream = proxy_target(dsn)
-    assert not isinstance(upstream, str)  # checked by run_app; the own cluster is TCP
     orchestrator = HistoryFile(history_dir / "orchestrator.jsonl")
     # Named apart from the workers' connections, so `terminate` never picks it.
     feeder = drover.Client(make_conninfo(dsn, application_name="fault-feeder"))
