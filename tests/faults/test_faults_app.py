@@ -26,6 +26,7 @@ import drover
 from drover.faults.app.report import KindReport
 from drover.faults.app.sample import sample_from
 from drover.faults.app.worker import outcome_of
+from drover.faults.suite.run import FAULT_KINDS
 
 HERE = Path(__file__).parent
 APP = ["faults", "--app", "sample_app:workers"]
@@ -42,8 +43,8 @@ def test_the_handler_that_repeats_its_effect_is_named_and_the_run_fails(tmp_path
     out = tmp_path / "report.json"
     done = run(
         *APP, "--args", "sample_app:sample_args", "--effects", "sample_app:EFFECTS",
-        "--setup", "sample_app:setup", "--sample", "16", "--faults", "4",
-        "--kinds", "kill,stop,terminate,drain", "--json-out", str(out),
+        "--setup", "sample_app:setup", "--sample", "16", "--faults", str(len(FAULT_KINDS)),
+        "--json-out", str(out),
         cwd=HERE, timeout=180,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
@@ -51,7 +52,8 @@ def test_the_handler_that_repeats_its_effect_is_named_and_the_run_fails(tmp_path
     kinds = report["kinds"]
     assert set(kinds) == {"sample_upsert", "sample_append", "sample_flaky", "sample_async"}
     assert report["not_sampled"] == ["sample_unsampled"]
-    assert report["faults"] == {"kill": 1, "stop": 1, "terminate": 1, "drain": 1}
+    # Every kind of fault the suite knows, once each (one round of its schedule).
+    assert report["faults"] == dict.fromkeys(FAULT_KINDS, 1)
     append, upsert = kinds["sample_append"], kinds["sample_upsert"]
     # The plain INSERT repeated under the process faults, and the checker
     # attributed every extra execution to a fault.
@@ -59,7 +61,7 @@ def test_the_handler_that_repeats_its_effect_is_named_and_the_run_fails(tmp_path
     assert append["effects_repeated"] >= 1
     assert append["duplicates"] >= append["effects_repeated"]
     assert sum(append["duplicates_by_fault"].values()) == append["duplicates"]
-    assert set(append["duplicates_by_fault"]) <= {"kill", "stop", "terminate", "drain"}
+    assert set(append["duplicates_by_fault"]) <= set(FAULT_KINDS)
     # The upsert ran as often, under the same faults, yet wrote once per job.
     assert upsert["verdict"] == "ok"
     assert upsert["effects_repeated"] == 0 and upsert["effects_missing"] == 0
@@ -69,7 +71,8 @@ def test_the_handler_that_repeats_its_effect_is_named_and_the_run_fails(tmp_path
         assert kind["runs"] >= 16, name
         assert kind["duplicates_unattributed"] == 0, name
     # Raises outside drover's signals are counted by type; no effect check: not judged.
-    assert kinds["sample_flaky"]["raised"].get("ValueError", 0) >= 16
+    # (A first attempt a fault cut short never raised: its retry was attempt 2.)
+    assert 1 <= kinds["sample_flaky"]["raised"].get("ValueError", 0) <= 16
     assert kinds["sample_flaky"]["effect_check"] is False
     assert kinds["sample_flaky"]["verdict"] == "ok"
     assert kinds["sample_async"]["states"] == {"completed": 16}
