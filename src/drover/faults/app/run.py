@@ -26,7 +26,7 @@ from psycopg.conninfo import make_conninfo
 import drover
 from drover.faults.app.report import AppReport, analyse, read_executions, read_faults
 from drover.faults.app.sample import SampledJob, check_args_source, effect_checks, sample_args
-from drover.faults.app.worker import DATABASE_URL_ENV
+from drover.faults.app.worker import DATABASE_URL_ENV, DRIVER_URL_ENV
 from drover.faults.harness.cluster import Cluster
 from drover.faults.harness.history import JobFinal, Params
 from drover.faults.harness.proxy import TcpProxy, proxy_target
@@ -113,14 +113,21 @@ class _AppFleet(_Fleet):
         log = self._history / f"process-{self._spawned}.log"
         command = [
             sys.executable, "-m", "drover.faults.app.worker", "--app", self._app,
-            "--dsn", self._dsn, "--history", str(self._history),
+            "--history", str(self._history),
             "--queues", ",".join(self._queues), "--concurrency", str(s.concurrency),
             "--lease", str(s.lease), "--heartbeat", str(s.heartbeat), "--rescue", str(s.rescue),
             "--poll", str(s.poll), "--shutdown-timeout", str(s.drain_budget),
         ]  # fmt: skip
         # The user's code reaches the throwaway database directly, not through
         # the proxy: the network faults are drover's to ride out.
-        env = {**os.environ, DATABASE_URL_ENV: self._effects_dsn, "PYTHONFAULTHANDLER": "1"}
+        # URLs in the environment, not the command line: a --database-url may carry a
+        # password, and a process's arguments are visible to every local user.
+        env = {
+            **os.environ,
+            DATABASE_URL_ENV: self._effects_dsn,
+            DRIVER_URL_ENV: self._dsn,
+            "PYTHONFAULTHANDLER": "1",
+        }
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=os.getcwd()

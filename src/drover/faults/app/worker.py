@@ -1,7 +1,7 @@
 """The worker process of ``drover faults --app``: the user's registry, recorded by a middleware.
 
 Run by the orchestrator as ``python -m drover.faults.app.worker --app SPEC
---dsn ... --history DIR``. It imports the user's module (the same
+--history DIR`` with the URLs in its environment. It imports the user's module (the same
 ``--app`` spec ``drover worker`` takes), runs its ``drover.Workers`` in a
 real client, and wraps every execution in a middleware that appends a
 ``start`` record before the handler runs and an ``end`` record after it
@@ -31,10 +31,13 @@ import typer
 import drover
 from drover.faults.suite.workload import HistoryFile
 
-__all__ = ["DATABASE_URL_ENV", "main", "outcome_of", "recorder"]
+__all__ = ["DATABASE_URL_ENV", "DRIVER_URL_ENV", "main", "outcome_of", "recorder"]
 
 DATABASE_URL_ENV = "DROVER_FAULTS_DATABASE_URL"
 """The environment variable that gives the user's code the throwaway database's URL."""
+
+DRIVER_URL_ENV = "DROVER_FAULTS_WORKER_URL"
+"""Where the worker's drover client connects (through the proxy), unless ``--dsn`` is given."""
 
 
 def outcome_of(exc: BaseException | None) -> tuple[str, str | None]:
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="python -m drover.faults.app.worker")
     parser.add_argument("--app", required=True, help="the user's Workers, as `drover worker`")
-    parser.add_argument("--dsn", required=True, help="where drover connects (may be a proxy)")
+    parser.add_argument("--dsn", help=f"where drover connects (default: ${DRIVER_URL_ENV})")
     parser.add_argument("--history", type=Path, required=True, help="the history directory")
     parser.add_argument("--queues", required=True, help="comma-separated queues to work")
     parser.add_argument("--concurrency", type=int, default=4)
@@ -146,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll", type=float, default=0.2)
     parser.add_argument("--shutdown-timeout", type=float, default=1.0)
     options = parser.parse_args(argv)
+    dsn = options.dsn or os.environ.get(DRIVER_URL_ENV)
+    if not dsn:
+        parser.error(f"give --dsn or set {DRIVER_URL_ENV}")
 
     # The same loader (and messages) as `drover worker --app`; it exits 2 on a bad spec.
     from drover.cli.common import load_workers
@@ -172,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     history.write(ev="process", pid=pid, t=time.time(), what="started")
     code = 0
     try:
-        _run(options.dsn, config, history)
+        _run(dsn, config, history)
     except drover.DrainIncomplete:
         code = 3
     finally:
