@@ -27,6 +27,10 @@ from drover.faults.app import SampledJob
 HOLD = 0.4
 """Seconds a handler keeps working after its effect: the window a fault hits."""
 
+APPEND_HOLD = 2.0
+"""``sample_append`` holds longer, so every process fault finds one in flight (the test's
+verdict must not depend on the draw): it outlives a round, the upserts do not."""
+
 DDL = """
 CREATE TABLE IF NOT EXISTS sample_upserts (job_id bigint PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS sample_appends (job_id bigint NOT NULL);
@@ -74,7 +78,7 @@ def upsert(job: drover.Job[Upsert]) -> None:
 def append(job: drover.Job[Append]) -> None:
     with _effects_db() as conn:
         conn.execute("INSERT INTO sample_appends (job_id) VALUES (%s)", (job.id,))
-    job.context.wait(HOLD)
+    job.context.wait(APPEND_HOLD)
 
 
 @workers.register

@@ -23,9 +23,10 @@ import sample_app
 from clihelp import invoke, refused, run
 
 import drover
-from drover.faults.app.report import KindReport
+from drover.faults.app.report import Execution, KindReport, analyse
 from drover.faults.app.sample import sample_from
 from drover.faults.app.worker import outcome_of
+from drover.faults.harness.history import Fault, JobFinal, Params
 from drover.faults.suite.run import FAULT_KINDS
 
 HERE = Path(__file__).parent
@@ -91,15 +92,14 @@ def test_sampled_rows_on_a_database_of_the_callers_without_server_faults(
 ) -> None:
     with contextlib.closing(drover.Client(db_url)) as client:
         client.insert_many([sample_app.Append(n=n) for n in range(12)])
-    out = tmp_path / "report.json"
     done = run(
-        *APP, "--sample-from", db_url, "--sample", "10", "--effects", "sample_app:effects",
-        "--setup", "sample_app:setup", "--database-url", empty_db_url, "--faults", "2",
-        "--kinds", "kill,pg_restart", "--json-out", str(out),
+        "--json", *APP, "--sample-from", db_url, "--sample", "10",
+        "--effects", "sample_app:effects", "--setup", "sample_app:setup",
+        "--database-url", empty_db_url, "--faults", "2", "--kinds", "kill,pg_restart",
         cwd=HERE, timeout=180,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
-    report = _report(out)
+    report = json.loads(done.stdout)  # --json: the report on stdout instead of the table
     # Only the kind with rows was sampled, ten of its twelve; the server fault was left out.
     assert set(report["kinds"]) == {"sample_append"}
     assert report["faults"] == {"kill": 2}
@@ -176,6 +176,33 @@ def test_only_exceptions_outside_drovers_signals_count_as_raised() -> None:
     assert outcome_of(drover.Snooze(1)) == ("signal", "Snooze")
     assert outcome_of(chained) == ("signal", "Cancel")
     assert outcome_of(ValueError("x")) == ("raised", "ValueError")
+
+
+def test_duplicates_are_attributed_and_effects_judged_per_kind() -> None:
+    def job(job_id: int, kind: str, attempt: int) -> JobFinal:
+        return JobFinal(job_id, f"app:{kind}", "completed", attempt, 5, 100.0, [], kind=kind)
+
+    jobs = [job(1, "a", 2), job(2, "a", 1), job(3, "b", 2)]
+    runs = [
+        # Job 1: attempt 1 cut short by the SIGKILL of pid 10, attempt 2 counted.
+        Execution(1, 1, 10, "a", 10.0),
+        Execution(1, 2, 11, "a", 14.0, 14.1, "ok"),
+        Execution(2, 1, 11, "a", 15.0, 15.1, "ok"),
+        # Job 3: attempt 1 raised (a retry, no duplicate), then returned twice,
+        # the second time with no fault anywhere near.
+        Execution(3, 1, 11, "b", 16.0, 16.1, "raised", "ValueError"),
+        Execution(3, 2, 11, "b", 17.0, 17.1, "ok"),
+        Execution(3, 1, 12, "b", 40.0, 40.1, "ok"),
+    ]
+    faults = [Fault("kill", 10.5, 10.5, 10)]
+    params = Params(lease=2.0, rescue_interval=0.5, heartbeat=0.5, poll_interval=0.2)
+    reports = analyse(jobs, runs, faults, params, {"a": {1: 2, 2: 0}, "b": "boom"})
+    a, b = reports["a"], reports["b"]
+    assert (a.jobs, a.runs, a.duplicates, a.duplicates_by_fault) == (2, 3, 1, {"kill": 1})
+    assert (a.effects_repeated, a.repeated_jobs, a.effects_missing) == (1, [1], 1)
+    assert a.verdict == "not idempotent"
+    assert (b.duplicates, b.duplicates_unattributed, b.raised) == (1, 1, {"ValueError": 1})
+    assert b.verdict == "effect check failed"
 
 
 def test_a_kind_is_ok_only_without_repeats_losses_or_a_failed_check() -> None:

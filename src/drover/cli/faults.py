@@ -6,6 +6,7 @@ command runs (the library never imports the fault harness).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -136,6 +137,9 @@ def faults_command(
     Exits 1 when a kind repeated an effect or lost a job, 0 otherwise, 2 on bad usage.
     """
     g = get_globals(ctx)
+    # The faults are deliberate: the pool's warnings about the connections they
+    # break would bury the report (the workers' logs are in --out).
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     if (args is None) == (sample_from is None):
         usage("give exactly one source of args: --args module:attr or --sample-from URL")
     if not 0.1 <= lease <= 60:

@@ -24,6 +24,7 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 import drover
+from drover._durations import Duration, to_seconds
 from drover.faults.app.report import AppReport, analyse, read_executions, read_faults
 from drover.faults.app.sample import SampledJob, check_args_source, effect_checks, sample_args
 from drover.faults.app.worker import DATABASE_URL_ENV, DRIVER_URL_ENV
@@ -83,14 +84,16 @@ class AppScenario:
     seed: int = 1
     processes: int = 2
     concurrency: int = 4
-    lease: float = 2.0
-    quiesce_timeout: float = 120.0
+    lease: Duration = 2.0
+    """The workers' lease (a ``timedelta`` or seconds); a SIGSTOP lasts two of them."""
+    quiesce_timeout: Duration = 120.0
+    """How long the final drain may take before unfinished jobs count as lost."""
     out: Path | None = None
     log: Callable[[str], None] = field(default=print, repr=False)
 
 
 class _AppFleet(_Fleet):
-    """The suite's fleet running the user's workers; faults prefer a worker with jobs in flight."""
+    """The suite's fleet running the user's workers; faults pick the busiest worker."""
 
     def __init__(
         self,
@@ -138,8 +141,10 @@ class _AppFleet(_Fleet):
         return worker
 
     def pick(self, rng: random.Random) -> _Worker:
-        busy = [w for w in self.workers if _in_flight(self._history, w.proc.pid) > 0]
-        return rng.choice(busy or self.workers)
+        """The worker with the most executions in flight (the seeded draw breaks ties)."""
+        load = {w.proc.pid: _in_flight(self._history, w.proc.pid) for w in self.workers}
+        most = max(load.values())
+        return rng.choice([w for w in self.workers if load[w.proc.pid] == most])
 
     def await_busy(self, timeout: float) -> None:
         """Until a worker has an execution in flight (so a fault lands on work), or ``timeout``."""
@@ -309,9 +314,12 @@ def run_app(scenario: AppScenario) -> AppReport:
             f"the kinds are {', '.join(FAULT_KINDS)}"
         )
     rng = random.Random(scenario.seed)  # noqa: S311 - a seeded schedule, not a secret
+    lease = to_seconds(scenario.lease, "AppScenario.lease")
+    if not 0.1 <= lease <= 60:
+        raise drover.InvalidArgument(f"the lease must be from 0.1 to 60 seconds, not {lease:g}")
     suite = Scenario(
         jobs=0, faults=scenario.faults, seed=scenario.seed, workers=scenario.processes,
-        concurrency=scenario.concurrency, kinds=kinds, lease=scenario.lease,
+        concurrency=scenario.concurrency, kinds=kinds, lease=lease,
     )  # fmt: skip
     with _workdir(scenario.out) as work, _database(scenario) as (dsn, cluster):
         history_dir = work / "history"
@@ -347,7 +355,7 @@ def run_app(scenario: AppScenario) -> AppReport:
                 "seed": scenario.seed,
                 "processes": scenario.processes,
                 "concurrency": scenario.concurrency,
-                "lease": scenario.lease,
+                "lease": suite.lease,
                 "per_kind": scenario.per_kind,
                 "worker_exit_codes": codes,
             },
@@ -368,7 +376,7 @@ def _exercise(
     """Feed ``items`` in rounds, a fault after each, then drain; the faults done and exit codes.
 
     Each fault waits (a few seconds at most) until a job runs, and a
-    process fault picks a worker with executions in flight, so the faults
+    process fault picks the worker with the most in flight, so the faults
     land on the user's handlers rather than on idle processes.
     """
     say = scenario.log
@@ -394,7 +402,9 @@ def _exercise(
                 fleet.await_busy(suite.fault_every + 2)
                 nemesis.inject(kind)
                 say(f"fault {n + 1}/{suite.faults}: {kind}")
-            left = _quiesce(dsn, scenario.quiesce_timeout)
+            left = _quiesce(
+                dsn, to_seconds(scenario.quiesce_timeout, "AppScenario.quiesce_timeout")
+            )
             codes = fleet.stop_all(timeout=suite.drain_budget + 30)
     say(f"quiesced with {left} unsettled job(s); workers exited {codes}")
     return {k: v for k, v in nemesis.counts.items() if v}, codes
