@@ -1,4 +1,4 @@
-"""``drover faults --app``: the user's own handlers under the fault suite's faults (ADR 0043).
+"""``drover faults --app``: the user's own handlers under the fault suite's faults (ADR 0039).
 
 The end-to-end tests run the real command (``python -m drover faults``) on
 ``sample_app.py``: its worker processes import the sample app by the same

@@ -195,7 +195,7 @@ def test_no_layer_imports_a_higher_one() -> None:
 
 
 # `drover faults --app` is the command that runs a user's handlers under the
-# harness (ADR 0043): its module is the one door, and it imports the harness
+# harness (ADR 0039): its module is the one door, and it imports the harness
 # inside the command only, so `import drover.cli` still loads none of it.
 _FAULTS_DOOR = "drover.cli.faults"
 

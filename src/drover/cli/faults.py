@@ -1,4 +1,4 @@
-"""``drover faults --app``: run your own handlers under drover's fault suite (ADR 0043).
+"""``drover faults --app``: run your own handlers under drover's fault suite (ADR 0039).
 
 The heavy lifting is in ``drover.faults.app``, imported only when the
 command runs (the library never imports the fault harness).

@@ -1,4 +1,4 @@
-"""Your handlers under faults: ``drover faults --app`` (ADR 0043).
+"""Your handlers under faults: ``drover faults --app`` (ADR 0039).
 
 ``.worker`` is the worker process (your ``drover.Workers``, each execution
 recorded by a middleware); ``.sample`` turns your args factory or a real
