@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -193,15 +195,30 @@ def test_no_layer_imports_a_higher_one() -> None:
     assert not upward, "imports against the layering:\n" + "\n".join(upward)
 
 
+# `drover faults --app` is the command that runs a user's handlers under the
+# harness (ADR 0039): its module is the one door, and it imports the harness
+# inside the command only, so `import drover.cli` still loads none of it.
+_FAULTS_DOOR = "drover.cli.faults"
+
+
 def test_nothing_outside_the_fault_harness_imports_it() -> None:
     importers = [
         f"{module}:{line}"
         for module, targets in GRAPH.items()
-        if not module.startswith("drover.faults")
+        if not module.startswith("drover.faults") and module != _FAULTS_DOOR
         for target, line in targets.items()
         if target.startswith("drover.faults")
     ]
     assert not importers, f"the fault harness is imported by {importers}"
+
+
+def test_the_cli_loads_no_fault_harness_until_drover_faults_runs() -> None:
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, drover.cli.app; "
+         "print(sorted(m for m in sys.modules if m.startswith('drover.faults')))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert loaded == "[]"
 
 
 def test_the_fault_harness_knows_nothing_of_drovers_own_suite() -> None:

@@ -30,6 +30,7 @@ from drover.cli.common import (
     usage,
 )
 from drover.cli.doctor import doctor_command
+from drover.cli.faults import faults_command
 from drover.cli.limits import limits_app
 from drover.cli.roles import roles_command
 from drover.cli.run import bench_command, demo_command, worker_command
@@ -524,6 +525,7 @@ app.command("bench")(bench_command)
 app.command("web")(web_command)
 app.command("workers")(workers_command)
 app.command("doctor")(doctor_command)
+app.command("faults")(faults_command)
 app.command("roles")(roles_command)
 
 
