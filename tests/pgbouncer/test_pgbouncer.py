@@ -74,7 +74,7 @@ def test_config_pgbouncer_true_skips_the_detection(pgb_url: str) -> None:
 def test_insert_many_by_copy_direct_and_staged_through_pgbouncer(pgb_url: str, conn: Conn) -> None:
     _two_server_sessions(pgb_url)
     with closing(drover.Client(pgb_url)) as client:
-        for round_ in range(RUNS // 2):
+        for round_ in range(RUNS):
             direct = client.insert_many([Note(text=f"d{round_}.{i}") for i in range(50)])
             assert len(direct) == 50
             # Tags go through the per-transaction staging table (a temp table
@@ -84,7 +84,7 @@ def test_insert_many_by_copy_direct_and_staged_through_pgbouncer(pgb_url: str, c
             )
             assert [r.args["text"] for r in staged] == [f"s{round_}.{i}" for i in range(20)]
     found = conn.execute("SELECT count(*) FROM drover_jobs WHERE 'pgb' = ANY (tags)").fetchone()
-    assert found == (20 * (RUNS // 2),)
+    assert found == (20 * RUNS,)
 
 
 def test_insert_tx_on_the_callers_own_connection_through_pgbouncer(
@@ -118,7 +118,7 @@ def test_inspector_and_status_page_through_pgbouncer(pgb_url: str) -> None:
         job = client.insert(Note(text="shown"))
     with drover.Inspector(pgb_url) as inspector:
         page = WsgiClient(make_app(inspector))
-        for path in ["/", "/jobs", f"/jobs/{job.id}", "/workers", "/health", "/limits"] * 3:
+        for path in ["/", "/jobs", f"/jobs/{job.id}", "/workers", "/health", "/limits"] * RUNS:
             response = page.get(path, headers={"Host": "status.example"})
             assert response.status_code == 200, (path, response.get_data(as_text=True)[:500])
         assert inspector.stats()
