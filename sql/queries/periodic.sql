@@ -66,7 +66,7 @@ WHERE NOT EXISTS (
     SELECT 1 FROM pg_locks k
     WHERE k.locktype = 'advisory' AND k.granted
       AND k.classid = 1685221238::oid
-      AND k.objid = ('drover_periodic_ticks'::regclass::oid::bigint % 2147483647)::oid
+      AND k.objid = ('drover_periodic_ticks'::regclass::oid::bigint %% 2147483647)::oid
       AND k.objsubid = 2
 )
 ON CONFLICT (singleton) DO UPDATE
