@@ -36,7 +36,7 @@ def pgbouncer_binary() -> str | None:
 
 
 def require_pgbouncer() -> str:
-    """The binary's path; skips the test without one, or fails with ``DROVER_REQUIRE_PGBOUNCER=1``."""
+    """The binary's path; skips without one (fails with ``DROVER_REQUIRE_PGBOUNCER=1``)."""
     binary = pgbouncer_binary()
     if binary is None:
         reason = "pgbouncer is not installed (apt-get install pgbouncer)"
@@ -126,7 +126,9 @@ class Bouncer:
                     return
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"pgbouncer did not listen in {timeout}s: {self.log()}")
+                    raise RuntimeError(
+                        f"pgbouncer did not listen in {timeout}s: {self.log()}"
+                    ) from None
                 time.sleep(0.02)  # polling a port with a deadline
 
     def kill(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,8 +45,6 @@ def make_pgb_client(pgb_url: str) -> Iterator[Callable[..., drover.Client]]:
     yield make
     for client in made:
         if client.running:
-            try:
+            with contextlib.suppress(drover.DrainIncomplete):
                 client.stop(timeout=5)
-            except drover.DrainIncomplete:
-                pass
         client.close()

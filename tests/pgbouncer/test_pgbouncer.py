@@ -4,6 +4,7 @@ across its server sessions."""
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import closing
 from typing import Any
 
@@ -40,9 +41,11 @@ def test_psycopgs_prepared_statements_break_through_pgbouncer(pgb_url: str) -> N
     """The failure drover avoids: psycopg's default prepare_threshold behind PgBouncer 1.18."""
     _two_server_sessions(pgb_url)
     with psycopg.connect(pgb_url, autocommit=True) as conn:
+        for _ in range(5):  # the fifth run prepares it, on one server session
+            conn.execute("SELECT %s::int", (1,))
         with pytest.raises(psycopg.errors.Error, match="prepared statement"):
-            for _ in range(RUNS):
-                conn.execute("SELECT %s::int", (1,))
+            # The next transaction runs on the other session, which never saw it.
+            conn.execute("SELECT %s::int", (1,))
 
 
 def test_a_pooler_is_detected_and_a_direct_connection_is_not(pgb_url: str, db_url: str) -> None:
@@ -55,7 +58,8 @@ def test_inserts_and_reads_through_pgbouncer(pgb_url: str, conn: Conn) -> None:
     _two_server_sessions(pgb_url)
     with closing(drover.Client(pgb_url)) as client:
         rows = [client.insert(Note(text=f"n{i}")) for i in range(RUNS)]
-        assert [client.get_job(r.id).args["text"] for r in rows] == [  # type: ignore[union-attr]
+        found = [client.get_job(r.id) for r in rows]
+        assert [None if j is None else j.args["text"] for j in found] == [
             f"n{i}" for i in range(RUNS)
         ]
         assert client.pool.pooled is True  # type: ignore[attr-defined]
@@ -100,9 +104,9 @@ def test_insert_tx_on_the_callers_own_connection_through_pgbouncer(
                 with mine.transaction():
                     client.insert_tx(mine, Note(text=f"tx{i}"))
                     client.insert_many_tx(mine, [Note(text=f"txm{i}")])
-            with pytest.raises(RuntimeError), mine.transaction():
+            with contextlib.suppress(LookupError), mine.transaction():
                 client.insert_tx(mine, Note(text="rolled back"))
-                raise RuntimeError("the caller's transaction fails")
+                raise LookupError("the caller's transaction fails")
     finally:
         client.close()
     texts = {
@@ -121,7 +125,7 @@ def test_inspector_and_status_page_through_pgbouncer(pgb_url: str) -> None:
         for path in ["/", "/jobs", f"/jobs/{job.id}", "/workers", "/health", "/limits"] * RUNS:
             response = page.get(path, headers={"Host": "status.example"})
             assert response.status_code == 200, (path, response.get_data(as_text=True)[:500])
-        assert inspector.stats()
+        assert inspector.stats().depths
         assert inspector._store.behind_pooler()
 
 
