@@ -136,3 +136,11 @@ def test_cli_jobs_and_stats_through_pgbouncer(pgb_url: str, bouncer: Bouncer) ->
         assert "pgb_note" in ok(cli(pgb_url, "jobs", "list"))
         assert "listed" in ok(cli(pgb_url, "jobs", "get", str(job.id)))
         assert "default" in ok(cli(pgb_url, "stats"))
+
+
+def test_migrate_through_pgbouncer(bouncer: Bouncer, empty_db_url: str) -> None:
+    """Each migration is one transaction under a transaction-level lock: fine behind the pooler."""
+    url = bouncer.url(str(psycopg.conninfo.conninfo_to_dict(empty_db_url)["dbname"]))
+    drover.migrate(url)
+    status = drover.migration_status(url)
+    assert status.up_to_date and status.current_version >= 18
