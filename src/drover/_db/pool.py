@@ -352,6 +352,10 @@ def borrow(
         with translate(action):
             conn = psycopg.connect(conninfo, autocommit=True)
         with conn, naming_role(conn):
+            # A one-shot connection may still run a statement more than five
+            # times (migrate records each migration): no prepares behind a pooler.
+            with translate(action):
+                without_prepares(conn, None)
             yield conn
     else:
         raise InvalidArgument(
