@@ -4,6 +4,7 @@ across its server sessions."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from contextlib import closing
 from typing import Any
@@ -144,3 +145,17 @@ def test_migrate_through_pgbouncer(bouncer: Bouncer, empty_db_url: str) -> None:
     drover.migrate(url)
     status = drover.migration_status(url)
     assert status.up_to_date and status.current_version >= 18
+
+
+def test_async_client_inserts_through_pgbouncer(pgb_url: str, conn: Conn) -> None:
+    _two_server_sessions(pgb_url)
+
+    async def main() -> None:
+        async with drover.AsyncClient(pgb_url) as client:
+            for i in range(RUNS):
+                await client.insert(Note(text=f"a{i}"))
+            await client.insert_many([Note(text="am") for _ in range(RUNS)])
+
+    asyncio.run(main())
+    found = conn.execute("SELECT count(*) FROM drover_jobs WHERE kind = 'pgb_note'").fetchone()
+    assert found == (2 * RUNS,)
