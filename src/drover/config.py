@@ -102,8 +102,9 @@ class Config:
     the source of truth. ``insert`` and ``insert_many`` send it after their
     commit from a background thread, coalesced (at most one round every
     10 ms); ``insert_tx`` and ``insert_many_tx`` queue it inside the caller's
-    transaction, delivered at commit. Turn it off behind PgBouncer in
-    transaction mode (LISTEN cannot work there) or when hundreds of processes
+    transaction, delivered at commit. Behind PgBouncer in transaction mode
+    the LISTEN needs ``session_url`` (without one drover polls, see
+    ``pgbouncer``). Turn it off when hundreds of processes
     insert with ``insert_tx`` at once (a NOTIFY inside a transaction
     serialises the commits of notifying transactions)."""
 
@@ -131,7 +132,8 @@ class Config:
     periodic_jobs: Sequence[PeriodicJob] = ()
     """``drover.PeriodicJob`` entries to insert on their schedules. Every
     started client with entries competes to lead (one PostgreSQL advisory
-    lock per database); the leader inserts the ticks, the others stand by
+    lock per database; a lease row behind a transaction pooler without
+    ``session_url``, see ``pgbouncer``); the leader inserts the ticks, the others stand by
     and take over within one ``poll_interval`` of losing it. Empty: no
     scheduler thread, no lock attempts. Ids must be unique."""
 
