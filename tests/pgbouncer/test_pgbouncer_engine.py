@@ -189,6 +189,8 @@ def test_periodic_leader_holds_a_lease_row_and_hands_it_over(
     assert _lease(conn) == (second._id, True)
     with drover.Inspector(pgb_url) as inspector:
         listed = {p.id: p for p in inspector.periodic()}
+        # The doctor sees the lease holder as the leader.
+        assert "PERIODIC_NO_LEADER" not in inspector.health().codes()
     assert listed["beat"].leader is not None and second._id in listed["beat"].leader
     keys = [
         str(r[0])
