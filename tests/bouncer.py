@@ -139,10 +139,10 @@ class Bouncer:
             proc.wait(10)
 
     def stop(self) -> None:
-        """Stop pgbouncer (SIGINT: immediate shutdown) and delete its directory."""
+        """Stop pgbouncer (SIGTERM: immediate shutdown) and delete its directory."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
