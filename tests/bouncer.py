@@ -1,4 +1,4 @@
-"""A real PgBouncer in transaction mode in front of the test server (ADR 0038).
+"""A real PgBouncer in transaction mode in front of the test server (ADR 0040).
 
 ``Bouncer`` writes a configuration into a private directory, starts Debian's
 ``pgbouncer`` binary on a loopback port the kernel chose, waits until it

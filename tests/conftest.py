@@ -256,7 +256,7 @@ def make_client(db_url: str) -> Iterator[Callable[..., drover.Client]]:
         client.close()
 
 
-# --- PgBouncer in transaction mode (tests/pgbouncer, ADR 0038) ---------------------------------
+# --- PgBouncer in transaction mode (tests/pgbouncer, ADR 0040) ---------------------------------
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,7 @@ WHERE id = %(id)s;
 UPDATE drover_periodic_ticks SET next_fire = %(next_fire)s WHERE id = %(id)s;
 
 -- name: periodic_lease_hold
--- Leadership by lease row (ADR 0038): take the lease if it is free or
+-- Leadership by lease row (ADR 0040): take the lease if it is free or
 -- expired, or extend it if this holder has it; a row back (the database
 -- clock) means this holder leads until leased_until. While a backend holds
 -- the advisory lock (a client with a session leads) nobody takes the lease.

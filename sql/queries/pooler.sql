@@ -1,4 +1,4 @@
--- Connection poolers (PgBouncer in transaction mode, ADR 0038).
+-- Connection poolers (PgBouncer in transaction mode, ADR 0040).
 
 -- name: pooler_backend_pid
 -- The server process behind this connection. A direct connection learns the

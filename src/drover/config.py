@@ -151,7 +151,7 @@ class Config:
     is set. Without it notifications are off (workers poll every
     ``poll_interval``; cancels reach running jobs by the heartbeat) and the
     periodic leader holds a lease row renewed on the database clock instead of
-    a lock (ADR 0038). See the "PgBouncer" guide."""
+    a lock (ADR 0040). See the "PgBouncer" guide."""
 
     session_url: str | None = None
     """A conninfo string or URL straight to PostgreSQL (or to a session-mode

@@ -1,5 +1,5 @@
 """drover's inserts, reads, status page and command line through a real PgBouncer in
-transaction mode (ADR 0038): no prepared statement and no session state may leak
+transaction mode (ADR 0040): no prepared statement and no session state may leak
 across its server sessions."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Workers, notifications, results and the periodic leader through a real PgBouncer in
-transaction mode (ADR 0038)."""
+transaction mode (ADR 0040)."""
 
 from __future__ import annotations
 

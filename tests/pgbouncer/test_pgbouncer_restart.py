@@ -1,5 +1,5 @@
 """PgBouncer killed and started again on the same port in the middle of a drain: nothing is
-lost, and a job runs again only after a lease expiry the job's history records (ADR 0038)."""
+lost, and a job runs again only after a lease expiry the job's history records (ADR 0040)."""
 
 from __future__ import annotations
 

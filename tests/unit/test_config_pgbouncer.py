@@ -1,4 +1,4 @@
-"""Config.pgbouncer and Config.session_url: checked when the Config is built (ADR 0038)."""
+"""Config.pgbouncer and Config.session_url: checked when the Config is built (ADR 0040)."""
 
 from __future__ import annotations
 

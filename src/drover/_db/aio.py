@@ -102,7 +102,7 @@ def aio_pool_from(
 async def _aio_without_prepares(conn: AsyncConnection) -> None:
     """Turn prepared statements off on a new connection that goes through a pooler.
 
-    The async form of ``pool.without_prepares`` (ADR 0038): one round trip per
+    The async form of ``pool.without_prepares`` (ADR 0040): one round trip per
     new connection, comparing the server's process id with the one the
     handshake announced.
     """

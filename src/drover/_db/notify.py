@@ -23,7 +23,7 @@ class Listening:
 
     Needs a session: behind PgBouncer in transaction mode the LISTEN would be
     lost, so the store opens it on ``Config.session_url`` there, or not at all
-    (ADR 0038). Owned by one thread.
+    (ADR 0040). Owned by one thread.
     """
 
     def __init__(

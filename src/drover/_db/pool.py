@@ -7,7 +7,7 @@ out of it, for session state (LISTEN, a session advisory lock).
 
 Behind a transaction pooler (PgBouncer in ``pool_mode = transaction``) a
 connection may reach a different server session for every transaction, so
-drover's own connections there never prepare statements (ADR 0038):
+drover's own connections there never prepare statements (ADR 0040):
 ``behind_pooler`` tells, and ``open_pool`` and ``dedicated_connect`` apply it.
 """
 

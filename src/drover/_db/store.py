@@ -106,7 +106,7 @@ class Store:
         A conninfo string is parsed first, so a malformed one is an
         ``drover.InvalidArgument`` naming ``who`` (without the
         password), not a connection failure later. ``pgbouncer`` and
-        ``session_url`` are ``Config``'s (ADR 0038).
+        ``session_url`` are ``Config``'s (ADR 0040).
         """
         pool, owned = pool_from(source, who=who, max_size=max_size, pooled=pgbouncer)
         return cls(pool, owned=owned, pgbouncer=pgbouncer, session_url=session_url)
@@ -126,7 +126,7 @@ class Store:
         if self._owned:
             self._pool.close()
 
-    # --- sessions behind a transaction pooler (ADR 0038) -------------------------------------
+    # --- sessions behind a transaction pooler (ADR 0040) -------------------------------------
 
     def behind_pooler(self) -> bool:
         """Whether the pool's connections go through a transaction pooler.
@@ -183,7 +183,7 @@ class Store:
 
     def lead_by_lease(self, holder: str, ttl: float) -> ticks.LeasedLeadership:
         """Leadership by a lease row on pooled connections, for clients without a session
-        (behind a transaction pooler with no ``session_url``, ADR 0038)."""
+        (behind a transaction pooler with no ``session_url``, ADR 0040)."""
         return ticks.LeasedLeadership(self._pool, holder=holder, ttl=ttl)
 
     # --- schema -----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 ``Leadership`` runs on the ticker's dedicated connection (autocommit),
 which holds the leadership lock; ``LeasedLeadership`` holds a lease row
 instead, on pooled connections, for a client behind a transaction pooler
-without a session (ADR 0038); ``periodic_list`` and ``lock_holders`` run
+without a session (ADR 0040); ``periodic_list`` and ``lock_holders`` run
 on any connection.
 """
 
@@ -256,7 +256,7 @@ class LeasedLeadership:
     """Leadership by a lease row (``drover_periodic_lease``), on pooled connections.
 
     For a client behind a transaction pooler with no ``Config.session_url``
-    (ADR 0038): a session lock would stay on whichever server session ran
+    (ADR 0040): a session lock would stay on whichever server session ran
     it. ``try_lock`` takes the row if it is free or expired; ``now`` renews
     it (every ticker turn, at most one ``poll_interval`` apart) and raises
     ``drover.DatabaseError`` if another client took it after it expired; ``close``

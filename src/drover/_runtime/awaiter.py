@@ -37,7 +37,7 @@ class Awaiter(ThreadService):
     notify) costs at most that. While the connection is down the waiters
     poll; after a reconnect every waiter looks once. Behind a transaction
     pooler with no ``Config.session_url`` nothing listens and no thread
-    starts: waiters poll every quarter second (ADR 0038).
+    starts: waiters poll every quarter second (ADR 0040).
     """
 
     name = "awaiter"
@@ -65,7 +65,7 @@ class Awaiter(ThreadService):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         # Behind a transaction pooler with no session_url there is no session
-        # to LISTEN on (ADR 0038): the waiters poll, and no thread starts.
+        # to LISTEN on (ADR 0040): the waiters poll, and no thread starts.
         if self._listens is None:
             self._listens = self._store.has_sessions()
         if self._listens:

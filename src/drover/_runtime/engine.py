@@ -121,7 +121,7 @@ class Engine:
         retention = config.retention is not None and bool(config.retention.by_state())
         self.pruner = Pruner(wiring) if retention else None
         # Behind a transaction pooler a LISTEN needs Config.session_url; without
-        # one the fetcher polls and the heartbeat delivers cancels (ADR 0038).
+        # one the fetcher polls and the heartbeat delivers cancels (ADR 0040).
         listens = config.notify and store.has_sessions()
         if config.notify and not listens:
             self._log.info(

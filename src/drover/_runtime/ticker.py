@@ -30,7 +30,7 @@ class Ticker(ThreadService):
     and another client takes over on its next turn.
 
     Behind a transaction pooler with no ``Config.session_url`` (no session
-    to hold a lock, ADR 0038) leadership is a lease row instead, renewed on
+    to hold a lock, ADR 0040) leadership is a lease row instead, renewed on
     the same turns and expiring ``lease_ttl`` seconds (five poll intervals,
     at least one second) after the last renewal on the database clock; a
     clean stop deletes it, so the next leader takes over on its next turn.

@@ -1,5 +1,5 @@
 -- The periodic leader's lease row, for clients that cannot hold a session
--- (behind PgBouncer in transaction mode without Config.session_url, ADR 0038).
+-- (behind PgBouncer in transaction mode without Config.session_url, ADR 0040).
 -- A session advisory lock would stay on whichever server session ran the
 -- statement, long after the client moved on; a row lives in the data, and its
 -- expiry on the database clock hands leadership over when the holder stops
