@@ -36,7 +36,7 @@ GRANT USAGE ON SCHEMA {{schema}} TO {{producer}}, {{worker}}, {{reader}};
 REVOKE ALL ON {{schema}}.drover_jobs, {{schema}}.drover_job_deps, {{schema}}.drover_queues,
     {{schema}}.drover_clients, {{schema}}.drover_limits, {{schema}}.drover_limit_starts,
     {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
-    {{schema}}.drover_schema_version
+    {{schema}}.drover_periodic_lease, {{schema}}.drover_schema_version
     FROM {{producer}}, {{worker}}, {{reader}};
 REVOKE ALL ON SEQUENCE {{schema}}.drover_jobs_id_seq, {{schema}}.drover_limits_id_seq
     FROM {{producer}}, {{worker}}, {{reader}};
@@ -70,6 +70,7 @@ GRANT SELECT, INSERT, UPDATE ON {{schema}}.drover_limits TO {{worker}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.drover_limit_starts TO {{worker}};
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.drover_periodic_ticks TO {{worker}};
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.drover_periodic_leader TO {{worker}};
+GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.drover_periodic_lease TO {{worker}};
 GRANT USAGE ON SEQUENCE {{schema}}.drover_jobs_id_seq, {{schema}}.drover_limits_id_seq
     TO {{worker}};
 
@@ -77,7 +78,8 @@ GRANT USAGE ON SEQUENCE {{schema}}.drover_jobs_id_seq, {{schema}}.drover_limits_
 -- --read-only. Nothing it can write.
 GRANT SELECT ON {{schema}}.drover_jobs, {{schema}}.drover_job_deps, {{schema}}.drover_queues,
     {{schema}}.drover_clients, {{schema}}.drover_limits, {{schema}}.drover_limit_starts,
-    {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader TO {{reader}};
+    {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
+    {{schema}}.drover_periodic_lease TO {{reader}};
 
 -- drover's functions run with the caller's rights (SECURITY INVOKER), so the
 -- table grants above are what they may touch. PostgreSQL grants EXECUTE to

@@ -86,7 +86,8 @@ ORDER BY j.queue;
 
 -- name: health_periodic
 -- How many periodic entries exist, whether a backend holds the leadership
--- lock, and how long ago the most overdue recorded next fire time passed.
+-- lock (or a client the lease row, ADR 0040), and how long ago the most
+-- overdue recorded next fire time passed.
 SELECT (SELECT count(*) FROM drover_periodic_ticks)::bigint,
        EXISTS (
            SELECT 1 FROM pg_locks k
@@ -94,6 +95,9 @@ SELECT (SELECT count(*) FROM drover_periodic_ticks)::bigint,
              AND k.classid = 1685221238::oid
              AND k.objid = ('drover_periodic_ticks'::regclass::oid::bigint % 2147483647)::oid
              AND k.objsubid = 2
+       ) OR EXISTS (
+           -- a leader behind a transaction pooler holds a lease row instead (ADR 0040)
+           SELECT 1 FROM drover_periodic_lease e WHERE e.leased_until > now()
        ),
        (SELECT EXTRACT(EPOCH FROM now() - min(t.next_fire))::float8
         FROM drover_periodic_ticks t WHERE t.next_fire <= now());

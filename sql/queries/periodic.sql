@@ -55,9 +55,33 @@ WHERE id = %(id)s;
 -- name: periodic_next_record
 UPDATE drover_periodic_ticks SET next_fire = %(next_fire)s WHERE id = %(id)s;
 
+-- name: periodic_lease_hold
+-- Leadership by lease row (ADR 0040): take the lease if it is free or
+-- expired, or extend it if this holder has it; a row back (the database
+-- clock) means this holder leads until leased_until. While a backend holds
+-- the advisory lock (a client with a session leads) nobody takes the lease.
+INSERT INTO drover_periodic_lease AS l (holder, leased_until)
+SELECT %(holder)s, now() + make_interval(secs => %(ttl)s)
+WHERE NOT EXISTS (
+    SELECT 1 FROM pg_locks k
+    WHERE k.locktype = 'advisory' AND k.granted
+      AND k.classid = 1685221238::oid
+      AND k.objid = ('drover_periodic_ticks'::regclass::oid::bigint %% 2147483647)::oid
+      AND k.objsubid = 2
+)
+ON CONFLICT (singleton) DO UPDATE
+SET holder = excluded.holder, leased_until = excluded.leased_until,
+    since = CASE WHEN l.holder = excluded.holder THEN l.since ELSE now() END
+WHERE l.holder = excluded.holder OR l.leased_until <= now()
+RETURNING now();
+
+-- name: periodic_lease_release
+-- A leader that stops hands the lease over at once.
+DELETE FROM drover_periodic_lease WHERE holder = %(holder)s;
+
 -- name: periodic_list
 -- Every entry with the client leading now (if the lock is still held by the
--- backend the leader row names).
+-- backend the leader row names, or the lease row names it and has not expired).
 SELECT t.id, t.schedule, t.timezone, t.kind, t.queue, t.fired_through, t.last_fire,
        t.last_job_id, t.next_fire, t.defined_by, l.client_id, l.host, l.pid
 FROM drover_periodic_ticks t
@@ -67,6 +91,9 @@ LEFT JOIN drover_periodic_leader l ON EXISTS (
       AND k.classid = 1685221238::oid
       AND k.objid = ('drover_periodic_ticks'::regclass::oid::bigint % 2147483647)::oid
       AND k.objsubid = 2
+) OR EXISTS (
+    SELECT 1 FROM drover_periodic_lease e
+    WHERE e.holder = l.client_id AND e.leased_until > now()
 )
 ORDER BY t.id;
 

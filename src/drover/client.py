@@ -146,7 +146,13 @@ class Client(JobsAndQueues):
             self._metrics.async_middleware,
             config.max_result_bytes,
         )
-        self._store = Store.open(pool_or_conninfo, who="Client", max_size=10)
+        self._store = Store.open(
+            pool_or_conninfo,
+            who="Client",
+            max_size=10,
+            pgbouncer=config.pgbouncer,
+            session_url=config.session_url,
+        )
         self._config = config
         self._max_jobs = max_jobs
         self._hard_cancel = hard_cancel

@@ -11,6 +11,7 @@ from typing import Any, Self
 from prometheus_client import CollectorRegistry
 
 from drover._address import parse_address
+from drover._db.conninfo import check_conninfo
 from drover._durations import DurationField
 from drover.errors import ConfigError, InvalidArgument
 from drover.health import HealthThresholds
@@ -102,8 +103,9 @@ class Config:
     the source of truth. ``insert`` and ``insert_many`` send it after their
     commit from a background thread, coalesced (at most one round every
     10 ms); ``insert_tx`` and ``insert_many_tx`` queue it inside the caller's
-    transaction, delivered at commit. Turn it off behind PgBouncer in
-    transaction mode (LISTEN cannot work there) or when hundreds of processes
+    transaction, delivered at commit. Behind PgBouncer in transaction mode
+    the LISTEN needs ``session_url`` (without one drover polls, see
+    ``pgbouncer``). Turn it off when hundreds of processes
     insert with ``insert_tx`` at once (a NOTIFY inside a transaction
     serialises the commits of notifying transactions)."""
 
@@ -141,9 +143,35 @@ class Config:
     periodic_jobs: Sequence[PeriodicJob] = ()
     """``drover.PeriodicJob`` entries to insert on their schedules. Every
     started client with entries competes to lead (one PostgreSQL advisory
-    lock per database); the leader inserts the ticks, the others stand by
+    lock per database; a lease row behind a transaction pooler without
+    ``session_url``, see ``pgbouncer``); the leader inserts the ticks, the others stand by
     and take over within one ``poll_interval`` of losing it. Empty: no
     scheduler thread, no lock attempts. Ids must be unique."""
+
+    pgbouncer: bool | None = None
+    """Whether the client's connections go through a transaction pooler
+    (PgBouncer with ``pool_mode = transaction``), where a server session
+    lasts one transaction. ``None`` (the default) asks the server on the
+    first connection: through a pooler the server's process id differs from
+    the one the handshake announced. ``True`` or ``False`` skips the question
+    (``False`` for PgBouncer in session mode, which keeps sessions).
+
+    Behind one, drover's own connections never prepare statements, and the
+    features that need a session (wake-ups over LISTEN, ``Client.result``'s
+    LISTEN, the periodic leader's advisory lock) use ``session_url`` when it
+    is set. Without it notifications are off (workers poll every
+    ``poll_interval``; cancels reach running jobs by the heartbeat) and the
+    periodic leader holds a lease row renewed on the database clock instead of
+    a lock (ADR 0040). See the "PgBouncer" guide."""
+
+    session_url: str | None = None
+    """A conninfo string or URL straight to PostgreSQL (or to a session-mode
+    pooler), used only for the connections that need a session: the
+    listener, ``Client.result``'s waiter and the periodic leader's lock. Each
+    started client opens at most three there. ``None``: those connections
+    use the client's own conninfo. Checked when the Config is built (never
+    echoed: it may hold a password); ``pgbouncer=False`` with a
+    ``session_url`` is refused as a contradiction."""
 
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     """The largest result a handler may return, in bytes of JSON (256 KiB by
@@ -202,9 +230,35 @@ class Config:
             check_max_result_bytes(self.max_result_bytes, "Config.max_result_bytes")
         except InvalidArgument as exc:
             raise ConfigError(str(exc)) from None
+        self._check_pooler()
         if self.retention is not None and not isinstance(self.retention, Retention):
             raise ConfigError(
                 f"Config.retention must be a drover.Retention or None, not {self.retention!r}"
+            )
+
+    def _check_pooler(self) -> None:
+        if self.pgbouncer is not None and not isinstance(self.pgbouncer, bool):
+            raise ConfigError(
+                f"Config.pgbouncer must be True, False or None (detect), not {self.pgbouncer!r}"
+            )
+        url = self.session_url
+        if url is None:
+            return
+        if not isinstance(url, str):
+            raise ConfigError(
+                f"Config.session_url must be a conninfo string or URL, not {type(url).__name__}"
+            )
+        if not url.strip():
+            raise ConfigError("Config.session_url is empty; leave it None to use the client's own")
+        try:
+            check_conninfo(url)
+        except ValueError as exc:
+            # check_conninfo's messages never quote the text (it may hold a password).
+            raise ConfigError(f"Config.session_url: {exc}") from None
+        if self.pgbouncer is False:
+            raise ConfigError(
+                "Config.session_url is set but Config.pgbouncer is False: a session URL is for "
+                "clients behind a transaction pooler; drop one of them"
             )
 
     def _check_queue_caps(self) -> None:

@@ -83,6 +83,7 @@ def aio_pool_from(
             open=False,
             name="drover-async",
             kwargs={"autocommit": True, "application_name": "drover"},
+            configure=_aio_without_prepares,
         )
         return pool, True
     if isinstance(source, AsyncConnectionPool):
@@ -96,6 +97,20 @@ def aio_pool_from(
         f"{who} needs a psycopg_pool.AsyncConnectionPool or a conninfo string, "
         f"not {type(source).__qualname__}{hint}"
     )
+
+
+async def _aio_without_prepares(conn: AsyncConnection) -> None:
+    """Turn prepared statements off on a new connection that goes through a pooler.
+
+    The async form of ``pool.without_prepares`` (ADR 0040): one round trip per
+    new connection, comparing the server's process id with the one the
+    handshake announced.
+    """
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(query("pooler_backend_pid"), prepare=False)
+        row = await cur.fetchone()
+    if row is None or int(row[0]) != conn.info.backend_pid:
+        conn.prepare_threshold = None
 
 
 class aio_borrow:

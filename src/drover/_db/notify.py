@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, LiteralString
-
-from psycopg_pool import ConnectionPool
+from collections.abc import Callable, Sequence
+from typing import LiteralString
 
 from drover._db import Connection
 from drover._db.deadline import socket_deadline
 from drover._db.errors import translate
-from drover._db.pool import dedicated_connect
 from drover._db.queries import query
 
 __all__ = ["CANCEL_CHANNEL", "CHANNEL", "Listening", "notify_queues", "notify_queues_now"]
@@ -24,19 +21,21 @@ class Listening:
     """A dedicated connection listening on drover's channel (not from the pool: LISTEN is
     session state, and it must end with the connection).
 
-    Needs session pooling: behind PgBouncer in transaction mode the LISTEN is
-    lost and wake-ups silently stop (polling still works). Owned by one thread.
+    Needs a session: behind PgBouncer in transaction mode the LISTEN would be
+    lost, so the store opens it on ``Config.session_url`` there, or not at all
+    (ADR 0040). Owned by one thread.
     """
 
     def __init__(
         self,
-        pool: ConnectionPool[Any],
+        connect: Callable[[str, str], Connection],
         listen: LiteralString = "notify_listen",
         action: str = "listen for job notifications",
         *,
         also: LiteralString | None = None,
     ) -> None:
-        conn = dedicated_connect(pool, action, "listener")
+        # connect(action, role): a session of its own (Store._session_connect).
+        conn = connect(action, "listener")
         try:
             with translate(action):
                 if also is not None:

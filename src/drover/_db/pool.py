@@ -4,6 +4,11 @@ A pool drover opens records how its connection attempts end, so a borrower
 fails at once with the server's reason instead of waiting out the pool's
 timeout. A dedicated connection is opened with the pool's settings but kept
 out of it, for session state (LISTEN, a session advisory lock).
+
+Behind a transaction pooler (PgBouncer in ``pool_mode = transaction``) a
+connection may reach a different server session for every transaction, so
+drover's own connections there never prepare statements (ADR 0040):
+``behind_pooler`` tells, and ``open_pool`` and ``dedicated_connect`` apply it.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from collections.abc import Iterator
 from typing import Any, Self, TypeAlias
 
 import psycopg
+from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from drover._db import Connection
 from drover._db.conninfo import check_conninfo, describe_target, names_application
 from drover._db.errors import naming_role, redact, translate
+from drover._db.queries import query
 from drover.errors import DatabaseError, InvalidArgument
 
 __all__ = [
@@ -29,11 +36,13 @@ __all__ = [
     "ConnectionPool",
     "OwnedPool",
     "PoolOrConninfo",
+    "behind_pooler",
     "borrow",
     "borrow_connection",
     "dedicated_connect",
     "open_pool",
     "pool_from",
+    "without_prepares",
 ]
 
 PoolOrConninfo: TypeAlias = "ConnectionPool[Any] | str"
@@ -44,6 +53,40 @@ def _autocommit(conn: Connection) -> None:
     # trip per insert) and open explicit transactions where several statements
     # must be atomic.
     conn.autocommit = True
+
+
+def behind_pooler(conn: Connection) -> bool:
+    """True when ``conn`` reaches PostgreSQL through a connection pooler (PgBouncer).
+
+    One round trip: the server's ``pg_backend_pid()`` against the pid the
+    startup handshake announced. PostgreSQL announces its own; a pooler
+    answers the handshake itself with a key of its own, so they differ (a
+    pooler in session mode is reported too: the caller decides what it
+    trusts it with). Run on an idle connection; its transaction state is
+    left as it was in autocommit.
+    """
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("pooler_backend_pid"), prepare=False)
+        row = cur.fetchone()
+    if not conn.autocommit:
+        conn.rollback()
+    return row is None or int(row[0]) != conn.info.backend_pid
+
+
+def without_prepares(conn: Connection, pooled: bool | None) -> bool:
+    """Turn off prepared statements on ``conn`` if it is behind a pooler; return whether it is.
+
+    ``pooled`` is what the configuration says (``None``: ask the server with
+    ``behind_pooler``). psycopg prepares a statement after its fifth run on a
+    connection (``prepare_threshold``); PgBouncer before 1.21 (or without
+    ``max_prepared_statements``) runs the next transaction on another server
+    session, where the prepared statement does not exist.
+    """
+    if pooled is None:
+        pooled = behind_pooler(conn)
+    if pooled:
+        conn.prepare_threshold = None
+    return pooled
 
 
 # While a pool has not yet shown it can connect, a borrower waits in slices of
@@ -155,10 +198,14 @@ class OwnedPool(ConnectionPool[Any]):
     as soon as the server refuses, with the server's reason.
     """
 
-    def __init__(self, conninfo: str, **kwargs: Any) -> None:
+    def __init__(self, conninfo: str, *, pooled: bool | None = None, **kwargs: Any) -> None:
         self.attempts = ConnectAttempts()
         self.target = describe_target(conninfo)
         """``host:port/dbname``: how messages name the database (never the password)."""
+        self.pooled = pooled
+        """Whether its connections go through a transaction pooler: as configured, or
+        as the first connection found out (``None`` until then). Prepared
+        statements are off on every connection of a pooled pool."""
         attempts = self.attempts
         _OWNED_NAMES.add(str(kwargs.get("name") or "drover"))
 
@@ -185,20 +232,35 @@ class OwnedPool(ConnectionPool[Any]):
                     attempts.closed()
                 super().close()
 
-        super().__init__(conninfo, connection_class=RecordingConnection, **kwargs)
+        super().__init__(
+            conninfo, connection_class=RecordingConnection, configure=self._configure, **kwargs
+        )
+
+    def _configure(self, conn: Connection) -> None:
+        # Run by the pool's worker threads on every new connection: one
+        # detection round trip per connection (not per borrow) until the
+        # answer is known; a pool reaches one server, so one answer holds.
+        _autocommit(conn)
+        self.pooled = without_prepares(conn, self.pooled)
 
 
-def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> OwnedPool:
-    """Open a pool that drover owns (and will close)."""
+def open_pool(
+    conninfo: str, *, max_size: int = 10, name: str = "drover", pooled: bool | None = None
+) -> OwnedPool:
+    """Open a pool that drover owns (and will close).
+
+    ``pooled``: whether the conninfo leads to a transaction pooler (``None``:
+    the first connection finds out); prepared statements are off if so.
+    """
     kwargs: dict[str, Any] = {}
     if not names_application(conninfo):
         kwargs["application_name"] = "drover"
     return OwnedPool(
         conninfo,
+        pooled=pooled,
         kwargs=kwargs,
         min_size=1,
         max_size=max(1, max_size),
-        configure=_autocommit,
         open=True,
         name=name,
         timeout=30.0,
@@ -290,6 +352,10 @@ def borrow(
         with translate(action):
             conn = psycopg.connect(conninfo, autocommit=True)
         with conn, naming_role(conn):
+            # A one-shot connection may still run a statement more than five
+            # times (migrate records each migration): no prepares behind a pooler.
+            with translate(action):
+                without_prepares(conn, None)
             yield conn
     else:
         raise InvalidArgument(
@@ -298,7 +364,9 @@ def borrow(
         )
 
 
-def pool_from(source: object, *, who: str, max_size: int) -> tuple[ConnectionPool[Any], bool]:
+def pool_from(
+    source: object, *, who: str, max_size: int, pooled: bool | None = None
+) -> tuple[ConnectionPool[Any], bool]:
     """``(pool, owned)``: the caller's pool as is, or a new one opened from a conninfo string.
 
     A conninfo string is parsed first, so a malformed one is an
@@ -312,7 +380,7 @@ def pool_from(source: object, *, who: str, max_size: int) -> tuple[ConnectionPoo
             check_conninfo(source)
         except ValueError as exc:
             raise InvalidArgument(f"{who}: {exc}") from None
-        return open_pool(source, max_size=max_size), True
+        return open_pool(source, max_size=max_size, pooled=pooled), True
     if isinstance(source, ConnectionPool):
         return source, False
     raise InvalidArgument(
@@ -321,16 +389,30 @@ def pool_from(source: object, *, who: str, max_size: int) -> tuple[ConnectionPoo
     )
 
 
-def dedicated_connect(pool: ConnectionPool[Any], action: str, role: str) -> Connection:
+def dedicated_connect(
+    pool: ConnectionPool[Any],
+    action: str,
+    role: str,
+    *,
+    session_url: str | None = None,
+    pooled: bool | None = None,
+) -> Connection:
     """An autocommit connection of its own, opened with ``pool``'s settings but not from it.
 
     For session state that must not leak into pooled connections (LISTEN, a
     session advisory lock) and must end with the connection. Unless the
     caller's settings name one, its ``application_name`` is ``drover-<role>``,
-    so an operator can tell it apart in ``pg_stat_activity``.
+    so an operator can tell it apart in ``pg_stat_activity``. With
+    ``session_url`` (``Config.session_url``: a direct route past a
+    transaction pooler) it connects there instead of to the pool's conninfo.
+    ``pooled`` says whether the pool's conninfo leads to a transaction pooler
+    (``None``: this connection finds out); prepared statements are off on a
+    connection that goes through one.
     """
     # psycopg_pool accepts callables for both (credentials that rotate).
     conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    if session_url is not None:
+        conninfo, pooled = session_url, None
     extra = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
     kwargs = {**(extra or {}), "autocommit": True}
     conninfo = check_conninfo(conninfo)
@@ -340,4 +422,10 @@ def dedicated_connect(pool: ConnectionPool[Any], action: str, role: str) -> Conn
     if drovers_default or ("application_name" not in kwargs and not names_application(conninfo)):
         kwargs["application_name"] = f"drover-{role}"
     with translate(action):
-        return psycopg.connect(conninfo, **kwargs)
+        conn = psycopg.connect(conninfo, **kwargs)
+        try:
+            without_prepares(conn, pooled)
+        except BaseException:
+            conn.close()
+            raise
+        return conn

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from psycopg_pool import ConnectionPool
 
 from drover._db import (
+    Connection,
     admin,
     bulk,
     cancels,
@@ -50,7 +51,7 @@ from drover._db.deadline import socket_deadline
 from drover._db.held import HeldSession
 from drover._db.migrator import read_status, require_current_schema
 from drover._db.notify import Listening, notify_queues_now
-from drover._db.pool import borrow, pool_from
+from drover._db.pool import OwnedPool, behind_pooler, borrow, dedicated_connect, pool_from
 from drover._db.progress import ProgressReport, job_report_progress
 from drover._records import (
     EncodedBatch,
@@ -78,20 +79,38 @@ __all__ = ["Store"]
 class Store:
     """drover's database operations on one pool (see the module docstring)."""
 
-    def __init__(self, pool: ConnectionPool[Any], *, owned: bool) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        owned: bool,
+        pgbouncer: bool | None = None,
+        session_url: str | None = None,
+    ) -> None:
         self._pool = pool
         self._owned = owned
+        self._pooled = pgbouncer
+        self._session_url = session_url
 
     @classmethod
-    def open(cls, source: object, *, who: str, max_size: int) -> Store:
+    def open(
+        cls,
+        source: object,
+        *,
+        who: str,
+        max_size: int,
+        pgbouncer: bool | None = None,
+        session_url: str | None = None,
+    ) -> Store:
         """A store on the caller's pool as is, or on a new pool opened from a conninfo string.
 
         A conninfo string is parsed first, so a malformed one is an
         ``drover.InvalidArgument`` naming ``who`` (without the
-        password), not a connection failure later.
+        password), not a connection failure later. ``pgbouncer`` and
+        ``session_url`` are ``Config``'s (ADR 0040).
         """
-        pool, owned = pool_from(source, who=who, max_size=max_size)
-        return cls(pool, owned=owned)
+        pool, owned = pool_from(source, who=who, max_size=max_size, pooled=pgbouncer)
+        return cls(pool, owned=owned, pgbouncer=pgbouncer, session_url=session_url)
 
     @property
     def pool(self) -> ConnectionPool[Any]:
@@ -108,6 +127,40 @@ class Store:
         if self._owned:
             self._pool.close()
 
+    # --- sessions behind a transaction pooler (ADR 0040) -------------------------------------
+
+    def behind_pooler(self) -> bool:
+        """Whether the pool's connections go through a transaction pooler.
+
+        As configured (``Config.pgbouncer``), else as the pool's first
+        connection found out, else asked on one borrowed connection (an
+        application's pool); the answer is kept. Thread-safe: a race asks
+        twice and gets the same answer.
+        """
+        if self._pooled is None:
+            found = self._pool.pooled if isinstance(self._pool, OwnedPool) else None
+            if found is None:
+                with borrow(self._pool, "find out whether a connection pooler is in the way") as c:
+                    found = behind_pooler(c)
+            self._pooled = found
+        return self._pooled
+
+    @property
+    def session_url(self) -> bool:
+        """True when ``Config.session_url`` routes the session connections past the pooler."""
+        return self._session_url is not None
+
+    def has_sessions(self) -> bool:
+        """Whether session state (LISTEN, a session lock) can be kept: a ``session_url``,
+        or no transaction pooler in the way."""
+        return self._session_url is not None or not self.behind_pooler()
+
+    def _session_connect(self, action: str, role: str) -> Connection:
+        # A session of its own: on session_url when set, else the pool's conninfo.
+        return dedicated_connect(
+            self._pool, action, role, session_url=self._session_url, pooled=self._pooled
+        )
+
     # --- connections a service keeps -------------------------------------------------------
 
     def held(self, action: str) -> HeldSession:
@@ -118,16 +171,21 @@ class Store:
         """A dedicated connection listening for wake-ups (closed by its owner); with
         ``cancels``, for operators' requests to cancel running jobs too (ADR 0030)."""
         if cancels:
-            return Listening(self._pool, also="notify_listen_cancels")
-        return Listening(self._pool)
+            return Listening(self._session_connect, also="notify_listen_cancels")
+        return Listening(self._session_connect)
 
     def listen_done(self) -> Listening:
         """A dedicated connection listening for awaited jobs' ends (``Client.result``)."""
-        return Listening(self._pool, "notify_listen_done", "listen for job results")
+        return Listening(self._session_connect, "notify_listen_done", "listen for job results")
 
     def lead(self) -> ticks.Leadership:
         """A dedicated connection on which the ticker competes for leadership."""
-        return ticks.Leadership(self._pool)
+        return ticks.Leadership(self._session_connect)
+
+    def lead_by_lease(self, holder: str, ttl: float) -> ticks.LeasedLeadership:
+        """Leadership by a lease row on pooled connections, for clients without a session
+        (behind a transaction pooler with no ``session_url``, ADR 0040)."""
+        return ticks.LeasedLeadership(self._pool, holder=holder, ttl=ttl)
 
     # --- schema -----------------------------------------------------------------------------
 

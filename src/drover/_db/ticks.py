@@ -1,12 +1,15 @@
 """Periodic jobs' ticks and leadership: the Python side of ``sql/queries/periodic.sql``.
 
 ``Leadership`` runs on the ticker's dedicated connection (autocommit),
-which holds the leadership lock; ``periodic_list`` and
-``lock_holders`` run on any connection.
+which holds the leadership lock; ``LeasedLeadership`` holds a lease row
+instead, on pooled connections, for a client behind a transaction pooler
+without a session (ADR 0040); ``periodic_list`` and ``lock_holders`` run
+on any connection.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,14 +20,15 @@ from psycopg_pool import ConnectionPool
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.insert import job_insert
-from drover._db.pool import dedicated_connect
+from drover._db.pool import borrow
 from drover._db.queries import query
 from drover._records import JobInsertParams, PeriodicInfo
-from drover.errors import DuplicateJob
+from drover.errors import DatabaseError, DuplicateJob
 from drover.job import JobRow
 
 __all__ = [
     "Leadership",
+    "LeasedLeadership",
     "Tick",
     "db_now",
     "define",
@@ -200,8 +204,9 @@ class Leadership:
     by one thread.
     """
 
-    def __init__(self, pool: ConnectionPool[Any]) -> None:
-        self._conn = dedicated_connect(pool, "connect for the periodic scheduler lock", "scheduler")
+    def __init__(self, connect: Callable[[str, str], Connection]) -> None:
+        # connect(action, role): a session of its own (Store._session_connect).
+        self._conn = connect("connect for the periodic scheduler lock", "scheduler")
 
     @property
     def broken(self) -> bool:
@@ -245,3 +250,86 @@ class Leadership:
     def close(self) -> None:
         """Close the connection, which releases the lock."""
         self._conn.close()
+
+
+class LeasedLeadership:
+    """Leadership by a lease row (``drover_periodic_lease``), on pooled connections.
+
+    For a client behind a transaction pooler with no ``Config.session_url``
+    (ADR 0040): a session lock would stay on whichever server session ran
+    it. ``try_lock`` takes the row if it is free or expired; ``now`` renews
+    it (every ticker turn, at most one ``poll_interval`` apart) and raises
+    ``drover.DatabaseError`` if another client took it after it expired; ``close``
+    deletes it, so a clean stop hands over at once and a crashed holder's
+    lease lapses after ``ttl`` seconds on the database clock. Each call
+    borrows a pool connection for one statement or one transaction, so it
+    survives the pooler or the server restarting (calls fail meanwhile).
+    Owned by one thread.
+    """
+
+    def __init__(self, pool: ConnectionPool[Any], *, holder: str, ttl: float) -> None:
+        self._pool = pool
+        self._holder = holder
+        self._ttl = ttl
+
+    broken = False
+    """Never: every call borrows a fresh pool connection."""
+
+    def _hold(self, action: str) -> datetime | None:
+        with borrow(self._pool, action) as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(query("periodic_lease_hold"), {"holder": self._holder, "ttl": self._ttl})
+            row = cur.fetchone()
+        if row is None:
+            return None
+        moment = row[0]
+        assert isinstance(moment, datetime)
+        return moment
+
+    def try_lock(self) -> bool:
+        """Take the lease if it is free or expired (or renew it); True when this client holds it."""
+        return self._hold("take the periodic scheduler lease") is not None
+
+    def now(self) -> datetime:
+        """Renew the lease and return the database clock; ``DatabaseError`` if it was taken over."""
+        moment = self._hold("renew the periodic scheduler lease")
+        if moment is None:
+            raise DatabaseError("the periodic scheduler lease expired and another client took it")
+        return moment
+
+    def record_leader(self, client_id: str, host: str, pid: int) -> None:
+        """Name this client as the leader, for operators."""
+        with borrow(self._pool, "record the periodic scheduler leader") as conn:
+            record_leader(conn, client_id, host, pid)
+
+    def define(self, **entry: str) -> datetime:
+        """Register an entry (see ``define``); return its watermark."""
+        with borrow(self._pool, "register a periodic job") as conn:
+            return define(conn, **entry)
+
+    def fire_tick(
+        self,
+        params: JobInsertParams,
+        *,
+        periodic_id: str,
+        fire: datetime,
+        upto: datetime,
+        next_fire: datetime | None,
+    ) -> Tick:
+        """Move the watermark past ``fire`` and insert the tick's job, in one transaction."""
+        with borrow(self._pool, f"enqueue periodic job {periodic_id!r}") as conn:
+            return fire_tick(
+                conn, params, periodic_id=periodic_id, fire=fire, upto=upto, next_fire=next_fire
+            )
+
+    def record_next(self, periodic_id: str, next_fire: datetime | None) -> None:
+        """Publish the next fire time this leader computed."""
+        with borrow(self._pool, f"record the next fire of {periodic_id!r}") as conn:
+            record_next(conn, periodic_id, next_fire)
+
+    def close(self) -> None:
+        """Delete the lease row if this client holds it (best effort: it expires anyway)."""
+        with (
+            borrow(self._pool, "release the periodic scheduler lease", timeout=5.0) as conn,
+            translate("release the periodic scheduler lease"),
+        ):
+            conn.execute(query("periodic_lease_release"), {"holder": self._holder})

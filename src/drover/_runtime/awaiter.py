@@ -35,7 +35,9 @@ class Awaiter(ThreadService):
     state again at least every ``poll`` seconds, so a lost notification (a
     broken connection, a terminal state written by something that does not
     notify) costs at most that. While the connection is down the waiters
-    poll; after a reconnect every waiter looks once.
+    poll; after a reconnect every waiter looks once. Behind a transaction
+    pooler with no ``Config.session_url`` nothing listens and no thread
+    starts: waiters poll every quarter second (ADR 0040).
     """
 
     name = "awaiter"
@@ -49,6 +51,7 @@ class Awaiter(ThreadService):
         self._waiters: dict[int, list[threading.Event]] = {}
         self._waiters_lock = threading.Lock()
         self._conn: Listening | None = None
+        self._listens: bool | None = None
         self.listening = threading.Event()
 
     def wait(self, job_id: int, timeout: float | None) -> StoredResult:
@@ -61,8 +64,13 @@ class Awaiter(ThreadService):
         ``awaited`` flag.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        self.start()
-        if not self.listening.is_set():
+        # Behind a transaction pooler with no session_url there is no session
+        # to LISTEN on (ADR 0040): the waiters poll, and no thread starts.
+        if self._listens is None:
+            self._listens = self._store.has_sessions()
+        if self._listens:
+            self.start()
+        if self._listens and not self.listening.is_set():
             self.listening.wait(_LISTEN_GRACE if timeout is None else min(_LISTEN_GRACE, timeout))
         event = threading.Event()
         with self._waiters_lock:

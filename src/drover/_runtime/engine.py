@@ -122,9 +122,20 @@ class Engine:
         retention = config.retention is not None and bool(config.retention.by_state())
         self.pruner = Pruner(wiring) if retention else None
         self.health = HealthProbe(wiring) if config.health_interval else None
+        # Behind a transaction pooler a LISTEN needs Config.session_url; without
+        # one the fetcher polls and the heartbeat delivers cancels (ADR 0040).
+        listens = config.notify and store.has_sessions()
+        if config.notify and not listens:
+            self._log.info(
+                "connected through a transaction pooler (PgBouncer) with no Config.session_url: "
+                "notifications are off (idle queues are polled every %gs) and the periodic "
+                "leader holds a lease row; set Config.session_url for LISTEN",
+                config.poll_interval.total_seconds(),
+                extra={"event": "pooler_without_sessions"},
+            )
         self.listener = (
             Listener(wiring, wake=self.fetcher.wake, on_cancel=self.cancels.notified)
-            if config.notify
+            if listens
             else None
         )
         self.ticker = Ticker(wiring) if config.periodic_jobs else None

@@ -7,7 +7,7 @@ import socket
 from datetime import datetime
 
 from drover._db.store import Store
-from drover._db.ticks import Leadership
+from drover._db.ticks import Leadership, LeasedLeadership
 from drover._insert.encode import encode_insert
 from drover._runtime.service import ThreadService
 from drover._runtime.wiring import Wiring
@@ -29,6 +29,12 @@ class Ticker(ThreadService):
     tries the lock instead. A lost connection is lost leadership (INFO),
     and another client takes over on its next turn.
 
+    Behind a transaction pooler with no ``Config.session_url`` (no session
+    to hold a lock, ADR 0040) leadership is a lease row instead, renewed on
+    the same turns and expiring ``lease_ttl`` seconds (five poll intervals,
+    at least one second) after the last renewal on the database clock; a
+    clean stop deletes it, so the next leader takes over on its next turn.
+
     A tick is inserted in one transaction with the entry's watermark (ADR
     0011): a fire time is never inserted twice, even by two clients that
     both believe they lead, and a tick that fell due while no client led
@@ -47,7 +53,9 @@ class Ticker(ThreadService):
         self._poll = wiring.config.poll_interval.total_seconds()
         self._count = wiring.metrics.periodic_tick
         self._leading_hook = wiring.metrics.periodic_leading
-        self._conn: Leadership | None = None
+        self._conn: Leadership | LeasedLeadership | None = None
+        self.lease_ttl = max(1.0, 5 * self._poll)
+        """How long a lease row outlives its last renewal (lease-row leadership only)."""
         self.leading = False
         """True while this client holds leadership (read by tests and /readyz-style probes)."""
         self._next: dict[str, datetime | None] = {}
@@ -76,7 +84,7 @@ class Ticker(ThreadService):
         try:
             now = conn.now()
         except DroverError as exc:
-            self._lost(f"its connection failed: {exc}")
+            self._lost(f"checking it failed: {exc}")
             return self._poll
         failed = False
         for job in self._jobs:
@@ -95,7 +103,9 @@ class Ticker(ThreadService):
         # Never longer than a poll interval: leadership is re-checked each turn.
         return min(max((soonest - now).total_seconds(), 0.0), self._poll)
 
-    def _fire(self, conn: Leadership, job: PeriodicJob, fire: datetime, now: datetime) -> bool:
+    def _fire(
+        self, conn: Leadership | LeasedLeadership, job: PeriodicJob, fire: datetime, now: datetime
+    ) -> bool:
         # Everything due up to now is folded into this one tick: a late
         # leader, or one that was stalled, fires a missed period once.
         following = job.schedule.next(now)
@@ -139,12 +149,16 @@ class Ticker(ThreadService):
 
     # --- leadership -----------------------------------------------------------------------------
 
-    def _lead(self) -> Leadership | None:
-        """This client's lock connection once it leads, else None (after trying once)."""
+    def _lead(self) -> Leadership | LeasedLeadership | None:
+        """This client's leadership once it leads, else None (after trying once)."""
         if self._conn is None or self._conn.broken:
             self._conn = None
             try:
-                self._conn = self._store.lead()
+                self._conn = (
+                    self._store.lead()
+                    if self._store.has_sessions()
+                    else self._store.lead_by_lease(self._client_id, self.lease_ttl)
+                )
             except DroverError:
                 self._log.error("connect for the periodic scheduler lock failed", exc_info=True)
                 return None
@@ -161,7 +175,7 @@ class Ticker(ThreadService):
             return None
         return conn
 
-    def _gain(self, conn: Leadership) -> None:
+    def _gain(self, conn: Leadership | LeasedLeadership) -> None:
         conn.record_leader(self._client_id, socket.gethostname(), os.getpid())
         watermarks = {
             job.id: conn.define(
