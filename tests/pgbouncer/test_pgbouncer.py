@@ -16,8 +16,8 @@ from clihelp import cli, ok
 from werkzeug.test import Client as WsgiClient
 
 import drover
-from drover._db.queries import load_migrations
 from drover._db.pool import behind_pooler
+from drover._db.queries import load_migrations
 from drover.web import make_app
 
 Conn = psycopg.Connection[tuple[Any, ...]]
