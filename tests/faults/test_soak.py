@@ -74,6 +74,14 @@ def test_the_soak_subcommand_refuses_bad_input_and_keeps_the_scenario_command() 
     )
     assert small.returncode == 2
     assert "--jobs must be at least 1000" in small.stderr
+    negative = subprocess.run(
+        [sys.executable, "-m", "drover.faults", "soak", "--fault-every", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert negative.returncode == 2
+    assert "--fault-every must be positive, not 0.0" in negative.stderr
     scenario = subprocess.run(
         [sys.executable, "-m", "drover.faults", "--help"],
         capture_output=True,

@@ -413,6 +413,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown fault kind(s): {', '.join(unknown) or '(none given)'}")
     if options.jobs < 1000:
         parser.error(f"--jobs must be at least 1000, not {options.jobs}")
+    for name in ("fault_every", "lease", "max_backlog"):
+        if not getattr(options, name) > 0:
+            parser.error(
+                f"--{name.replace('_', '-')} must be positive, not {getattr(options, name)}"
+            )
+    for name in ("retention", "autovacuum_naptime"):
+        value = getattr(options, name)
+        if value is not None and not value >= 0:
+            parser.error(f"--{name.replace('_', '-')} must not be negative, not {value}")
     soak = Soak(
         jobs=options.jobs,
         seed=options.seed,
