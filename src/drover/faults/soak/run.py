@@ -65,7 +65,13 @@ _TAIL = 0.95
 
 @dataclass
 class Soak:
-    """One soak's knobs; the bounds are ADR 0044's."""
+    """One soak's knobs: the workload, the workers' timings, and the bounds (ADR 0044's).
+
+    Rates are per 100,000 finished jobs and floors are the whole run's fitted
+    growth (see ``figures.slope_verdict``); durations are seconds. ``workers``
+    must be 2 or more: the first is observed and never killed, paused or
+    drained, so the nemesis needs another.
+    """
 
     jobs: int = 1_000_000
     seed: int = 1
@@ -268,7 +274,20 @@ def _verdicts(soak: Soak, samples: list[fig.Sample], extra: list[fig.Verdict]) -
 
 
 def run(soak: Soak) -> tuple[bool, dict[str, Any]]:
-    """Run the soak end to end; return whether every bound held, and the JSON report."""
+    """Run the soak end to end; return whether every bound held, and the JSON report.
+
+    Blocks for the whole run (minutes to tens of minutes) on a cluster of its
+    own, so it needs no database and touches none. Not thread-safe. Whatever
+    ends it early (an error, Ctrl-C), no worker process outlives it and the
+    cluster is stopped and deleted; ``out`` keeps the history only.
+
+    Raises:
+        drover.ConfigError: fewer than 2 workers.
+        drover.DroverError: the workers never started, or a probe job was not
+            claimed within 10 s.
+    """
+    if soak.workers < 2:
+        raise drover.ConfigError(f"Soak.workers must be 2 or more, not {soak.workers}")
     say = soak.log
     rng = random.Random(soak.seed)  # noqa: S311 - a seeded workload, not a secret
     scenario = Scenario(
