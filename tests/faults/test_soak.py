@@ -37,7 +37,7 @@ def test_a_small_soak_holds_every_bound(tmp_path: Path) -> None:
             # RSS is a high-water mark: an outage's pile of claims waiting for
             # their outcomes to be written raises it once (the allocator keeps
             # the arenas). On a million jobs the rate bound decides; on 20,000
-            # the floor must cover one such rise (ADR 0044).
+            # the floor must cover one such rise (ADR 0041).
             rss_floor_mib=24.0,
             # Beside the parallel suite a few ms of scheduler noise is common.
             latency_floor=0.005,

@@ -5,7 +5,7 @@ loopback proxy, the history model and its checker); ``drover.faults.suite``
 is drover's own workload and orchestrator, ``python -m drover.faults`` (see
 docs/reliability.md and ADR 0014); ``drover.faults.soak`` runs many jobs
 under periodic faults and checks that nothing grows,
-``python -m drover.faults soak`` (ADR 0044).
+``python -m drover.faults soak`` (ADR 0041).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 ``run`` is the orchestrator, ``figures`` the pure arithmetic of slopes and
 bounds, ``gauges`` what is sampled, ``worker`` the worker process (the fault
 suite's workload with a short retention). See docs/reliability.md "Soak" and
-ADR 0044.
+ADR 0041.
 """
 
 from __future__ import annotations

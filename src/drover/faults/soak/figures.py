@@ -6,7 +6,7 @@ the jobs finished, fitted by least squares over the samples after warm-up and
 expressed per 100,000 jobs. A slope alone is not a leak on a short run:
 extrapolating 20,000 jobs' noise to 100,000 multiplies it by five. So a
 ``SlopeBound`` fails only when both the slope is above its rate *and* the
-growth it fits over the measured span is above a noise floor (ADR 0044).
+growth it fits over the measured span is above a noise floor (ADR 0041).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ At the end the fault suite's checker reads the whole history (pruned rows
 come from ``soak_archive``, see ``gauges.ARCHIVE_DDL``).
 
 Output: a table of verdicts on stdout, the JSON report at ``--report``; exit
-1 if any bound is violated (docs/reliability.md "Soak", ADR 0044).
+1 if any bound is violated (docs/reliability.md "Soak", ADR 0041).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ _TAIL = 0.95
 
 @dataclass
 class Soak:
-    """One soak's knobs: the workload, the workers' timings, and the bounds (ADR 0044's).
+    """One soak's knobs: the workload, the workers' timings, and the bounds (ADR 0041's).
 
     Rates are per 100,000 finished jobs and floors are the whole run's fitted
     growth (see ``figures.slope_verdict``); durations are seconds. ``workers``
@@ -85,7 +85,7 @@ class Soak:
     retention: float = 5.0
     prune_interval: float = 1.0
     lease: float = 20.0
-    """Seconds. Longer than the fault suite's 4 s: see ADR 0044 (outcomes wait up to ~13 s
+    """Seconds. Longer than the fault suite's 4 s: see ADR 0041 (outcomes wait up to ~13 s
     to be written under faults at saturation); the heartbeat is a quarter of it."""
     rescue: float = 1.0
     samples: int = 50
