@@ -1,0 +1,13 @@
+"""The soak: a long run under periodic faults that checks nothing grows.
+
+``python -m drover.faults soak`` runs it.
+
+``run`` is the orchestrator, ``figures`` the pure arithmetic of slopes and
+bounds, ``gauges`` what is sampled, ``worker`` the worker process (the fault
+suite's workload with a short retention). See docs/reliability.md "Soak" and
+ADR 0041.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

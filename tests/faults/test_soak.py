@@ -1,0 +1,99 @@
+"""A small soak, to keep ``python -m drover.faults soak`` working (docs/reliability.md "Soak").
+
+20,000 jobs through three worker processes under faults (SIGKILL, backend
+terminations, a server restart, drains), on the soak's own cluster: every
+bound must hold, the checker must find nothing, and the report must carry the
+samples and verdicts the published figures come from. The million-job run is
+done by hand (the command is in docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import drover
+from drover.faults.soak.run import Soak, run
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_small_soak_holds_every_bound(tmp_path: Path) -> None:
+    ok, figures = run(
+        Soak(
+            jobs=20_000,
+            kinds=("kill", "terminate", "pg_restart", "drain"),
+            fault_every=2.0,
+            max_backlog=5000,
+            batch=1000,
+            lease=8.0,
+            # A 20,000-job run lasts less than autovacuum's default minute; a
+            # one-second naptime lets the table reach its steady state in it.
+            autovacuum_naptime=1.0,
+            # RSS is a high-water mark: an outage's pile of claims waiting for
+            # their outcomes to be written raises it once (the allocator keeps
+            # the arenas). On a million jobs the rate bound decides; on 20,000
+            # the floor must cover one such rise (ADR 0041).
+            rss_floor_mib=24.0,
+            # Beside the parallel suite a few ms of scheduler noise is common.
+            latency_floor=0.005,
+            out=tmp_path,
+            log=lambda _line: None,
+        )
+    )
+    failed = [v for v in figures["verdicts"] if not v["ok"]]
+    assert ok, json.dumps(failed, indent=2)
+    names = {v["name"] for v in figures["verdicts"]}
+    assert {"observed worker RSS", "jobs table dead tuples", "jobs accounted"} <= names
+    assert len(figures["samples"]) >= 20  # about 50; a fast drain skips some marks
+    assert sum(figures["faults_by_kind"].values()) >= 1
+    checker = figures["checker"]
+    assert checker["lost"] == 0
+    # Retention pruned during the run: the table held far fewer rows than were run.
+    assert max(s["live_tuples"] or 0 for s in figures["samples"]) < 20_000
+    assert (tmp_path / "report.json").exists()
+
+
+def test_the_soak_subcommand_refuses_bad_input_and_keeps_the_scenario_command() -> None:
+    bad = subprocess.run(
+        [sys.executable, "-m", "drover.faults", "soak", "--kinds", "kill,nope"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert "unknown fault kind(s): nope" in bad.stderr
+    small = subprocess.run(
+        [sys.executable, "-m", "drover.faults", "soak", "--jobs", "10"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert small.returncode == 2
+    assert "--jobs must be at least 1000" in small.stderr
+    negative = subprocess.run(
+        [sys.executable, "-m", "drover.faults", "soak", "--fault-every", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert negative.returncode == 2
+    assert "--fault-every must be positive, not 0.0" in negative.stderr
+    scenario = subprocess.run(
+        [sys.executable, "-m", "drover.faults", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert scenario.returncode == 0
+    assert "--faults" in scenario.stdout
+
+
+def test_a_soak_needs_a_worker_besides_the_observed_one(tmp_path: Path) -> None:
+    with pytest.raises(drover.ConfigError, match="Soak.workers must be 2 or more, not 1"):
+        run(Soak(jobs=1000, workers=1, out=tmp_path, log=lambda _line: None))
+    assert not any(tmp_path.iterdir())  # refused before anything started
