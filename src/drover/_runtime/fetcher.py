@@ -59,7 +59,10 @@ class Fetcher(ThreadService):
     sees it. A round that claims nothing sleeps ``poll_interval``, cut short
     by ``wake``, by a capped queue's job returning while that queue was at its
     cap, or by stop. Claim errors are logged and the loop carries on after
-    one poll interval.
+    one poll interval. While more outcomes wait to be written than
+    ``concurrency``, the excess idle slots stay idle until the completer
+    catches up, so the claims held (running or finished and unwritten) never
+    exceed twice the concurrency.
     """
 
     name = "fetcher"
@@ -79,6 +82,11 @@ class Fetcher(ThreadService):
         self._dispatch = dispatch
         self._poll = wiring.config.poll_interval.total_seconds()
         self._lease_seconds = wiring.lease_seconds
+        # Outcomes written in batches let a slot take its next job before the
+        # last one's outcome is written; this bounds how far ahead it may run
+        # (ADR 0003 amendment): held claims stay under twice the concurrency,
+        # so a crash re-runs at most that many jobs, however slow the writes.
+        self._backlog = wiring.config.concurrency
         self._rng = rng or random.Random()  # noqa: S311 - queue ordering, not security
         self._wakeup = threading.Event()
         # A capped queue with room again after a round skipped it: claim now,
@@ -91,6 +99,8 @@ class Fetcher(ThreadService):
         self._holder = wiring.holder
         self.claims = 0
         """Claim round trips made (for tests and stats)."""
+        self.held_back = 0
+        """Rounds that left idle slots unclaimed to wait for outcomes to be written."""
 
     def join_timeout(self, budget: float | None) -> float | None:
         # Normally instant; bounded so a claim stuck on an unresponsive
@@ -117,9 +127,17 @@ class Fetcher(ThreadService):
                     taken = self._slots.take_all(self._stopping)
                     if taken == 0:
                         continue
+                wanted = self._within_backlog(taken)
+                if wanted == 0:
+                    # The database is behind on outcomes: wait for the completer.
+                    self._slots.free(taken, unused=True)
+                    self._session.release()
+                    self.held_back += 1
+                    self._inflight.wait_unwritten(self._backlog, self._stopping)
+                    continue
                 claimed, failed = 0, True
                 try:
-                    claimed, failed = self._claim_round(taken)
+                    claimed, failed = self._claim_round(wanted)
                 except Exception:
                     # Backstop (claims and dispatch handle their own errors): never let
                     # the claim loop die; log, back off one poll interval, go on.
@@ -136,12 +154,18 @@ class Fetcher(ThreadService):
     def run_once(self) -> int:
         """One claim round for the slots idle right now; returns the number claimed."""
         taken = self._slots.take_all(self._stopping, timeout=0)
+        wanted = self._within_backlog(taken)
         try:
-            claimed, _ = self._claim_round(taken) if taken else (0, False)
+            claimed, _ = self._claim_round(wanted) if wanted else (0, False)
         finally:
             self._session.release()
         self._slots.free(taken - claimed, unused=True)
         return claimed
+
+    def _within_backlog(self, taken: int) -> int:
+        """How many of ``taken`` idle slots may claim with the outcomes unwritten now."""
+        over = self._inflight.unwritten() - self._backlog
+        return taken if over <= 0 else max(0, taken - over)
 
     def _claim_round(self, wanted: int) -> tuple[int, bool]:
         claimed = 0

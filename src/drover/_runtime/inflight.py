@@ -153,6 +153,9 @@ class InFlight:
         self._caps = dict(caps or {})
         self._running: dict[str, int] = {}
         self._on_room: Callable[[], None] | None = None
+        # Tracked claims whose handler returned and whose outcome is not yet
+        # written: what a crash now would run again besides the running ones.
+        self._unwritten = 0
 
     def on_room(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever a capped queue goes from its cap to below it."""
@@ -216,6 +219,8 @@ class InFlight:
                 self._count(claim)
                 if previous is not None and previous is not claim:
                     replaced.append(previous)
+                    if previous.finished:
+                        self._unwritten -= 1
         for previous in replaced:
             previous.lose("the job was re-claimed")
 
@@ -227,6 +232,8 @@ class InFlight:
         brings a capped queue below its cap.
         """
         with self._cond:
+            if not claim.finished and self._entries.get(claim.row.id) is claim:
+                self._unwritten += 1
             claim.finished = True
             room = self._uncount(claim)
         if room and self._on_room is not None:
@@ -242,7 +249,7 @@ class InFlight:
         outcome is being recorded. ``handed_back`` untracks running ones too
         (shutdown returned their jobs to the queue).
         """
-        room = False
+        room = written = False
         with self._cond:
             entries = self._entries
             for job_id, attempt in claims:
@@ -253,13 +260,32 @@ class InFlight:
                     and (entry.finished or handed_back)
                 ):
                     del entries[job_id]
+                    if entry.finished:
+                        self._unwritten -= 1
+                        written = True
                     # A handed-back claim whose handler still runs stops counting
                     # here; if that handler ever returns, it is not counted twice.
                     room = self._uncount(entry) or room
-            if not entries:
+            if not entries or written:
                 self._cond.notify_all()
         if room and self._on_room is not None:
             self._on_room()
+
+    def unwritten(self) -> int:
+        """How many tracked claims have finished handlers and outcomes not yet written."""
+        with self._cond:
+            return self._unwritten
+
+    def wait_unwritten(self, limit: int, stopping: threading.Event) -> int:
+        """Block until at most ``limit`` outcomes are unwritten (or stop); return how many are.
+
+        The completer's writes wake it; the wait is sliced so a stop is
+        noticed within 0.5 s even without one.
+        """
+        with self._cond:
+            while self._unwritten > limit and not stopping.is_set():
+                self._cond.wait(0.5)
+            return self._unwritten
 
     def limited_queues(self, claims: Iterable[tuple[int, int]]) -> set[str]:
         """The queues of those ``(id, attempt)`` still tracked that a concurrency limit held."""
