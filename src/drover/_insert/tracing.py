@@ -1,0 +1,109 @@
+"""The seam between the insert paths and a tracer (ADR 0037), and the stamping of trace context.
+
+drover itself imports no tracing library. A ``Config.middleware`` entry that
+also traces inserts (``drover.contrib.otel.TracingMiddleware``) exposes an
+``InsertTracer`` as its ``drover_insert_tracer`` attribute; the client finds
+it once, at construction. Without one, an insert pays a single ``is None``
+test and nothing else.
+
+With one, every public insert call runs inside ``InsertTracer.insert_span``:
+the span's ``carrier`` (W3C ``traceparent`` and ``tracestate``) is merged
+into each new job's metadata by the functions below, after the input is
+encoded and before anything is written, so every write path (single,
+combined, unique, COPY, workflow, async) stores it the same way, in the
+``meta`` column the claim already returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+from drover._records import EncodedBatch, EncodedGraph, JobInsertParams
+from drover.job import JobRow
+
+__all__ = [
+    "TRACE_KEYS",
+    "InsertSpan",
+    "InsertTracer",
+    "insert_tracer_of",
+    "stamp",
+    "stamp_batch",
+    "stamp_graph",
+    "trace_members",
+    "traced",
+]
+
+TRACE_KEYS = ("traceparent", "tracestate")
+"""The metadata keys drover reserves for a job's creation context (W3C Trace Context)."""
+
+
+class InsertSpan(Protocol):
+    """One insert call's span, as the insert path sees it."""
+
+    @property
+    def carrier(self) -> Mapping[str, str]:
+        """The context to store with each new job (empty: store nothing)."""
+
+    def inserted(self, rows: Sequence[JobRow]) -> None:
+        """The rows the call returned (called once, only when it succeeded)."""
+
+
+class InsertTracer(Protocol):
+    """Opens the span of one public insert call (``operation``: the method's name)."""
+
+    def insert_span(self, operation: str) -> AbstractContextManager[InsertSpan]:
+        """A context manager around the call: it ends the span, recording an error raised in it."""
+
+
+def insert_tracer_of(middleware: Sequence[object]) -> InsertTracer | None:
+    """The first ``drover_insert_tracer`` among ``Config.middleware``'s entries, or ``None``."""
+    for entry in middleware:
+        tracer = getattr(entry, "drover_insert_tracer", None)
+        if tracer is not None:
+            return tracer  # type: ignore[no-any-return]
+    return None
+
+
+@contextmanager
+def traced(tracer: InsertTracer, operation: str) -> Iterator[tuple[InsertSpan, str | None]]:
+    """``tracer``'s span for ``operation`` and its carrier as ``trace_members`` text."""
+    with tracer.insert_span(operation) as span:
+        yield span, trace_members(span.carrier)
+
+
+def trace_members(carrier: Mapping[str, str]) -> str | None:
+    """``carrier``'s reserved keys as JSON object members (no braces), or ``None`` if none."""
+    kept = {key: carrier[key] for key in TRACE_KEYS if isinstance(carrier.get(key), str)}
+    if not kept:
+        return None
+    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False)[1:-1]
+
+
+def stamp(params: JobInsertParams, members: str) -> JobInsertParams:
+    """``params`` with ``members`` first in its metadata.
+
+    First, so that a ``traceparent`` the caller put in ``InsertOpts.meta``
+    itself wins (jsonb keeps the last of duplicate keys).
+    """
+    meta = params.meta
+    if meta is None or meta == "{}":
+        return params._replace(meta=f"{{{members}}}")
+    return params._replace(meta=f"{{{members},{meta[1:]}")
+
+
+def stamp_batch(batch: EncodedBatch, members: str) -> EncodedBatch:
+    """An ``insert_many`` batch with every item stamped; it is then ``decorated``.
+
+    A decorated batch takes the staging table's COPY rather than the direct
+    one (ADR 0037): the cost of tracing a batch, paid only when tracing.
+    """
+    params = [stamp(p, members) for p in batch.params]
+    return batch._replace(params=params, decorated=True)
+
+
+def stamp_graph(graph: EncodedGraph, members: str) -> EncodedGraph:
+    """A workflow's (or dependent batch's) jobs, each stamped."""
+    return graph._replace(params=[stamp(p, members) for p in graph.params])
