@@ -209,6 +209,8 @@ def test_a_refused_insert_is_recorded_on_its_span(make_client: MakeClient) -> No
         client.insert(Mail(), drover.InsertOpts(unique_key="k"))
     refused = spans.producers()[-1]
     assert refused.status.status_code is StatusCode.ERROR
+    assert refused.attributes is not None
+    assert refused.attributes["error.type"] == "DuplicateJob"
     assert [e.name for e in refused.events] == ["exception"]
 
 

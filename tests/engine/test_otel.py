@@ -88,6 +88,10 @@ def test_the_execution_span_is_a_child_of_the_insert_span_in_the_producers_trace
     assert insert.parent is not None and insert.parent.span_id == request.get_span_context().span_id
     assert process.parent is not None
     assert process.parent.span_id == insert.get_span_context().span_id  # type: ignore[union-attr]
+    (link,) = process.links
+    assert insert.get_span_context() is not None
+    assert link.context.span_id == insert.get_span_context().span_id  # type: ignore[union-attr]
+    assert link.context.trace_id == trace_id
     assert insert.name == "insert default"
     assert insert.attributes is not None
     assert insert.attributes["messaging.system"] == "drover"
@@ -180,6 +184,7 @@ def test_a_job_inserted_without_tracing_starts_a_trace_of_its_own(
     _worker(make_client, spans, "sync", [])
     (process,) = poll(spans.waiter(row.id, 1), message="the execution span")
     assert process.parent is None
+    assert not process.links
     assert trace_id_of(process) != request.get_span_context().trace_id
 
 

@@ -35,7 +35,7 @@ from drover.middleware import AsyncHandler, Handler, with_async_form
 try:
     from opentelemetry import trace
     from opentelemetry.context import Context
-    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+    from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TracerProvider
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise ImportError(
@@ -66,13 +66,24 @@ _SYSTEM = "drover"
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
-def _parent(row: JobRow) -> Context:
-    """The creation context stored with ``row``; an empty context (a new trace) if none."""
+_NO_LINKS: tuple[Link, ...] = ()
+
+
+def _parent(row: JobRow) -> tuple[Context, Sequence[Link]]:
+    """The creation context stored with ``row`` and a link to it; an empty context
+    (a trace of its own) and no link if it has none."""
     meta = row.meta
     if "traceparent" not in meta:
-        return Context()
+        return Context(), _NO_LINKS
     carrier = {key: meta[key] for key in TRACE_KEYS if isinstance(meta.get(key), str)}
-    return _PROPAGATOR.extract(carrier, context=Context())
+    context = _PROPAGATOR.extract(carrier, context=Context())
+    creation = trace.get_current_span(context).get_span_context()
+    if not creation.is_valid:  # a malformed traceparent: extract ignored it
+        return context, _NO_LINKS
+    # Child of the creation context, so every attempt is in the producer's
+    # trace; the link is what the messaging conventions require of a process
+    # span, for backends that follow links rather than parents (ADR 0037).
+    return context, (Link(creation),)
 
 
 def _outcome(row: JobRow, exc: BaseException) -> str:
@@ -188,11 +199,13 @@ class TracingMiddleware:
         tracer = self._tracer
 
         def handle(ctx: JobContext, row: JobRow) -> None:
+            parent, links = _parent(row)
             with tracer.start_as_current_span(
                 f"process {row.queue}",
-                context=_parent(row),
+                context=parent,
                 kind=SpanKind.CONSUMER,
                 attributes=_process_attributes(row),
+                links=links,
                 record_exception=False,
                 set_status_on_exception=False,
             ) as span:
@@ -209,11 +222,13 @@ class TracingMiddleware:
         tracer = self._tracer
 
         async def handle(ctx: JobContext, row: JobRow) -> None:
+            parent, links = _parent(row)
             with tracer.start_as_current_span(
                 f"process {row.queue}",
-                context=_parent(row),
+                context=parent,
                 kind=SpanKind.CONSUMER,
                 attributes=_process_attributes(row),
+                links=links,
                 record_exception=False,
                 set_status_on_exception=False,
             ) as span:
@@ -244,7 +259,12 @@ class TracingMiddleware:
             carrier: dict[str, str] = {}
             if span.get_span_context().is_valid:
                 _PROPAGATOR.inject(carrier)
-            yield _InsertSpan(span, operation, carrier)
+            try:
+                yield _InsertSpan(span, operation, carrier)
+            except BaseException as exc:
+                # The context manager records the exception and the status.
+                span.set_attribute("error.type", type(exc).__qualname__)
+                raise
 
     def __repr__(self) -> str:
         return "drover.contrib.otel.TracingMiddleware()"
