@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import UTC, datetime, timedelta
 import subprocess
 import sys
 import textwrap
@@ -147,11 +148,14 @@ def test_insert_tx_and_insert_many_tx_store_it_in_the_callers_transaction(
     "opts",
     [
         None,
-        drover.InsertOpts(scheduled_at=None, tags=["x"]),
+        drover.InsertOpts(priority=3),
+        drover.InsertOpts(scheduled_at=datetime.now(UTC) + timedelta(hours=1)),
+        drover.InsertOpts(tags=["x"]),
+        drover.InsertOpts(meta={"a": 1}),
         drover.InsertOpts(unique_key="k"),
         drover.InsertOpts(unique=drover.Unique(by_args=True)),
     ],
-    ids=["direct-copy", "staged-copy", "unique-key", "identity"],
+    ids=["uniform", "direct", "direct-timed", "tags", "meta", "unique-key", "identity"],
 )
 def test_insert_many_stores_it_in_every_job_of_each_copy_path(
     opts: drover.InsertOpts | None, make_client: MakeClient, conn: Conn
@@ -166,6 +170,8 @@ def test_insert_many_stores_it_in_every_job_of_each_copy_path(
     assert len(rows) == len(items)
     for row in rows:
         assert _trace_id_stored(conn, row.id) == request.get_span_context().trace_id
+        # The returned rows hold what was stored, without reading it back.
+        assert dict(row.meta) == stored_meta(conn, row.id)
 
 
 def test_a_workflow_and_a_dependent_insert_store_it_in_each_job(
@@ -254,6 +260,7 @@ def test_the_async_clients_inserts_store_it(db_url: str, conn: Conn) -> None:
         async with drover.AsyncClient(db_url, config) as client:
             with spans.tracer.start_as_current_span("request") as request:
                 rows = [await client.insert(Mail()), *await client.insert_many([Mail(), Other()])]
+                rows += await client.insert_many([Mail(), Mail()])
                 async with await psycopg.AsyncConnection.connect(db_url) as app:
                     rows.append(await client.insert_tx(app, Mail()))
                     rows += await client.insert_many_tx(app, [Mail()])
@@ -261,12 +268,14 @@ def test_the_async_clients_inserts_store_it(db_url: str, conn: Conn) -> None:
         return rows, request.get_span_context().trace_id
 
     rows, trace_id = _run(main)
-    assert len(rows) == 5
+    assert len(rows) == 7
     for row in rows:
         assert _trace_id_stored(conn, row.id) == trace_id
+        assert dict(row.meta) == stored_meta(conn, row.id)
     assert sorted(s.name for s in spans.producers()) == [
         "insert default",
         "insert_many",
+        "insert_many default",
         "insert_many_tx default",
         "insert_tx default",
     ]
@@ -327,6 +336,6 @@ def test_drover_imports_and_runs_jobs_without_opentelemetry(db_url: str) -> None
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert "refused: drover.contrib.otel needs OpenTelemetry: pip install 'drover[otel]'" in (
+    assert "refused: drover.contrib.otel needs OpenTelemetry: pip install 'drover-queue[otel]'" in (
         done.stdout
     )

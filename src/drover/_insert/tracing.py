@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
-from drover._records import EncodedBatch, EncodedGraph, JobInsertParams
+from drover._records import EncodedBatch, EncodedGraph, JobInsertParams, UniformBatch
 from drover.job import JobRow
 
 __all__ = [
@@ -95,13 +95,24 @@ def stamp(params: JobInsertParams, members: str) -> JobInsertParams:
 
 
 def stamp_batch(batch: EncodedBatch, members: str) -> EncodedBatch:
-    """An ``insert_many`` batch with every item stamped; it is then ``decorated``.
+    """An ``insert_many`` batch with every item stamped.
 
-    A decorated batch takes the staging table's COPY rather than the direct
-    one (ADR 0037): the cost of tracing a batch, paid only when tracing.
+    A batch with no tags or metadata of its own keeps its path: every item
+    now has the same metadata, which the direct COPY writes as one more
+    column (``shared_meta``). Any other batch already takes a path that
+    writes each item's metadata.
     """
-    params = [stamp(p, members) for p in batch.params]
-    return batch._replace(params=params, decorated=True)
+    params = batch.params
+    if isinstance(params, UniformBatch):
+        meta = f"{{{members}}}"
+        stamped = UniformBatch(
+            params.kind, params.queue, params.max_attempts, params.priority, params.args_json, meta
+        )
+        return batch._replace(params=stamped, shared_meta=meta)
+    batch = batch._replace(params=[stamp(p, members) for p in params])
+    if batch.decorated:
+        return batch
+    return batch._replace(shared_meta=f"{{{members}}}")
 
 
 def stamp_graph(graph: EncodedGraph, members: str) -> EncodedGraph:

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing of inserts and executions (``pip install 'drover[otel]'``, ADR 0037).
+"""OpenTelemetry tracing of inserts and executions (``pip install 'drover-queue[otel]'``, ADR 0037).
 
 One line turns it on, for a producer and a worker alike:
 
@@ -39,7 +39,7 @@ try:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise ImportError(
-        "drover.contrib.otel needs OpenTelemetry: pip install 'drover[otel]' "
+        "drover.contrib.otel needs OpenTelemetry: pip install 'drover-queue[otel]' "
         f"(opentelemetry-api; {exc})"
     ) from exc
 
