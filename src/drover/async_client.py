@@ -29,7 +29,7 @@ from drover._insert.aio_notifier import AsyncNotifier
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.graph import has_dependencies
 from drover._insert.identity import identity_of, needs_identity
-from drover._insert.tracing import insert_tracer_of, stamp, stamp_batch, traced
+from drover._insert.tracing import insert_tracer_of, stamp, stamp_batch, trace_members
 from drover.config import Config
 from drover.errors import DatabaseError, InvalidArgument
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
@@ -158,8 +158,8 @@ class AsyncClient:
         tracer = self._tracer
         if tracer is None:
             return await self._insert(args, opts, None)
-        with traced(tracer, "insert") as (span, members):
-            row = await self._insert(args, opts, members)
+        with tracer.insert_span("insert") as span:
+            row = await self._insert(args, opts, trace_members(span.carrier))
             span.inserted((row,))
             return row
 
@@ -198,8 +198,8 @@ class AsyncClient:
         tracer = self._tracer
         if tracer is None:
             return await self._insert_many(items, None)
-        with traced(tracer, "insert_many") as (span, members):
-            rows = await self._insert_many(items, members)
+        with tracer.insert_span("insert_many") as span:
+            rows = await self._insert_many(items, trace_members(span.carrier))
             span.inserted(rows)
             return rows
 
@@ -242,8 +242,10 @@ class AsyncClient:
         tracer = self._tracer
         if tracer is None:
             return await aio_tx.insert_tx(conn, args, opts, notify=notify)
-        with traced(tracer, "insert_tx") as (span, members):
-            row = await aio_tx.insert_tx(conn, args, opts, notify=notify, members=members)
+        with tracer.insert_span("insert_tx") as span:
+            row = await aio_tx.insert_tx(
+                conn, args, opts, notify=notify, members=trace_members(span.carrier)
+            )
             span.inserted((row,))
             return row
 
@@ -259,8 +261,10 @@ class AsyncClient:
         tracer = self._tracer
         if tracer is None:
             return await aio_tx.insert_many_tx(conn, listed, notify=notify)
-        with traced(tracer, "insert_many_tx") as (span, members):
-            rows = await aio_tx.insert_many_tx(conn, listed, notify=notify, members=members)
+        with tracer.insert_span("insert_many_tx") as span:
+            rows = await aio_tx.insert_many_tx(
+                conn, listed, notify=notify, members=trace_members(span.carrier)
+            )
             span.inserted(rows)
             return rows
 

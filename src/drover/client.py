@@ -34,7 +34,7 @@ from drover._insert.tracing import (
     stamp,
     stamp_batch,
     stamp_graph,
-    traced,
+    trace_members,
 )
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import EncodedGraph
@@ -244,8 +244,8 @@ class Client(JobsAndQueues):
         tracer = self._tracer
         if tracer is None:
             return self._insert(args, opts, None)
-        with traced(tracer, "insert") as (span, members):
-            found = self._insert(args, opts, members)
+        with tracer.insert_span("insert") as span:
+            found = self._insert(args, opts, trace_members(span.carrier))
             span.inserted(found.jobs if isinstance(found, InsertedWorkflow) else (found,))
             return found
 
@@ -317,8 +317,8 @@ class Client(JobsAndQueues):
         tracer = self._tracer
         if tracer is None:
             return self._insert_tx(conn, args, opts, None)
-        with traced(tracer, "insert_tx") as (span, members):
-            found = self._insert_tx(conn, args, opts, members)
+        with tracer.insert_span("insert_tx") as span:
+            found = self._insert_tx(conn, args, opts, trace_members(span.carrier))
             span.inserted(found.jobs if isinstance(found, InsertedWorkflow) else (found,))
             return found
 
@@ -374,8 +374,8 @@ class Client(JobsAndQueues):
         tracer = self._tracer
         if tracer is None:
             return self._insert_many(items, None)
-        with traced(tracer, "insert_many") as (span, members):
-            rows = self._insert_many(items, members)
+        with tracer.insert_span("insert_many") as span:
+            rows = self._insert_many(items, trace_members(span.carrier))
             span.inserted(rows)
             return rows
 
@@ -410,8 +410,8 @@ class Client(JobsAndQueues):
         tracer = self._tracer
         if tracer is None:
             return self._insert_many_tx(conn, items, None)
-        with traced(tracer, "insert_many_tx") as (span, members):
-            rows = self._insert_many_tx(conn, items, members)
+        with tracer.insert_span("insert_many_tx") as span:
+            rows = self._insert_many_tx(conn, items, trace_members(span.carrier))
             span.inserted(rows)
             return rows
 

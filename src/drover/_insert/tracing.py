@@ -17,8 +17,8 @@ combined, unique, COPY, workflow, async) stores it the same way, in the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from drover._records import EncodedBatch, EncodedGraph, JobInsertParams, UniformBatch
@@ -33,7 +33,6 @@ __all__ = [
     "stamp_batch",
     "stamp_graph",
     "trace_members",
-    "traced",
 ]
 
 TRACE_KEYS = ("traceparent", "tracestate")
@@ -67,19 +66,18 @@ def insert_tracer_of(middleware: Sequence[object]) -> InsertTracer | None:
     return None
 
 
-@contextmanager
-def traced(tracer: InsertTracer, operation: str) -> Iterator[tuple[InsertSpan, str | None]]:
-    """``tracer``'s span for ``operation`` and its carrier as ``trace_members`` text."""
-    with tracer.insert_span(operation) as span:
-        yield span, trace_members(span.carrier)
+# json.dumps for a str, minus the encoder object json.dumps sets up per call.
+_quote: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 def trace_members(carrier: Mapping[str, str]) -> str | None:
     """``carrier``'s reserved keys as JSON object members (no braces), or ``None`` if none."""
-    kept = {key: carrier[key] for key in TRACE_KEYS if isinstance(carrier.get(key), str)}
-    if not kept:
-        return None
-    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False)[1:-1]
+    members = [
+        f'"{key}":{_quote(value)}'
+        for key in TRACE_KEYS
+        if isinstance(value := carrier.get(key), str)
+    ]
+    return ",".join(members) or None
 
 
 def stamp(params: JobInsertParams, members: str) -> JobInsertParams:
