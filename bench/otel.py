@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 from opentelemetry.sdk.trace import TracerProvider
+from psycopg.conninfo import make_conninfo
 
 import drover
 from drover.contrib.otel import TracingMiddleware
@@ -115,7 +115,9 @@ def main() -> None:
     off = statistics.median(batches["off"])
     for name, times in batches.items():
         median = statistics.median(times)
-        print(f"  insert_many {options.batch} {name:4} {median * 1000:7.1f} ms  x{median / off:.2f}")
+        print(
+            f"  insert_many {options.batch} {name:4} {median * 1000:7.1f} ms  x{median / off:.2f}"
+        )
 
 
 if __name__ == "__main__":

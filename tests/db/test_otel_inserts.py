@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from datetime import UTC, datetime, timedelta
 import subprocess
 import sys
 import textwrap
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import psycopg
