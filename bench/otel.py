@@ -20,6 +20,10 @@ Then ``insert_many`` of --batch jobs once per trial and repetition (``off``,
 ``sdk``): a traced batch stores a context per job and so takes the staging
 COPY rather than the direct one. Reported: medians over the repetitions, and
 each trial's ratio to ``bare`` (inserts) or ``off`` (batches).
+
+Last, without the database: the Python cost of one insert span and of one
+execution span (around a handler that does nothing), no-op and SDK, as the
+best of five timings (the figure least disturbed by a busy machine).
 """
 
 from __future__ import annotations
@@ -28,13 +32,16 @@ import argparse
 import contextlib
 import statistics
 import time
+import timeit
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import psycopg
 from opentelemetry.sdk.trace import TracerProvider
 from psycopg.conninfo import make_conninfo
 
 import drover
+from drover._insert.tracing import trace_members
 from drover.contrib.otel import TracingMiddleware
 
 
@@ -120,5 +127,48 @@ def main() -> None:
         )
 
 
+def spans() -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    now = datetime.now(UTC)
+    row = drover.JobRow(
+        id=1,
+        kind="otelbench_ping",
+        queue="default",
+        args={"n": 1},
+        state=drover.JobState.RUNNING,
+        attempt=1,
+        max_attempts=25,
+        errors=(),
+        scheduled_at=now,
+        leased_until=None,
+        created_at=now,
+        finalized_at=None,
+        unique_key=None,
+        priority=0,
+        meta={"traceparent": traceparent},
+    )
+    context = drover.JobContext()
+
+    def handler(ctx: drover.JobContext, row: drover.JobRow) -> None:
+        return None
+
+    print("per span, best of 5 (no database):")
+    for name, middleware in (
+        ("noop", TracingMiddleware()),
+        ("sdk", TracingMiddleware(TracerProvider())),
+    ):
+
+        def insert_span(m: TracingMiddleware = middleware) -> None:
+            with m.insert_span("insert") as span:
+                trace_members(span.carrier)
+
+        traced = middleware(handler)
+        n = 20000
+        insert = min(timeit.repeat(insert_span, number=n, repeat=5)) / n
+        execute = min(timeit.repeat(lambda h=traced: h(context, row), number=n, repeat=5)) / n
+        print(f"  {name:4} insert {insert * 1e6:5.1f} us   execution {execute * 1e6:5.1f} us")
+
+
 if __name__ == "__main__":
     main()
+    spans()
