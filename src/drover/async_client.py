@@ -91,6 +91,9 @@ class AsyncClient:
 
     Workflows (``drover.chain``/``group``) and ``InsertOpts.depends_on`` are
     refused with ``drover.InvalidArgument``: insert them with ``Client``.
+
+    Tracing: as ``Client``'s, with a ``drover.contrib.otel.TracingMiddleware``
+    in ``config.middleware`` (the span is current in the calling task).
     """
 
     def __init__(

@@ -101,6 +101,12 @@ class Client(JobsAndQueues):
     shared by every thread of a web application. When no pool connection frees
     up within the pool's timeout, the call raises ``drover.DatabaseError``.
 
+    Tracing: with a ``drover.contrib.otel.TracingMiddleware`` in
+    ``config.middleware``, each insert method runs in a span of its own and
+    stores that span's W3C trace context in each job's metadata
+    (``traceparent``, ``tracestate``), on the calling thread; without one,
+    nothing is stored (ADR 0037).
+
     Running jobs: ``start`` launches the job pool (``config.concurrency``
     threads) and the background services: the fetcher, the completer, the
     heartbeat, the rescuer and the stats refresher, plus the listener
