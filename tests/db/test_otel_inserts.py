@@ -339,3 +339,20 @@ def test_drover_imports_and_runs_jobs_without_opentelemetry(db_url: str) -> None
     assert "refused: drover.contrib.otel needs OpenTelemetry: pip install 'drover-queue[otel]'" in (
         done.stdout
     )
+
+
+def test_a_traced_batch_without_metadata_keeps_the_direct_copy(
+    make_client: MakeClient, conn: Conn, db_url: str
+) -> None:
+    # The staging COPY creates a temporary table in the session it runs on;
+    # the direct COPY creates none, traced or not.
+    spans = Spans()
+    client = _traced(make_client, spans)
+    with psycopg.connect(db_url) as app, spans.tracer.start_as_current_span("request"):
+        uniform = client.insert_many_tx(app, [Mail(), Mail()])
+        mixed = client.insert_many_tx(app, [Mail(), (Other(), drover.InsertOpts(priority=1))])
+        staged = app.execute("SELECT to_regclass('pg_temp.drover_insert_batch')").fetchone()
+        app.commit()
+    assert staged == (None,)
+    for row in [*uniform, *mixed]:
+        assert "traceparent" in stored_meta(conn, row.id)

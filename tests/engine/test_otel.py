@@ -207,3 +207,54 @@ def test_every_job_of_an_insert_many_copy_continues_the_batch_span(
         assert trace_id_of(process) == trace_id
         assert process.parent is not None
         assert process.parent.span_id == batch.get_span_context().span_id  # type: ignore[union-attr]
+
+
+class Parent(drover.JobArgs, kind="otel_parent"):
+    pass
+
+
+def test_a_job_inserted_by_a_handler_joins_the_trace_of_the_execution(
+    make_client: MakeClient, conn: Conn, poll: Poll
+) -> None:
+    spans = Spans()
+    workers = drover.Workers()
+    clients: list[drover.Client] = []
+
+    @workers.register
+    def parent(job: drover.Job[Parent]) -> None:
+        clients[0].insert(Step())
+
+    @workers.register
+    def step(job: drover.Job[Step]) -> None:
+        return None
+
+    worker = start_client(make_client, workers, middleware=[TracingMiddleware(spans.provider)])
+    clients.append(worker)
+    with spans.tracer.start_as_current_span("request") as request:
+        first = worker.insert(Parent())
+    (parent_span,) = poll(spans.waiter(first.id, 1), message="the parent's span")
+    inserted = [
+        s
+        for s in spans.producers()
+        if s.parent is not None and s.parent.span_id == parent_span.context.span_id
+    ]
+    (child_insert,) = inserted
+    assert child_insert.attributes is not None
+    child_id = int(str(child_insert.attributes["messaging.message.id"]))
+    (child_span,) = poll(spans.waiter(child_id, 1), message="the child's span")
+    assert trace_id_of(child_span) == request.get_span_context().trace_id
+
+
+@pytest.mark.parametrize("stored", ["not a traceparent", 42])
+def test_a_malformed_stored_context_starts_a_trace_of_its_own(
+    stored: object, make_client: MakeClient, poll: Poll
+) -> None:
+    spans = Spans()
+    worker = _worker(make_client, spans, "sync", [])
+    row = make_client().insert(Step(), drover.InsertOpts(meta={"traceparent": stored}))
+    (process,) = poll(spans.waiter(row.id, 1), message="the execution span")
+    assert process.parent is None
+    assert not process.links
+    assert process.attributes is not None
+    assert process.attributes[DROVER_JOB_OUTCOME] == "completed"
+    assert worker.running
