@@ -60,7 +60,8 @@ DROVER_JOB_ATTEMPT = "drover.job.attempt"
 DROVER_JOB_MAX_ATTEMPTS = "drover.job.max_attempts"
 DROVER_JOB_OUTCOME = "drover.job.outcome"
 """What the attempt asked for: ``completed``, ``snoozed``, ``cancelled``, ``retryable`` or
-``dead`` (the state the job goes to, unless its claim was lost meanwhile)."""
+``dead``: the state the job goes to, unless its claim was lost meanwhile or an operator
+cancelled it while it ran (the job then ends ``cancelled``, ADR 0030)."""
 DROVER_JOB_DUPLICATE = "drover.job.duplicate"
 """On an insert span: a unique insert returned the job already holding the identity."""
 
