@@ -9,7 +9,7 @@ blocks of --block inserts (the order rotating from block to block), on one
 client per trial (each its own pool) in one thread:
 
 - ``bare``: ``Client._insert`` called directly: the insert without the
-  tracing check in front of it (what every insert was before ADR 0037);
+  tracing check in front of it (what every insert was before ADR 0042);
 - ``off``: ``client.insert`` on a client without ``TracingMiddleware``;
 - ``noop``: with ``TracingMiddleware`` and no OpenTelemetry SDK (no-op spans,
   nothing stored);

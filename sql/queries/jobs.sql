@@ -105,7 +105,7 @@ COPY drover_jobs (id, kind, queue, args, max_attempts, priority, scheduled_at, s
 
 -- name: job_insert_batch_direct_meta
 -- As job_insert_batch_direct, for a batch whose jobs all carry one metadata
--- object and nothing else (a traced batch: its trace context, ADR 0037).
+-- object and nothing else (a traced batch: its trace context, ADR 0042).
 COPY drover_jobs (id, kind, queue, args, max_attempts, priority, meta) FROM STDIN;
 
 -- name: job_insert_batch_direct_timed_meta

@@ -152,7 +152,7 @@ class EncodedBatch(NamedTuple):
     """The unique identity of each item that has one, by position (ADR 0031)."""
     shared_meta: str | None = None
     """Every item's metadata when they all carry the same and no tags (a traced batch,
-    ADR 0037): the direct COPY writes it once per row instead of taking the staging table."""
+    ADR 0042): the direct COPY writes it once per row instead of taking the staging table."""
 
 
 class Outcome(NamedTuple):

@@ -112,7 +112,7 @@ class AsyncClient:
         self._pool, self._owned = aio_pool_from(pool_or_conninfo, who="AsyncClient", max_size=10)
         self._notifier = AsyncNotifier(lambda: self._pool, config.logger) if config.notify else None
         self._closed = False
-        # None unless a Config.middleware entry also traces inserts (ADR 0037).
+        # None unless a Config.middleware entry also traces inserts (ADR 0042).
         self._tracer = insert_tracer_of(config.middleware)
 
     @property

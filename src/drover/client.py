@@ -105,7 +105,7 @@ class Client(JobsAndQueues):
     ``config.middleware``, each insert method runs in a span of its own and
     stores that span's W3C trace context in each job's metadata
     (``traceparent``, ``tracestate``), on the calling thread; without one,
-    nothing is stored (ADR 0037).
+    nothing is stored (ADR 0042).
 
     Running jobs: ``start`` launches the job pool (``config.concurrency``
     threads) and the background services: the fetcher, the completer, the
@@ -173,7 +173,7 @@ class Client(JobsAndQueues):
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
         self._combiner = Combiner(self._store)
-        # None unless a Config.middleware entry also traces inserts (ADR 0037).
+        # None unless a Config.middleware entry also traces inserts (ADR 0042).
         self._tracer = insert_tracer_of(config.middleware)
         # Wake-ups for the client's own inserts, sent after they commit.
         self._notifier = (
@@ -258,7 +258,7 @@ class Client(JobsAndQueues):
     def _insert(
         self, args: JobArgs | Chain | Group, opts: InsertOpts | None, members: str | None
     ) -> JobRow | InsertedWorkflow:
-        # members: the trace context to stamp each job with (ADR 0037), or None.
+        # members: the trace context to stamp each job with (ADR 0042), or None.
         if isinstance(args, Chain | Group):
             if opts is not None:
                 raise InvalidArgument("insert options of a workflow go on its steps")

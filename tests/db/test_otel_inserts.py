@@ -2,7 +2,7 @@
 
 ``TracingMiddleware`` in ``Config.middleware`` makes a ``Client`` (and an
 ``AsyncClient``) open a span per insert call and store its W3C context in
-each new job's ``meta`` (ADR 0037). The rows are read back from the real
+each new job's ``meta`` (ADR 0042). The rows are read back from the real
 database; the spans from an in-memory exporter of the test's own provider.
 """
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing across a real started worker (drover.contrib.otel, ADR 0037).
+"""OpenTelemetry tracing across a real started worker (drover.contrib.otel, ADR 0042).
 
 Each test has a tracer provider of its own exporting to memory, given to the
 ``TracingMiddleware``; the producer's spans come from the same provider. The

@@ -1,4 +1,4 @@
-"""The seam between the insert paths and a tracer (ADR 0037), and the stamping of trace context.
+"""The seam between the insert paths and a tracer (ADR 0042), and the stamping of trace context.
 
 drover itself imports no tracing library. A ``Config.middleware`` entry that
 also traces inserts (``drover.contrib.otel.TracingMiddleware``) exposes an

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing of inserts and executions (``pip install 'drover-queue[otel]'``, ADR 0037).
+"""OpenTelemetry tracing of inserts and executions (``pip install 'drover-queue[otel]'``, ADR 0042).
 
 One line turns it on, for a producer and a worker alike:
 
@@ -85,7 +85,7 @@ def _parent(row: JobRow) -> tuple[Context, Sequence[Link]]:
         return context, _NO_LINKS
     # Child of the creation context, so every attempt is in the producer's
     # trace; the link is what the messaging conventions require of a process
-    # span, for backends that follow links rather than parents (ADR 0037).
+    # span, for backends that follow links rather than parents (ADR 0042).
     return context, (Link(creation),)
 
 
