@@ -56,7 +56,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def docs(session: nox.Session) -> None:
     """The documentation site, built with --strict (a broken link or reference fails it)."""
-    session.install("-e", ".[docs,web,django,sqlalchemy]")
+    session.install("-e", ".[docs,web,django,sqlalchemy,otel]")
     site = Path(session.create_tmp()) / "site"
     session.run("mkdocs", "build", "--strict", "--site-dir", str(site))
     # The reference renders docstrings as Markdown: no literal Sphinx roles, and

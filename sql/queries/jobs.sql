@@ -103,6 +103,16 @@ COPY drover_jobs (id, kind, queue, args, max_attempts, priority) FROM STDIN;
 -- job_insert_batch_reserve, with the same rule as job_insert.
 COPY drover_jobs (id, kind, queue, args, max_attempts, priority, scheduled_at, state) FROM STDIN;
 
+-- name: job_insert_batch_direct_meta
+-- As job_insert_batch_direct, for a batch whose jobs all carry one metadata
+-- object and nothing else (a traced batch: its trace context, ADR 0042).
+COPY drover_jobs (id, kind, queue, args, max_attempts, priority, meta) FROM STDIN;
+
+-- name: job_insert_batch_direct_timed_meta
+-- As job_insert_batch_direct_timed, with the shared metadata.
+COPY drover_jobs (id, kind, queue, args, max_attempts, priority, scheduled_at, state, meta)
+FROM STDIN;
+
 -- name: job_insert_batch_stage
 -- A per-transaction staging table for COPY. Ids are drawn from the jobs
 -- table's own identity sequence as rows arrive, so every staged row knows its

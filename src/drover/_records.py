@@ -91,23 +91,39 @@ class UniformBatch(Sequence[JobInsertParams]):
     on demand, for code that wants them.
     """
 
-    __slots__ = ("args_json", "kind", "max_attempts", "priority", "queue")
+    __slots__ = ("args_json", "kind", "max_attempts", "meta", "priority", "queue")
 
     def __init__(
-        self, kind: str, queue: str, max_attempts: int, priority: int, args_json: list[str]
+        self,
+        kind: str,
+        queue: str,
+        max_attempts: int,
+        priority: int,
+        args_json: list[str],
+        meta: str | None = None,
     ) -> None:
         self.kind = kind
         self.queue = queue
         self.max_attempts = max_attempts
         self.priority = priority
         self.args_json = args_json
+        self.meta = meta
+        """Metadata every item carries (JSON text: a traced batch's trace context), or ``None``."""
 
     def __len__(self) -> int:
         return len(self.args_json)
 
     def _params(self, args_json: str) -> JobInsertParams:
         return JobInsertParams(
-            self.kind, self.queue, args_json, self.max_attempts, None, None, self.priority
+            self.kind,
+            self.queue,
+            args_json,
+            self.max_attempts,
+            None,
+            None,
+            self.priority,
+            (),
+            self.meta,
         )
 
     @overload
@@ -134,6 +150,9 @@ class EncodedBatch(NamedTuple):
     """Some item has tags or metadata."""
     identities: dict[int, Identity] | None = None
     """The unique identity of each item that has one, by position (ADR 0031)."""
+    shared_meta: str | None = None
+    """Every item's metadata when they all carry the same and no tags (a traced batch,
+    ADR 0042): the direct COPY writes it once per row instead of taking the staging table."""
 
 
 class Outcome(NamedTuple):

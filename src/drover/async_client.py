@@ -29,6 +29,7 @@ from drover._insert.aio_notifier import AsyncNotifier
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.graph import has_dependencies
 from drover._insert.identity import identity_of, needs_identity
+from drover._insert.tracing import insert_tracer_of, stamp, stamp_batch, trace_members
 from drover.config import Config
 from drover.errors import DatabaseError, InvalidArgument
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
@@ -90,6 +91,9 @@ class AsyncClient:
 
     Workflows (``drover.chain``/``group``) and ``InsertOpts.depends_on`` are
     refused with ``drover.InvalidArgument``: insert them with ``Client``.
+
+    Tracing: as ``Client``'s, with a ``drover.contrib.otel.TracingMiddleware``
+    in ``config.middleware`` (the span is current in the calling task).
     """
 
     def __init__(
@@ -108,6 +112,8 @@ class AsyncClient:
         self._pool, self._owned = aio_pool_from(pool_or_conninfo, who="AsyncClient", max_size=10)
         self._notifier = AsyncNotifier(lambda: self._pool, config.logger) if config.notify else None
         self._closed = False
+        # None unless a Config.middleware entry also traces inserts (ADR 0042).
+        self._tracer = insert_tracer_of(config.middleware)
 
     @property
     def config(self) -> Config:
@@ -152,7 +158,18 @@ class AsyncClient:
             drover.DatabaseError: the database refused or could not be reached.
         """
         _refuse_graphs(args, opts, "AsyncClient.insert")
+        tracer = self._tracer
+        if tracer is None:
+            return await self._insert(args, opts, None)
+        with tracer.insert_span("insert") as span:
+            row = await self._insert(args, opts, trace_members(span.carrier))
+            span.inserted((row,))
+            return row
+
+    async def _insert(self, args: JobArgs, opts: InsertOpts | None, members: str | None) -> JobRow:
         params = encode_insert(args, opts)
+        if members:
+            params = stamp(params, members)
         identity = None
         if needs_identity(opts):
             assert opts is not None
@@ -181,9 +198,20 @@ class AsyncClient:
             drover.DuplicateJob: an item's unique key is taken.
             drover.DatabaseError: the database refused or could not be reached.
         """
+        tracer = self._tracer
+        if tracer is None:
+            return await self._insert_many(items, None)
+        with tracer.insert_span("insert_many") as span:
+            rows = await self._insert_many(items, trace_members(span.carrier))
+            span.inserted(rows)
+            return rows
+
+    async def _insert_many(self, items: Iterable[InsertItem], members: str | None) -> list[JobRow]:
         batch = encode_batch(_listed(items, "AsyncClient.insert_many"))
         if not batch.params:
             return []
+        if members:
+            batch = stamp_batch(batch, members)
         pool = await self._ready("insert jobs")
         async with aio_borrow(pool, "insert jobs") as conn:
             rows = await aio_insert_many(conn, batch, caller_tx=False, notify=False)
@@ -213,7 +241,16 @@ class AsyncClient:
                 transaction is then aborted, as with any failed statement.
         """
         _refuse_graphs(args, opts, "AsyncClient.insert_tx")
-        return await aio_tx.insert_tx(conn, args, opts, notify=self._config.notify)
+        notify = self._config.notify
+        tracer = self._tracer
+        if tracer is None:
+            return await aio_tx.insert_tx(conn, args, opts, notify=notify)
+        with tracer.insert_span("insert_tx") as span:
+            row = await aio_tx.insert_tx(
+                conn, args, opts, notify=notify, members=trace_members(span.carrier)
+            )
+            span.inserted((row,))
+            return row
 
     async def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch with COPY inside the caller's open async transaction (see ``insert_tx``).
@@ -223,7 +260,16 @@ class AsyncClient:
         usable; the wake-ups are delivered only if the transaction commits.
         """
         listed = _listed(items, "AsyncClient.insert_many_tx")
-        return await aio_tx.insert_many_tx(conn, listed, notify=self._config.notify)
+        notify = self._config.notify
+        tracer = self._tracer
+        if tracer is None:
+            return await aio_tx.insert_many_tx(conn, listed, notify=notify)
+        with tracer.insert_span("insert_many_tx") as span:
+            rows = await aio_tx.insert_many_tx(
+                conn, listed, notify=notify, members=trace_members(span.carrier)
+            )
+            span.inserted(rows)
+            return rows
 
     async def _committed(self, queues: Collection[str]) -> None:
         if self._notifier is not None:

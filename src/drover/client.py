@@ -29,6 +29,13 @@ from drover._insert.combiner import Combiner
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.graph import encode_dependent, encode_workflow, has_dependencies
 from drover._insert.identity import identity_of, needs_identity
+from drover._insert.tracing import (
+    insert_tracer_of,
+    stamp,
+    stamp_batch,
+    stamp_graph,
+    trace_members,
+)
 from drover._jobs_and_queues import JobsAndQueues
 from drover._records import EncodedGraph
 from drover._runtime.aiochain import build_async_chain
@@ -93,6 +100,12 @@ class Client(JobsAndQueues):
     ``insert_many`` for a handful whatever the batch's size. So a client can be
     shared by every thread of a web application. When no pool connection frees
     up within the pool's timeout, the call raises ``drover.DatabaseError``.
+
+    Tracing: with a ``drover.contrib.otel.TracingMiddleware`` in
+    ``config.middleware``, each insert method runs in a span of its own and
+    stores that span's W3C trace context in each job's metadata
+    (``traceparent``, ``tracestate``), on the calling thread; without one,
+    nothing is stored (ADR 0042).
 
     Running jobs: ``start`` launches the job pool (``config.concurrency``
     threads) and the background services: the fetcher, the completer, the
@@ -166,6 +179,8 @@ class Client(JobsAndQueues):
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
         self._combiner = Combiner(self._store)
+        # None unless a Config.middleware entry also traces inserts (ADR 0042).
+        self._tracer = insert_tracer_of(config.middleware)
         # Wake-ups for the client's own inserts, sent after they commit.
         self._notifier = (
             Notifier(store=self._store, client_id=self._id, logger=config.logger)
@@ -238,18 +253,35 @@ class Client(JobsAndQueues):
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
+        tracer = self._tracer
+        if tracer is None:
+            return self._insert(args, opts, None)
+        with tracer.insert_span("insert") as span:
+            found = self._insert(args, opts, trace_members(span.carrier))
+            span.inserted(found.jobs if isinstance(found, InsertedWorkflow) else (found,))
+            return found
+
+    def _insert(
+        self, args: JobArgs | Chain | Group, opts: InsertOpts | None, members: str | None
+    ) -> JobRow | InsertedWorkflow:
+        # members: the trace context to stamp each job with (ADR 0042), or None.
         if isinstance(args, Chain | Group):
             if opts is not None:
                 raise InvalidArgument("insert options of a workflow go on its steps")
             graph, last = encode_workflow(args)
+            if members:
+                graph = stamp_graph(graph, members)
             return self._insert_workflow(graph, last)
         if has_dependencies(opts):
-            rows, _ = self._store.insert_graph(
-                encode_dependent([(args, opts)]), notify=self._config.notify
-            )
+            graph = encode_dependent([(args, opts)])
+            if members:
+                graph = stamp_graph(graph, members)
+            rows, _ = self._store.insert_graph(graph, notify=self._config.notify)
             self._nudge()
             return rows[0]
         params = encode_insert(args, opts)
+        if members:
+            params = stamp(params, members)
         if needs_identity(opts):
             assert opts is not None
             row = self._store.insert_unique(params, identity_of(args, params, opts))
@@ -294,17 +326,36 @@ class Client(JobsAndQueues):
             drover.DatabaseError: the statement failed; the caller's transaction
                 is then aborted, as with any failed statement.
         """
+        tracer = self._tracer
+        if tracer is None:
+            return self._insert_tx(conn, args, opts, None)
+        with tracer.insert_span("insert_tx") as span:
+            found = self._insert_tx(conn, args, opts, trace_members(span.carrier))
+            span.inserted(found.jobs if isinstance(found, InsertedWorkflow) else (found,))
+            return found
+
+    def _insert_tx(
+        self,
+        conn: object,
+        args: JobArgs | Chain | Group,
+        opts: InsertOpts | None,
+        members: str | None,
+    ) -> JobRow | InsertedWorkflow:
         notify = self._config.notify
         if isinstance(args, Chain | Group):
             if opts is not None:
                 raise InvalidArgument("insert options of a workflow go on its steps")
             graph, last = encode_workflow(args)
+            if members:
+                graph = stamp_graph(graph, members)
             rows, workflow_id = tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)
             return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
         if has_dependencies(opts):
             graph = encode_dependent([(args, opts)])
+            if members:
+                graph = stamp_graph(graph, members)
             return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)[0][0]
-        return tx.insert_tx(tx.caller(conn), args, opts, notify=notify)
+        return tx.insert_tx(tx.caller(conn), args, opts, notify=notify, members=members)
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -332,16 +383,28 @@ class Client(JobsAndQueues):
             drover.DuplicateJob: an item's unique key is taken.
             drover.DatabaseError: the database refused or could not be reached.
         """
+        tracer = self._tracer
+        if tracer is None:
+            return self._insert_many(items, None)
+        with tracer.insert_span("insert_many") as span:
+            rows = self._insert_many(items, trace_members(span.carrier))
+            span.inserted(rows)
+            return rows
+
+    def _insert_many(self, items: Iterable[InsertItem], members: str | None) -> list[JobRow]:
         listed, dependent = _split_dependent(items)
         if dependent is not None:
-            found, _ = self._store.insert_graph(
-                encode_dependent(dependent, "item"), notify=self._config.notify
-            )
+            graph = encode_dependent(dependent, "item")
+            if members:
+                graph = stamp_graph(graph, members)
+            found, _ = self._store.insert_graph(graph, notify=self._config.notify)
             self._nudge()
             return found
         batch = encode_batch(listed)
         if not batch.params:
             return []
+        if members:
+            batch = stamp_batch(batch, members)
         rows = self._store.insert_many(batch)
         self._committed(batch.queues)
         return rows
@@ -356,11 +419,25 @@ class Client(JobsAndQueues):
         queued inside the transaction and delivered only if it commits.
         Several calls in one transaction are fine.
         """
+        tracer = self._tracer
+        if tracer is None:
+            return self._insert_many_tx(conn, items, None)
+        with tracer.insert_span("insert_many_tx") as span:
+            rows = self._insert_many_tx(conn, items, trace_members(span.carrier))
+            span.inserted(rows)
+            return rows
+
+    def _insert_many_tx(
+        self, conn: object, items: Iterable[InsertItem], members: str | None
+    ) -> list[JobRow]:
         listed, dependent = _split_dependent(items)
+        notify = self._config.notify
         if dependent is not None:
             graph = encode_dependent(dependent, "item")
-            return tx.insert_graph_tx(tx.caller(conn), graph, notify=self._config.notify)[0]
-        return tx.insert_many_tx(tx.caller(conn), listed, notify=self._config.notify)
+            if members:
+                graph = stamp_graph(graph, members)
+            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)[0]
+        return tx.insert_many_tx(tx.caller(conn), listed, notify=notify, members=members)
 
     def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit

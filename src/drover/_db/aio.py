@@ -296,9 +296,13 @@ async def aio_insert_many(
                 # No savepoint, as in the synchronous path: nothing here can be
                 # refused, so a failure is a database error aborting the caller's
                 # transaction like any failed statement.
-                return await _copy_direct(cur, batch, timed=encoded.timed, queues=queues)
+                return await _copy_direct(
+                    cur, batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta
+                )
             async with conn.transaction():
-                return await _copy_direct(cur, batch, timed=encoded.timed, queues=queues)
+                return await _copy_direct(
+                    cur, batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta
+                )
 
 
 async def _copy_direct(
@@ -307,6 +311,7 @@ async def _copy_direct(
     *,
     timed: bool,
     queues: list[str],
+    meta: str | None,
 ) -> list[JobRow]:
     await cur.execute(query("job_insert_batch_reserve"), (len(params), queues))
     reserved = await cur.fetchone()
@@ -314,8 +319,8 @@ async def _copy_direct(
     now, ids, _ = reserved
     ids.sort()
     rows: list[JobRow] = []
-    async with cur.copy(copy_statement(params, timed=timed)) as copy:
-        for text in copy_chunks(params, ids, now, rows, timed=timed):
+    async with cur.copy(copy_statement(params, timed=timed, meta=meta)) as copy:
+        for text in copy_chunks(params, ids, now, rows, timed=timed, meta=meta):
             await copy.write(text)
     return rows
 

@@ -172,9 +172,13 @@ def job_insert_many(
             # No savepoint: without unique keys nothing in the batch can be
             # refused, so a failure here is a database error, which aborts the
             # caller's transaction like any failed statement would.
-            return _copy_direct(cur, batch, timed=timed, notify_queues=queues)
+            return _copy_direct(
+                cur, batch, timed=timed, notify_queues=queues, meta=encoded.shared_meta
+            )
         with conn.transaction():
-            return _copy_direct(cur, batch, timed=timed, notify_queues=queues)
+            return _copy_direct(
+                cur, batch, timed=timed, notify_queues=queues, meta=encoded.shared_meta
+            )
 
 
 # Rows per write to the COPY stream: the server starts on the first rows while
@@ -197,21 +201,29 @@ def _copy_direct(
     *,
     timed: bool,
     notify_queues: list[str],
+    meta: str | None,
 ) -> list[JobRow]:
     cur.execute(query("job_insert_batch_reserve"), (len(params), notify_queues))
     now, ids, _ = cur.fetchone()  # type: ignore[misc]
     ids.sort()
     rows: list[JobRow] = []
-    with cur.copy(copy_statement(params, timed=timed)) as copy:
-        for text in copy_chunks(params, ids, now, rows, timed=timed):
+    with cur.copy(copy_statement(params, timed=timed, meta=meta)) as copy:
+        for text in copy_chunks(params, ids, now, rows, timed=timed, meta=meta):
             copy.write(text)
     return rows
 
 
-def copy_statement(params: Sequence[JobInsertParams], *, timed: bool) -> LiteralString:
-    """The COPY statement ``copy_chunks`` formats rows for."""
+def copy_statement(
+    params: Sequence[JobInsertParams], *, timed: bool, meta: str | None = None
+) -> LiteralString:
+    """The COPY statement ``copy_chunks`` formats rows for (``meta``: the batch's
+    ``shared_meta``)."""
     if timed and not isinstance(params, UniformBatch):
+        if meta is not None:
+            return query("job_insert_batch_direct_timed_meta")
         return query("job_insert_batch_direct_timed")
+    if meta is not None:
+        return query("job_insert_batch_direct_meta")
     return query("job_insert_batch_direct")
 
 
@@ -222,17 +234,21 @@ def copy_chunks(
     rows: list[JobRow],
     *,
     timed: bool,
+    meta: str | None = None,
 ) -> Iterator[str]:
     """The direct COPY's input, one text per chunk of rows; pure, shared by sync and async.
 
     ``ids`` are the reserved ids (ascending), ``now`` the reserving
     transaction's clock. After each chunk is yielded (and written by the
     caller), the chunk's ``JobRow`` s are appended to ``rows``: built while
-    the server is still busy with the text just sent.
+    the server is still busy with the text just sent. ``meta``: the
+    batch's ``shared_meta``, written as each row's last field.
     """
     if isinstance(params, UniformBatch):
-        yield from _uniform_chunks(params, ids, now, rows)
+        yield from _uniform_chunks(params, ids, now, rows, meta)
         return
+    # Each line's end: the shared metadata, if any, is its last field.
+    end = "\n" if meta is None else f"\t{_copy_text(meta)}\n"
     # kind + queue, escaped, per distinct pair: a batch has few.
     prefixes: dict[tuple[str, str], str] = {}
     stamp = now.isoformat()
@@ -252,7 +268,7 @@ def copy_chunks(
             if "\\" in args_json:
                 args_json = args_json.replace("\\", "\\\\")
             if not timed:
-                lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\n")
+                lines.append(f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}{end}")
                 continue
             # The rule of job_insert, on the clock of this transaction: a
             # missing or past time means now, only a later time is scheduled.
@@ -260,12 +276,12 @@ def copy_chunks(
             if at is None or at <= now:
                 lines.append(
                     f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\t"
-                    f"{stamp}\tavailable\n"
+                    f"{stamp}\tavailable{end}"
                 )
             else:
                 lines.append(
                     f"{id_}\t{prefix}\t{args_json}\t{p.max_attempts}\t{p.priority}\t"
-                    f"{at.isoformat()}\tscheduled\n"
+                    f"{at.isoformat()}\tscheduled{end}"
                 )
         yield "".join(lines)
         # Built while the server is still busy with the rows just sent.
@@ -288,11 +304,13 @@ _TWO_BACKSLASHES = "\\\\"
 
 
 def _uniform_chunks(
-    batch: UniformBatch, ids: list[int], now: datetime, rows: list[JobRow]
+    batch: UniformBatch, ids: list[int], now: datetime, rows: list[JobRow], meta: str | None
 ) -> Iterator[str]:
     # copy_chunks' untimed case for one kind and queue, from the JSON texts.
     head = f"\t{_copy_text(batch.kind)}\t{_copy_text(batch.queue)}\t"
     tail = f"\t{batch.max_attempts}\t{batch.priority}\n"
+    if meta is not None:
+        tail = f"\t{batch.max_attempts}\t{batch.priority}\t{_copy_text(meta)}\n"
     for start in range(0, len(batch), _COPY_CHUNK):
         texts = batch.args_json[start : start + _COPY_CHUNK]
         chunk_ids = ids[start : start + len(texts)]
@@ -308,7 +326,7 @@ def _uniform_chunks(
         )
         # Built while the server is still busy with the rows just sent.
         rows += new_rows(
-            batch.kind, batch.queue, batch.max_attempts, batch.priority, chunk_ids, texts, now
+            batch.kind, batch.queue, batch.max_attempts, batch.priority, chunk_ids, texts, now, meta
         )
 
 

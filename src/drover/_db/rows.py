@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 from drover._records import JobInsertParams
@@ -140,10 +141,16 @@ def new_rows(
     ids: Sequence[int],
     args_json: Sequence[str],
     created_at: datetime,
+    meta: str | None = None,
 ) -> list[JobRow]:
-    """``new_row`` for a run of jobs of one kind and queue, inserted due now."""
+    """``new_row`` for a run of jobs of one kind and queue, inserted due now.
+
+    ``meta``: the metadata every job carries (JSON text), or ``None``; its
+    rows share one read-only mapping of it.
+    """
     new = _tuple_new
     decode = decode_sent_json
+    shared = NO_META if meta is None else MappingProxyType(decode(meta))
     return [
         new(
             JobRow,
@@ -164,7 +171,7 @@ def new_rows(
                 priority,
                 None,
                 None,
-                NO_META,
+                shared,
                 (),
             ),
         )

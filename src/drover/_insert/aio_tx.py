@@ -21,20 +21,29 @@ from drover._db.aio import (
 )
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.identity import identity_of, needs_identity
+from drover._insert.tracing import stamp, stamp_batch
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 
 __all__ = ["insert_many_tx", "insert_tx"]
 
 
 async def insert_tx(
-    conn: object, args: JobArgs, opts: InsertOpts | None, *, notify: bool
+    conn: object,
+    args: JobArgs,
+    opts: InsertOpts | None,
+    *,
+    notify: bool,
+    members: str | None = None,
 ) -> JobRow:
     """Insert one job through the caller's async connection; with ``notify`` it wakes at commit.
 
     With a unique identity, debounce or throttle (ADR 0031) the job holding
-    the identity may come back instead, flagged ``duplicate``.
+    the identity may come back instead, flagged ``duplicate``. ``members``:
+    the trace context to stamp the job with (``drover._insert.tracing``).
     """
     params = encode_insert(args, opts)
+    if members:
+        params = stamp(params, members)
     if needs_identity(opts):
         assert opts is not None
         identity = identity_of(args, params, opts)
@@ -45,15 +54,18 @@ async def insert_tx(
 
 
 async def insert_many_tx(
-    conn: object, items: Iterable[InsertItem], *, notify: bool
+    conn: object, items: Iterable[InsertItem], *, notify: bool, members: str | None = None
 ) -> list[JobRow]:
     """Insert a batch with COPY through the caller's async connection; rows in input order.
 
     An empty batch makes no round trip (the connection is still resolved and
     checked, so a misuse fails the same way whatever the batch holds).
+    ``members``: the trace context to stamp each job with.
     """
     batch = encode_batch(items)
     found = await resolve_async_connection(conn)
     if not batch.params:
         return []
+    if members:
+        batch = stamp_batch(batch, members)
     return await aio_insert_many(found, batch, caller_tx=True, notify=notify)

@@ -21,6 +21,7 @@ from drover._db.insert import job_insert, job_insert_many
 from drover._db.unique import insert_one
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.identity import identity_of, needs_identity
+from drover._insert.tracing import stamp, stamp_batch
 from drover._records import EncodedGraph
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 
@@ -40,13 +41,23 @@ def caller(obj: object, api: str = "insert_tx") -> Resolve:
     return lambda: (resolve_connection(obj, api), True)
 
 
-def insert_tx(resolve: Resolve, args: JobArgs, opts: InsertOpts | None, *, notify: bool) -> JobRow:
+def insert_tx(
+    resolve: Resolve,
+    args: JobArgs,
+    opts: InsertOpts | None,
+    *,
+    notify: bool,
+    members: str | None = None,
+) -> JobRow:
     """Insert one job through the caller's connection; with ``notify`` it wakes at commit.
 
     With a unique identity, debounce or throttle (ADR 0031) the job holding
-    the identity may come back instead, flagged ``duplicate``.
+    the identity may come back instead, flagged ``duplicate``. ``members``:
+    the trace context to stamp the job with (``drover._insert.tracing``).
     """
     params = encode_insert(args, opts)
+    if members:
+        params = stamp(params, members)
     if needs_identity(opts):
         assert opts is not None
         identity = identity_of(args, params, opts)
@@ -56,16 +67,21 @@ def insert_tx(resolve: Resolve, args: JobArgs, opts: InsertOpts | None, *, notif
     return job_insert(conn, params, notify=notify)
 
 
-def insert_many_tx(resolve: Resolve, items: Iterable[InsertItem], *, notify: bool) -> list[JobRow]:
+def insert_many_tx(
+    resolve: Resolve, items: Iterable[InsertItem], *, notify: bool, members: str | None = None
+) -> list[JobRow]:
     """Insert a batch with COPY through the caller's connection; rows in input order.
 
     An empty batch makes no round trip (the connection is still resolved and
     checked, so a misuse fails the same way whatever the batch holds).
+    ``members``: the trace context to stamp each job with.
     """
     batch = encode_batch(items)
     conn, in_callers_tx = resolve()
     if not batch.params:
         return []
+    if members:
+        batch = stamp_batch(batch, members)
     return job_insert_many(conn, batch, caller_tx=in_callers_tx, notify=notify)
 
 
