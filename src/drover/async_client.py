@@ -24,6 +24,7 @@ from drover._db.aio import (
     aio_open,
     aio_pool_from,
 )
+from drover._db.namespace import namespace_for
 from drover._insert import aio_tx
 from drover._insert.aio_notifier import AsyncNotifier
 from drover._insert.encode import encode_batch, encode_insert
@@ -70,7 +71,7 @@ class AsyncClient:
     conninfo string / URL, from which the client makes its own pool (up to
     10 connections), opened by the first insert and closed by ``close``.
     ``config`` is validated as ``Client`` does; of it the async client uses
-    ``notify`` and ``logger`` (it runs no jobs).
+    ``notify``, ``logger`` and ``schema`` (it runs no jobs).
 
     Concurrency: use a client from one event loop (its pool and notifier
     task belong to it); any number of tasks may insert at once, each
@@ -106,7 +107,10 @@ class AsyncClient:
         self._config = config
         self._source = pool_or_conninfo
         self._pool, self._owned = aio_pool_from(pool_or_conninfo, who="AsyncClient", max_size=10)
-        self._notifier = AsyncNotifier(lambda: self._pool, config.logger) if config.notify else None
+        self._ns = namespace_for(config.schema)
+        self._notifier = (
+            AsyncNotifier(lambda: self._pool, config.logger, self._ns) if config.notify else None
+        )
         self._closed = False
 
     @property
@@ -160,9 +164,9 @@ class AsyncClient:
         pool = await self._ready("insert job")
         async with aio_borrow(pool, "insert job") as conn:
             if identity is not None:
-                row = await aio_insert_unique(conn, params, identity, notify=False)
+                row = await aio_insert_unique(conn, params, identity, notify=False, ns=self._ns)
             else:
-                row = await aio_insert(conn, params, notify=False)
+                row = await aio_insert(conn, params, notify=False, ns=self._ns)
         if not row.duplicate:
             await self._committed((row.queue,))
         return row
@@ -186,7 +190,7 @@ class AsyncClient:
             return []
         pool = await self._ready("insert jobs")
         async with aio_borrow(pool, "insert jobs") as conn:
-            rows = await aio_insert_many(conn, batch, caller_tx=False, notify=False)
+            rows = await aio_insert_many(conn, batch, caller_tx=False, notify=False, ns=self._ns)
         await self._committed(batch.queues)
         return rows
 
@@ -213,7 +217,7 @@ class AsyncClient:
                 transaction is then aborted, as with any failed statement.
         """
         _refuse_graphs(args, opts, "AsyncClient.insert_tx")
-        return await aio_tx.insert_tx(conn, args, opts, notify=self._config.notify)
+        return await aio_tx.insert_tx(conn, args, opts, notify=self._config.notify, ns=self._ns)
 
     async def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch with COPY inside the caller's open async transaction (see ``insert_tx``).
@@ -223,7 +227,7 @@ class AsyncClient:
         usable; the wake-ups are delivered only if the transaction commits.
         """
         listed = _listed(items, "AsyncClient.insert_many_tx")
-        return await aio_tx.insert_many_tx(conn, listed, notify=self._config.notify)
+        return await aio_tx.insert_many_tx(conn, listed, notify=self._config.notify, ns=self._ns)
 
     async def _committed(self, queues: Collection[str]) -> None:
         if self._notifier is not None:

@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar, overload
 from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
+from drover._db.namespace import namespace_for
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert import tx
@@ -146,7 +147,9 @@ class Client(JobsAndQueues):
             self._metrics.async_middleware,
             config.max_result_bytes,
         )
-        self._store = Store.open(pool_or_conninfo, who="Client", max_size=10)
+        self._store = Store.open(
+            pool_or_conninfo, who="Client", max_size=10, ns=namespace_for(config.schema)
+        )
         self._config = config
         self._max_jobs = max_jobs
         self._hard_cancel = hard_cancel
@@ -293,12 +296,16 @@ class Client(JobsAndQueues):
             if opts is not None:
                 raise InvalidArgument("insert options of a workflow go on its steps")
             graph, last = encode_workflow(args)
-            rows, workflow_id = tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)
+            rows, workflow_id = tx.insert_graph_tx(
+                tx.caller(conn), graph, notify=notify, ns=self._store.ns
+            )
             return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
         if has_dependencies(opts):
             graph = encode_dependent([(args, opts)])
-            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)[0][0]
-        return tx.insert_tx(tx.caller(conn), args, opts, notify=notify)
+            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify, ns=self._store.ns)[0][
+                0
+            ]
+        return tx.insert_tx(tx.caller(conn), args, opts, notify=notify, ns=self._store.ns)
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -353,8 +360,12 @@ class Client(JobsAndQueues):
         listed, dependent = _split_dependent(items)
         if dependent is not None:
             graph = encode_dependent(dependent, "item")
-            return tx.insert_graph_tx(tx.caller(conn), graph, notify=self._config.notify)[0]
-        return tx.insert_many_tx(tx.caller(conn), listed, notify=self._config.notify)
+            return tx.insert_graph_tx(
+                tx.caller(conn), graph, notify=self._config.notify, ns=self._store.ns
+            )[0]
+        return tx.insert_many_tx(
+            tx.caller(conn), listed, notify=self._config.notify, ns=self._store.ns
+        )
 
     def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit

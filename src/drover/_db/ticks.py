@@ -17,6 +17,7 @@ from psycopg_pool import ConnectionPool
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.insert import job_insert
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.pool import dedicated_connect
 from drover._db.queries import query
 from drover._records import JobInsertParams, PeriodicInfo
@@ -38,34 +39,36 @@ __all__ = [
 
 
 def _one(
-    conn: Connection, name: str, params: dict[str, object] | None = None
+    conn: Connection, name: str, params: dict[str, object] | None = None, *, ns: Namespace = DEFAULT
 ) -> tuple[object, ...]:
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query(name), params)
+        cur.execute(query(name, ns), params)
         row = cur.fetchone()
     assert row is not None
     return row
 
 
-def try_lock(conn: Connection) -> bool:
+def try_lock(conn: Connection, *, ns: Namespace = DEFAULT) -> bool:
     """Try to take leadership (a session lock on ``conn``); True when this session holds it."""
     with translate("acquire the periodic scheduler lock"):
-        return bool(_one(conn, "periodic_try_lock")[0])
+        return bool(_one(conn, "periodic_try_lock", ns=ns)[0])
 
 
-def db_now(conn: Connection) -> datetime:
+def db_now(conn: Connection, *, ns: Namespace = DEFAULT) -> datetime:
     """The database clock; also proves the leader's session (and so its lock) is alive."""
     with translate("read the database clock"):
-        moment = _one(conn, "periodic_now")[0]
+        moment = _one(conn, "periodic_now", ns=ns)[0]
     assert isinstance(moment, datetime)
     return moment
 
 
-def record_leader(conn: Connection, client_id: str, host: str, pid: int) -> None:
+def record_leader(
+    conn: Connection, client_id: str, host: str, pid: int, *, ns: Namespace = DEFAULT
+) -> None:
     """Name this client (and its backend) as the leader, for operators."""
     with translate("record the periodic scheduler leader"), conn.cursor() as cur:
         cur.execute(
-            query("periodic_leader_record"), {"client_id": client_id, "host": host, "pid": pid}
+            query("periodic_leader_record", ns), {"client_id": client_id, "host": host, "pid": pid}
         )
 
 
@@ -78,6 +81,7 @@ def define(
     kind: str,
     queue: str,
     client_id: str,
+    ns: Namespace = DEFAULT,
 ) -> datetime:
     """Register an entry; return its watermark (now for a new id)."""
     with translate(f"register periodic job {periodic_id!r}"):
@@ -92,6 +96,7 @@ def define(
                 "queue": queue,
                 "client_id": client_id,
             },
+            ns=ns,
         )
     fired_through = row[0]
     assert isinstance(fired_through, datetime)
@@ -118,6 +123,7 @@ def fire_tick(
     fire: datetime,
     upto: datetime,
     next_fire: datetime | None,
+    ns: Namespace = DEFAULT,
 ) -> Tick:
     """In one transaction: move the watermark past ``fire`` and insert the tick's job.
 
@@ -128,18 +134,18 @@ def fire_tick(
     """
     with translate(f"enqueue periodic job {periodic_id!r}"), conn.transaction():
         claimed, fired_through = _one(
-            conn, "periodic_tick_claim", {"id": periodic_id, "fire": fire, "upto": upto}
+            conn, "periodic_tick_claim", {"id": periodic_id, "fire": fire, "upto": upto}, ns=ns
         )
         assert isinstance(fired_through, datetime)
         if not claimed:
             return Tick(False, None, fired_through)
         try:
-            row: JobRow | None = job_insert(conn, params, notify=True)
+            row: JobRow | None = job_insert(conn, params, notify=True, ns=ns)
         except DuplicateJob:
             row = None
         with conn.cursor() as cur:
             cur.execute(
-                query("periodic_tick_record"),
+                query("periodic_tick_record", ns),
                 {
                     "id": periodic_id,
                     "fire": fire,
@@ -150,16 +156,18 @@ def fire_tick(
         return Tick(True, row, fired_through)
 
 
-def record_next(conn: Connection, periodic_id: str, next_fire: datetime | None) -> None:
+def record_next(
+    conn: Connection, periodic_id: str, next_fire: datetime | None, *, ns: Namespace = DEFAULT
+) -> None:
     """Publish the next fire time the leader computed (for ``drover periodic list``)."""
     with translate(f"record the next fire of {periodic_id!r}"), conn.cursor() as cur:
-        cur.execute(query("periodic_next_record"), {"id": periodic_id, "next_fire": next_fire})
+        cur.execute(query("periodic_next_record", ns), {"id": periodic_id, "next_fire": next_fire})
 
 
-def periodic_list(conn: Connection) -> list[PeriodicInfo]:
+def periodic_list(conn: Connection, *, ns: Namespace = DEFAULT) -> list[PeriodicInfo]:
     """Every registered entry, by id, with the leader holding the lock now."""
     with translate("list periodic jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("periodic_list"))
+        cur.execute(query("periodic_list", ns))
         rows = cur.fetchall()
     found = []
     for (id_, schedule, timezone, kind, queue, fired_through, last_fire, last_job_id,
@@ -184,10 +192,10 @@ def periodic_list(conn: Connection) -> list[PeriodicInfo]:
     return found
 
 
-def lock_holders(conn: Connection) -> list[int]:
+def lock_holders(conn: Connection, *, ns: Namespace = DEFAULT) -> list[int]:
     """Backend pids holding the leadership lock (0 or 1 of them)."""
     with translate("read periodic lock holders"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("periodic_lock_holders"))
+        cur.execute(query("periodic_lock_holders", ns))
         return [int(r[0]) for r in cur.fetchall()]
 
 
@@ -200,8 +208,11 @@ class Leadership:
     by one thread.
     """
 
-    def __init__(self, pool: ConnectionPool[Any]) -> None:
+    def __init__(self, pool: ConnectionPool[Any], ns: Namespace = DEFAULT) -> None:
         self._conn = dedicated_connect(pool, "connect for the periodic scheduler lock", "scheduler")
+        # The lock's key is drawn from the oid of ns's drover_periodic_ticks,
+        # so each schema has its own leader (ADR 0039).
+        self._ns = ns
 
     @property
     def broken(self) -> bool:
@@ -210,19 +221,19 @@ class Leadership:
 
     def try_lock(self) -> bool:
         """Try to take leadership; True when this session holds it."""
-        return try_lock(self._conn)
+        return try_lock(self._conn, ns=self._ns)
 
     def now(self) -> datetime:
         """The database clock; also proves this session (and so its lock) is alive."""
-        return db_now(self._conn)
+        return db_now(self._conn, ns=self._ns)
 
     def record_leader(self, client_id: str, host: str, pid: int) -> None:
         """Name this client as the leader, for operators."""
-        record_leader(self._conn, client_id, host, pid)
+        record_leader(self._conn, client_id, host, pid, ns=self._ns)
 
     def define(self, **entry: str) -> datetime:
         """Register an entry (see ``define``); return its watermark."""
-        return define(self._conn, **entry)
+        return define(self._conn, ns=self._ns, **entry)
 
     def fire_tick(
         self,
@@ -235,12 +246,18 @@ class Leadership:
     ) -> Tick:
         """Move the watermark past ``fire`` and insert the tick's job, in one transaction."""
         return fire_tick(
-            self._conn, params, periodic_id=periodic_id, fire=fire, upto=upto, next_fire=next_fire
+            self._conn,
+            params,
+            periodic_id=periodic_id,
+            fire=fire,
+            upto=upto,
+            next_fire=next_fire,
+            ns=self._ns,
         )
 
     def record_next(self, periodic_id: str, next_fire: datetime | None) -> None:
         """Publish the next fire time this leader computed."""
-        record_next(self._conn, periodic_id, next_fire)
+        record_next(self._conn, periodic_id, next_fire, ns=self._ns)
 
     def close(self) -> None:
         """Close the connection, which releases the lock."""

@@ -19,6 +19,7 @@ from drover._db.aio import (
     aio_insert_unique,
     resolve_async_connection,
 )
+from drover._db.namespace import DEFAULT, Namespace
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.identity import identity_of, needs_identity
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
@@ -27,7 +28,7 @@ __all__ = ["insert_many_tx", "insert_tx"]
 
 
 async def insert_tx(
-    conn: object, args: JobArgs, opts: InsertOpts | None, *, notify: bool
+    conn: object, args: JobArgs, opts: InsertOpts | None, *, notify: bool, ns: Namespace = DEFAULT
 ) -> JobRow:
     """Insert one job through the caller's async connection; with ``notify`` it wakes at commit.
 
@@ -39,13 +40,13 @@ async def insert_tx(
         assert opts is not None
         identity = identity_of(args, params, opts)
         found = await resolve_async_connection(conn)
-        return await aio_insert_unique(found, params, identity, notify=notify)
+        return await aio_insert_unique(found, params, identity, notify=notify, ns=ns)
     found = await resolve_async_connection(conn)
-    return await aio_insert(found, params, notify=notify)
+    return await aio_insert(found, params, notify=notify, ns=ns)
 
 
 async def insert_many_tx(
-    conn: object, items: Iterable[InsertItem], *, notify: bool
+    conn: object, items: Iterable[InsertItem], *, notify: bool, ns: Namespace = DEFAULT
 ) -> list[JobRow]:
     """Insert a batch with COPY through the caller's async connection; rows in input order.
 
@@ -56,4 +57,4 @@ async def insert_many_tx(
     found = await resolve_async_connection(conn)
     if not batch.params:
         return []
-    return await aio_insert_many(found, batch, caller_tx=True, notify=notify)
+    return await aio_insert_many(found, batch, caller_tx=True, notify=notify, ns=ns)
