@@ -97,9 +97,10 @@ def test_each_installation_runs_only_its_own_jobs_and_counts_only_them(
     a.insert(Ping(tag="a1"))
     b.insert(Ping(tag="b1"))
     a.insert_many([Ping(tag="a2"), Ping(tag="a3")])
-    with drover.Inspector(two_schemas, schema="a") as ia, drover.Inspector(
-        two_schemas, schema="b"
-    ) as ib:
+    with (
+        drover.Inspector(two_schemas, schema="a") as ia,
+        drover.Inspector(two_schemas, schema="b") as ib,
+    ):
         assert sum(d.count for d in ia.stats().depths) == 3
         assert sum(d.count for d in ib.stats().depths) == 1
         assert sorted(j.args["tag"] for j in ia.list_jobs()) == ["a1", "a2", "a3"]
@@ -200,9 +201,10 @@ def test_limits_are_per_installation(
     a = clients("a", ran)
     b = clients("b", ran)
     a.start()
-    with drover.Inspector(two_schemas, schema="a") as ia, drover.Inspector(
-        two_schemas, schema="b"
-    ) as ib:
+    with (
+        drover.Inspector(two_schemas, schema="a") as ia,
+        drover.Inspector(two_schemas, schema="b") as ib,
+    ):
         poll(lambda: ia.limits(), message="a's client declared its limits")
         assert ib.limits() == []
         ia.set_limit("kind:schemas_solo", concurrency=3)
