@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import closing
 from datetime import timedelta
 from typing import Any
@@ -213,3 +214,27 @@ def test_a_long_schema_name_gets_channels_postgresql_accepts(empty_db_url: str) 
     with closing(drover.Client(empty_db_url, drover.Config(schema=schema))) as client:
         row = client.insert(Note(text="long"))
         assert client.get_job(row.id).id == row.id
+
+
+def test_the_async_client_inserts_and_notifies_in_its_schema(empty_db_url: str) -> None:
+    drover.migrate(empty_db_url, schema="aio")
+    ns = namespace_for("aio")
+
+    async def main(listener: Conn) -> list[int]:
+        async with drover.AsyncClient(empty_db_url, drover.Config(schema="aio")) as client:
+            one = await client.insert(Note(text="one"))
+            many = await client.insert_many([Note(text="m1"), Note(text="m2")])
+            async with await psycopg.AsyncConnection.connect(empty_db_url) as caller:
+                tx = await client.insert_tx(caller, Note(text="tx"))
+                await caller.commit()
+        return [one.id, *(r.id for r in many), tx.id]
+
+    with psycopg.connect(empty_db_url, autocommit=True) as listener:
+        listener.execute(
+            psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(ns.channel("drover")))
+        )
+        ids = asyncio.run(main(listener))
+        note = next(listener.notifies(timeout=10, stop_after=1))
+        assert note.channel == ns.channel("drover") and note.payload == "default"
+        mine = listener.execute("SELECT id FROM aio.drover_jobs ORDER BY id").fetchall()
+    assert [r[0] for r in mine] == ids
