@@ -238,3 +238,16 @@ def test_the_async_client_inserts_and_notifies_in_its_schema(empty_db_url: str) 
         assert note.channel == ns.channel("drover") and note.payload == "default"
         mine = listener.execute("SELECT id FROM aio.drover_jobs ORDER BY id").fetchall()
     assert [r[0] for r in mine] == ids
+
+
+def test_the_doctor_reads_its_own_schemas_tables(empty_db_url: str) -> None:
+    drover.migrate(empty_db_url, schema="doc_a")
+    drover.migrate(empty_db_url, schema="doc_b")
+    relations, _ = drover_objects()
+    tables = {r for r in relations if not r.endswith("_seq")}
+    with drover.Inspector(empty_db_url, schema="doc_a") as inspector:
+        facts = inspector._store.health_facts(drover.HealthThresholds())
+        report = inspector.health()
+    # Each table once: doc_b's tables of the same names are not counted.
+    assert sorted(t.table for t in facts.tables) == sorted(tables)
+    assert report.healthy, [f.line() for f in report.findings]

@@ -90,9 +90,10 @@ def horizon_prepared(
 
 
 def table_facts(conn: Connection, *, ns: Namespace = DEFAULT) -> list[TableFacts]:
-    """Dead tuples, size and last vacuum of every drover table on the search path."""
+    """Dead tuples, size and last vacuum of every drover table on the search path
+    (in ``ns``'s schema when it has one)."""
     with translate("read table statistics"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("health_tables", ns))
+        cur.execute(query("health_tables", ns), {"schema": ns.schema})
         return [
             TableFacts(
                 table=str(t),
