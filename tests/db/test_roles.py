@@ -431,9 +431,8 @@ def test_roles_for_a_schema_of_its_own_let_the_producer_and_worker_run_there(
                 )
             )
     roles = _roles(empty_db_url, role_names)
-    config = {"schema": "tenant_r"}
     with contextlib.closing(
-        drover.Client(roles.url("producer"), drover.Config(**config))
+        drover.Client(roles.url("producer"), drover.Config(schema="tenant_r"))
     ) as producer:
         row = producer.insert(Ping(n=7))
     done = threading.Event()
@@ -449,7 +448,7 @@ def test_roles_for_a_schema_of_its_own_let_the_producer_and_worker_run_there(
             workers=workers,
             poll_interval=0.05,
             queues={"default": drover.Queue(limits=drover.Limit(concurrency=1))},
-            **config,
+            schema="tenant_r",
         ),
     )
     worker.start()
