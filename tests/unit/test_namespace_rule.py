@@ -21,6 +21,7 @@ _SCHEMA_FREE = {
     "schema_exists",
     "schema_create",
     "schema_search_path",
+    "pooler_backend_pid",  # the PgBouncer probe (ADR 0040 on main): SELECT pg_backend_pid()
 }
 
 
