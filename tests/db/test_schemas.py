@@ -14,6 +14,7 @@ import drover
 from drover._db.namespace import DEFAULT, namespace_for
 from drover._db.queries import _all_queries, drover_objects, load_migrations, query
 from drover.migrations import migration_status
+from drover.testing import Jobs
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -251,3 +252,28 @@ def test_the_doctor_reads_its_own_schemas_tables(empty_db_url: str) -> None:
     # Each table once: doc_b's tables of the same names are not counted.
     assert sorted(t.table for t in facts.tables) == sorted(tables)
     assert report.healthy, [f.line() for f in report.findings]
+
+
+def test_the_test_helpers_see_and_drain_only_their_schemas_jobs(empty_db_url: str) -> None:
+    drover.migrate(empty_db_url, schema="t_a")
+    drover.migrate(empty_db_url, schema="t_b")
+    seen: list[str] = []
+    workers = drover.Workers()
+
+    @workers.register
+    def note(job: drover.Job[Note]) -> None:
+        seen.append(job.args.text)
+
+    a = drover.Client(empty_db_url, drover.Config(schema="t_a", workers=workers))
+    b = drover.Client(empty_db_url, drover.Config(schema="t_b", workers=workers))
+    try:
+        jobs_a = Jobs(a)
+        b.insert(Note(text="b"))
+        a.insert(Note(text="a"))
+        jobs_a.assert_enqueued(kind="schemas_note", count=1)
+        worked = jobs_a.drain()
+        assert [w.job.args["text"] for w in worked] == ["a"] and seen == ["a"]
+        assert [r.args["text"] for r in Jobs(b, after=0).enqueued(kind="schemas_note")] == ["b"]
+    finally:
+        a.close()
+        b.close()
