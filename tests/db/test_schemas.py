@@ -9,12 +9,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from werkzeug.test import Client as WsgiClient
 
 import drover
 from drover._db.namespace import DEFAULT, namespace_for
 from drover._db.queries import _all_queries, drover_objects, load_migrations, query
 from drover.migrations import migration_status
 from drover.testing import Jobs
+from drover.web import make_app
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -277,3 +279,22 @@ def test_the_test_helpers_see_and_drain_only_their_schemas_jobs(empty_db_url: st
     finally:
         a.close()
         b.close()
+
+
+def test_the_status_page_shows_its_schemas_installation(empty_db_url: str) -> None:
+    drover.migrate(empty_db_url, schema="web_a")
+    drover.migrate(empty_db_url, schema="web_b")
+    with closing(drover.Client(empty_db_url, drover.Config(schema="web_a"))) as client:
+        row = client.insert(Note(text="shown"), drover.InsertOpts(queue="only_in_a"))
+    pages = {}
+    for schema in ("web_a", "web_b"):
+        with drover.Inspector(empty_db_url, schema=schema) as inspector:
+            page = WsgiClient(make_app(inspector, read_only=True))
+            for path in ("/", "/jobs?state=all", f"/jobs/{row.id}", "/limits", "/health"):
+                response = page.get(path, headers={"Host": "status.example"})
+                pages[(schema, path)] = (response.status_code, response.text)
+    assert pages[("web_a", "/")][0] == 200 and "only_in_a" in pages[("web_a", "/")][1]
+    assert "only_in_a" not in pages[("web_b", "/")][1]
+    assert pages[("web_a", f"/jobs/{row.id}")][0] == 200
+    assert pages[("web_b", f"/jobs/{row.id}")][0] == 404
+    assert all(code == 200 for (s, p), (code, _) in pages.items() if not p.startswith("/jobs/"))
