@@ -1,4 +1,4 @@
-"""``drover --schema`` and ``DROVER_SCHEMA``: commands on one installation of several (ADR 0039)."""
+"""``drover --schema`` and ``DROVER_SCHEMA``: commands on one installation of several (ADR 0043)."""
 
 from __future__ import annotations
 

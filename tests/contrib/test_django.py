@@ -453,7 +453,7 @@ def test_a_schema_in_drover_config_is_used_by_migrate_inserts_and_manage_drover(
     tmp_path: Path, empty_db_url: str
 ) -> None:
     """``DROVER["CONFIG"]["schema"]``: Django's migrate, ``insert`` and ``manage.py drover``
-    all work on that schema's installation (ADR 0039); public gets no drover table."""
+    all work on that schema's installation (ADR 0043); public gets no drover table."""
     body = (
         'DROVER = {"DATABASE": "default", "WORKERS": "shop.jobs.workers", '
         '"CONFIG": {"schema": "shop_jobs"}}'

@@ -411,7 +411,7 @@ def test_the_printed_sql_applies_twice(db_url: str, role_names: Names) -> None:
 def test_roles_for_a_schema_of_its_own_let_the_producer_and_worker_run_there(
     empty_db_url: str, role_names: Names, poll: Poll
 ) -> None:
-    """`drover roles --schema` grants on that installation (ADR 0039): the producer inserts
+    """`drover roles --schema` grants on that installation (ADR 0043): the producer inserts
     and a worker role runs a limited job there, through the pinned claim function."""
     drover.migrate(empty_db_url, schema="tenant_r")
     text = render_roles(

@@ -1,4 +1,4 @@
-"""drover in a schema of its own: migrations, names, the caller's connection (ADR 0039)."""
+"""drover in a schema of its own: migrations, names, the caller's connection (ADR 0043)."""
 
 from __future__ import annotations
 

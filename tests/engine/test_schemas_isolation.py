@@ -1,4 +1,4 @@
-"""Two drover installations in two schemas of ONE database, both running at once (ADR 0039).
+"""Two drover installations in two schemas of ONE database, both running at once (ADR 0043).
 
 The database's ``public`` schema is never migrated, so any statement that
 forgot its schema fails loudly ("relation does not exist") instead of

@@ -1,4 +1,4 @@
-"""Every statement in ``_db`` names its installation (ADR 0039, docs/architecture.md).
+"""Every statement in ``_db`` names its installation (ADR 0043, docs/architecture.md).
 
 A ``query("x")`` without the namespace would run the default installation's
 SQL for a client configured with a schema: against ``public``'s tables, or

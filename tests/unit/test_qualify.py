@@ -1,4 +1,4 @@
-"""The rule that rewrites drover's SQL for a schema of its own (ADR 0039), token by token."""
+"""The rule that rewrites drover's SQL for a schema of its own (ADR 0043), token by token."""
 
 from __future__ import annotations
 

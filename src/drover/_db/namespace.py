@@ -1,4 +1,4 @@
-"""Which PostgreSQL schema a drover installation lives in, and what follows from it (ADR 0039).
+"""Which PostgreSQL schema a drover installation lives in, and what follows from it (ADR 0043).
 
 A ``Namespace`` is the one value the database layer threads through every
 statement it runs: it names the schema drover's objects are qualified with,

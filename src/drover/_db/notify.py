@@ -41,7 +41,7 @@ class Listening:
     ) -> None:
         conn = dedicated_connect(pool, action, "listener")
         # The schema's channels back to drover's names, so callers compare
-        # with CHANNEL and CANCEL_CHANNEL whatever the schema (ADR 0039).
+        # with CHANNEL and CANCEL_CHANNEL whatever the schema (ADR 0043).
         self._bases = {ns.channel(base): base for base in CHANNEL_BASES}
         self._ns = ns
         try:

@@ -1,4 +1,4 @@
-"""Rewrites drover's SQL text for an installation in a schema of its own (ADR 0039).
+"""Rewrites drover's SQL text for an installation in a schema of its own (ADR 0043).
 
 The rule is token by token, never a search over the raw text: the SQL is
 split into string literals, quoted identifiers, comments, dollar-quoted

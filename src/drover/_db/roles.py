@@ -47,7 +47,7 @@ def render_roles(
         "producer": check_identifier("--producer", producer),
         "worker": check_identifier("--worker", worker),
         "reader": check_identifier("--reader", reader),
-        # The one schema-name rule of Config.schema and drover.migrate (ADR 0039).
+        # The one schema-name rule of Config.schema and drover.migrate (ADR 0043).
         "schema": check_schema_name("--schema", schema),
     }
     if len({producer, worker, reader}) != 3:

@@ -90,7 +90,7 @@ class Store:
         A conninfo string is parsed first, so a malformed one is an
         ``drover.InvalidArgument`` naming ``who`` (without the
         password), not a connection failure later. ``ns`` is the schema of
-        the drover installation every operation runs against (ADR 0039);
+        the drover installation every operation runs against (ADR 0043);
         two stores on one pool may serve two schemas.
         """
         pool, owned = pool_from(source, who=who, max_size=max_size)

@@ -211,7 +211,7 @@ class Leadership:
     def __init__(self, pool: ConnectionPool[Any], ns: Namespace = DEFAULT) -> None:
         self._conn = dedicated_connect(pool, "connect for the periodic scheduler lock", "scheduler")
         # The lock's key is drawn from the oid of ns's drover_periodic_ticks,
-        # so each schema has its own leader (ADR 0039).
+        # so each schema has its own leader (ADR 0043).
         self._ns = ns
 
     @property

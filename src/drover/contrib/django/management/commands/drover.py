@@ -61,7 +61,7 @@ def _without_django_options(arguments: list[str]) -> list[str]:
 
 def _schema_flag() -> list[str]:
     # DROVER["CONFIG"]["schema"], so `manage.py drover stats` sees the
-    # installation the worker runs (ADR 0039).
+    # installation the worker runs (ADR 0043).
     name = schema()
     return [] if name is None else ["--schema", name]
 
