@@ -52,7 +52,9 @@ SELECT t.relname::text, t.n_live_tup::bigint, t.n_dead_tup::bigint,
        GREATEST(t.last_autovacuum, t.last_vacuum),
        t.autovacuum_count::bigint
 FROM pg_stat_user_tables t
-WHERE t.relname LIKE 'drover\_%' AND pg_table_is_visible(t.relid)
+WHERE t.relname LIKE 'drover\_%%'
+  AND CASE WHEN %(schema)s::text IS NULL THEN pg_table_is_visible(t.relid)
+           ELSE t.schemaname = %(schema)s END
 ORDER BY t.relname;
 
 -- name: health_expired_leases

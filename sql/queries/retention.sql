@@ -2,8 +2,10 @@
 
 -- name: prune_lock
 -- One pruner at a time across every client: a transaction-level try-lock,
--- released with the batch's transaction. The key is "drover" then 0x0003.
-SELECT pg_try_advisory_xact_lock(7237970105436602371);
+-- released with the batch's transaction. The key is "drover" then 0x0003,
+-- mixed with the schema's name outside the default schema (one pruner per
+-- installation).
+SELECT pg_try_advisory_xact_lock(%(key)s::bigint);
 
 -- name: job_prune
 -- One batch of one terminal state, oldest first, served by

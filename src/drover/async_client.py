@@ -24,6 +24,7 @@ from drover._db.aio import (
     aio_open,
     aio_pool_from,
 )
+from drover._db.namespace import namespace_for
 from drover._insert import aio_tx
 from drover._insert.aio_notifier import AsyncNotifier
 from drover._insert.encode import encode_batch, encode_insert
@@ -71,7 +72,7 @@ class AsyncClient:
     conninfo string / URL, from which the client makes its own pool (up to
     10 connections), opened by the first insert and closed by ``close``.
     ``config`` is validated as ``Client`` does; of it the async client uses
-    ``notify`` and ``logger`` (it runs no jobs).
+    ``notify``, ``logger`` and ``schema`` (it runs no jobs).
 
     Concurrency: use a client from one event loop (its pool and notifier
     task belong to it); any number of tasks may insert at once, each
@@ -110,7 +111,10 @@ class AsyncClient:
         self._config = config
         self._source = pool_or_conninfo
         self._pool, self._owned = aio_pool_from(pool_or_conninfo, who="AsyncClient", max_size=10)
-        self._notifier = AsyncNotifier(lambda: self._pool, config.logger) if config.notify else None
+        self._ns = namespace_for(config.schema)
+        self._notifier = (
+            AsyncNotifier(lambda: self._pool, config.logger, self._ns) if config.notify else None
+        )
         self._closed = False
         # None unless a Config.middleware entry also traces inserts (ADR 0042).
         self._tracer = insert_tracer_of(config.middleware)
@@ -177,9 +181,9 @@ class AsyncClient:
         pool = await self._ready("insert job")
         async with aio_borrow(pool, "insert job") as conn:
             if identity is not None:
-                row = await aio_insert_unique(conn, params, identity, notify=False)
+                row = await aio_insert_unique(conn, params, identity, notify=False, ns=self._ns)
             else:
-                row = await aio_insert(conn, params, notify=False)
+                row = await aio_insert(conn, params, notify=False, ns=self._ns)
         if not row.duplicate:
             await self._committed((row.queue,))
         return row
@@ -214,7 +218,7 @@ class AsyncClient:
             batch = stamp_batch(batch, members)
         pool = await self._ready("insert jobs")
         async with aio_borrow(pool, "insert jobs") as conn:
-            rows = await aio_insert_many(conn, batch, caller_tx=False, notify=False)
+            rows = await aio_insert_many(conn, batch, caller_tx=False, notify=False, ns=self._ns)
         await self._committed(batch.queues)
         return rows
 
@@ -244,10 +248,10 @@ class AsyncClient:
         notify = self._config.notify
         tracer = self._tracer
         if tracer is None:
-            return await aio_tx.insert_tx(conn, args, opts, notify=notify)
+            return await aio_tx.insert_tx(conn, args, opts, notify=notify, ns=self._ns)
         with tracer.insert_span("insert_tx") as span:
             row = await aio_tx.insert_tx(
-                conn, args, opts, notify=notify, members=trace_members(span.carrier)
+                conn, args, opts, notify=notify, members=trace_members(span.carrier), ns=self._ns
             )
             span.inserted((row,))
             return row
@@ -263,10 +267,10 @@ class AsyncClient:
         notify = self._config.notify
         tracer = self._tracer
         if tracer is None:
-            return await aio_tx.insert_many_tx(conn, listed, notify=notify)
+            return await aio_tx.insert_many_tx(conn, listed, notify=notify, ns=self._ns)
         with tracer.insert_span("insert_many_tx") as span:
             rows = await aio_tx.insert_many_tx(
-                conn, listed, notify=notify, members=trace_members(span.carrier)
+                conn, listed, notify=notify, members=trace_members(span.carrier), ns=self._ns
             )
             span.inserted(rows)
             return rows

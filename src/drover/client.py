@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar, overload
 from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
+from drover._db.namespace import namespace_for
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert import tx
@@ -165,6 +166,7 @@ class Client(JobsAndQueues):
             max_size=10,
             pgbouncer=config.pgbouncer,
             session_url=config.session_url,
+            ns=namespace_for(config.schema),
         )
         self._config = config
         self._max_jobs = max_jobs
@@ -348,14 +350,21 @@ class Client(JobsAndQueues):
             graph, last = encode_workflow(args)
             if members:
                 graph = stamp_graph(graph, members)
-            rows, workflow_id = tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)
+            rows, workflow_id = tx.insert_graph_tx(
+                tx.caller(conn), graph, notify=notify, ns=self._store.ns
+            )
             return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
         if has_dependencies(opts):
             graph = encode_dependent([(args, opts)])
             if members:
                 graph = stamp_graph(graph, members)
-            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)[0][0]
-        return tx.insert_tx(tx.caller(conn), args, opts, notify=notify, members=members)
+            inserted, _ = tx.insert_graph_tx(
+                tx.caller(conn), graph, notify=notify, ns=self._store.ns
+            )
+            return inserted[0]
+        return tx.insert_tx(
+            tx.caller(conn), args, opts, notify=notify, members=members, ns=self._store.ns
+        )
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -436,8 +445,10 @@ class Client(JobsAndQueues):
             graph = encode_dependent(dependent, "item")
             if members:
                 graph = stamp_graph(graph, members)
-            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify)[0]
-        return tx.insert_many_tx(tx.caller(conn), listed, notify=notify, members=members)
+            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify, ns=self._store.ns)[0]
+        return tx.insert_many_tx(
+            tx.caller(conn), listed, notify=notify, members=members, ns=self._store.ns
+        )
 
     def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from drover._address import parse_address
 from drover._db.conninfo import check_conninfo
+from drover._db.namespace import check_schema_name
 from drover._durations import DurationField
 from drover.errors import ConfigError, InvalidArgument
 from drover.health import HealthThresholds
@@ -180,6 +181,14 @@ class Config:
     (retried like any failure), so store big payloads elsewhere and return a
     reference."""
 
+    schema: str | None = None
+    """The PostgreSQL schema holding this installation's tables (migrate it
+    with ``drover.migrate(url, schema=...)``): lowercase letters, digits and
+    ``_``, at most 63 bytes, not starting with ``pg_``. ``None`` (and
+    ``"public"``) is the default installation, run exactly as before schemas
+    existed. Clients of different schemas in one database never see each
+    other's jobs, wake-ups, periodic leader, limits or locks (docs/schemas.md)."""
+
     def __new__(cls, *args: Any, **fields: Any) -> Self:
         # Runs before the generated __init__, so a misspelt field is a
         # ConfigError naming it rather than a bare TypeError.
@@ -231,6 +240,8 @@ class Config:
         except InvalidArgument as exc:
             raise ConfigError(str(exc)) from None
         self._check_pooler()
+        if self.schema is not None:
+            check_schema_name("Config.schema", self.schema, ConfigError)
         if self.retention is not None and not isinstance(self.retention, Retention):
             raise ConfigError(
                 f"Config.retention must be a drover.Retention or None, not {self.retention!r}"

@@ -12,6 +12,7 @@ from typing import Any, Self
 import pydantic
 from psycopg_pool import ConnectionPool
 
+from drover._db.namespace import namespace_for
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
@@ -144,21 +145,27 @@ class Inspector(JobsAndQueues):
     string (a small pool is opened and closed by ``close`` / ``with``).
     ``workers``, when given, is the registry of the application's job kinds:
     ``enqueue`` then validates args of a known kind against its class
-    and applies the class's defaults.
+    and applies the class's defaults. ``schema`` is the PostgreSQL schema of
+    the installation to inspect (``Config.schema``; ``None`` is the default).
     Thread-safe. Operator writes are conditioned on the job's state, so they
     are safe against a worker finishing the same job at the same moment: one
     of the two wins and the other is refused.
     """
 
     def __init__(
-        self, pool_or_conninfo: ConnectionPool[Any] | str, *, workers: Workers | None = None
+        self,
+        pool_or_conninfo: ConnectionPool[Any] | str,
+        *,
+        workers: Workers | None = None,
+        schema: str | None = None,
     ) -> None:
         if workers is not None and not isinstance(workers, Workers):
             raise InvalidArgument(
                 f"Inspector workers must be a drover.Workers, not {type(workers).__name__}"
             )
+        ns = namespace_for(schema, "Inspector schema")
         self._workers = workers
-        self._store = Store.open(pool_or_conninfo, who="Inspector", max_size=2)
+        self._store = Store.open(pool_or_conninfo, who="Inspector", max_size=2, ns=ns)
 
     def stats(self) -> Stats:
         """Depth per queue and state, oldest claimable age per queue, paused queues."""

@@ -447,3 +447,51 @@ def test_djangos_common_options_work_after_the_drover_command(tmp_path: Path) ->
     stats = _manage_with(env, "drover", "stats", "--settings=settings_fine", "--no-color")
     assert stats.returncode == 1, stats.stderr
     assert "No such option" not in stats.stderr and "cannot use the database" in stats.stderr
+
+
+def test_a_schema_in_drover_config_is_used_by_migrate_inserts_and_manage_drover(
+    tmp_path: Path, empty_db_url: str
+) -> None:
+    """``DROVER["CONFIG"]["schema"]``: Django's migrate, ``insert`` and ``manage.py drover``
+    all work on that schema's installation (ADR 0043); public gets no drover table."""
+    body = (
+        'DROVER = {"DATABASE": "default", "WORKERS": "shop.jobs.workers", '
+        '"CONFIG": {"schema": "shop_jobs"}}'
+    )
+    env = _settings_module(tmp_path, "schema", body)
+    env["DATABASE_URL"] = empty_db_url
+    migrated = _manage_with(env, "migrate", "--verbosity", "0")
+    assert migrated.returncode == 0, migrated.stderr
+    script = textwrap.dedent(
+        """
+        from drover.contrib.django import insert
+        from shop.jobs import SendReceipt
+        print(json.dumps(insert(SendReceipt(order_id=7)).id))
+        """
+    )
+    inserted = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _PRELUDE.replace('"project.settings"', "'settings_schema'") + script,
+        ],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert inserted.returncode == 0, inserted.stderr
+    stats = _manage_with(env, "drover", "stats", "--json")
+    assert stats.returncode == 0, stats.stderr
+    assert sum(d["count"] for d in json.loads(stats.stdout)["depths"]) == 1
+    assert _count(empty_db_url, "SELECT count(*) FROM shop_jobs.drover_jobs") == 1
+    assert (
+        _count(
+            empty_db_url,
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'drover_jobs' "
+            "AND schemaname = 'public'",
+        )
+        == 0
+    )

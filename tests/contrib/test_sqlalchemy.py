@@ -146,3 +146,23 @@ def test_complete_in_a_session_commits_the_orm_write_and_the_completion_together
     assert refusals[0].job_id == lost.id
     assert _orders(conn) == 1  # the ORM write rolled back with the refused completion
     client.stop(timeout=5)
+
+
+def test_schema_puts_the_jobs_in_that_installation_whatever_the_search_path(
+    empty_db_url: str,
+) -> None:
+    drover.migrate(empty_db_url, schema="sa_jobs")
+    eng = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(empty_db_url))
+    try:
+        with Session(eng) as session, session.begin():
+            row = drover_sa.insert(session, Receipt(order=1), schema="sa_jobs")
+            rows = drover_sa.insert_many(
+                session, [Receipt(order=2), Receipt(order=3)], schema="sa_jobs"
+            )
+        with pytest.raises(drover.InvalidArgument, match="pg_"), Session(eng) as session:
+            drover_sa.insert(session, Receipt(order=4), schema="pg_nope")
+    finally:
+        eng.dispose()
+    with psycopg.connect(empty_db_url) as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM sa_jobs.drover_jobs ORDER BY id")]
+    assert ids == [row.id, *(r.id for r in rows)]

@@ -406,3 +406,56 @@ def test_the_printed_sql_applies_twice(db_url: str, role_names: Names) -> None:
             (role_names.groups["reader"],),
         ).fetchall()
     assert granted == [("SELECT",)]
+
+
+def test_roles_for_a_schema_of_its_own_let_the_producer_and_worker_run_there(
+    empty_db_url: str, role_names: Names, poll: Poll
+) -> None:
+    """`drover roles --schema` grants on that installation (ADR 0043): the producer inserts
+    and a worker role runs a limited job there, through the pinned claim function."""
+    drover.migrate(empty_db_url, schema="tenant_r")
+    text = render_roles(
+        producer=role_names.groups["producer"],
+        worker=role_names.groups["worker"],
+        reader=role_names.groups["reader"],
+        schema="tenant_r",
+    )
+    assert "tenant_r.drover_jobs" in text and "public." not in text
+    with psycopg.connect(empty_db_url, autocommit=True) as owner:
+        owner.execute(text.encode())
+        owner.execute(text.encode())  # idempotent here too
+        for kind in KINDS:
+            owner.execute(
+                sql.SQL("GRANT {} TO {}").format(
+                    sql.Identifier(role_names.groups[kind]), sql.Identifier(role_names.logins[kind])
+                )
+            )
+    roles = _roles(empty_db_url, role_names)
+    with contextlib.closing(
+        drover.Client(roles.url("producer"), drover.Config(schema="tenant_r"))
+    ) as producer:
+        row = producer.insert(Ping(n=7))
+    done = threading.Event()
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        done.set()
+
+    worker = drover.Client(
+        roles.url("worker"),
+        drover.Config(
+            workers=workers,
+            poll_interval=0.05,
+            queues={"default": drover.Queue(limits=drover.Limit(concurrency=1))},
+            schema="tenant_r",
+        ),
+    )
+    worker.start()
+    try:
+        assert done.wait(30), "the worker role never ran the job"
+        with drover.Inspector(roles.url("reader"), schema="tenant_r") as reader:
+            poll(lambda: reader.get_job(row.id).state == drover.JobState.COMPLETED)
+    finally:
+        worker.stop(timeout=5)
+        worker.close()

@@ -170,9 +170,9 @@ def test_concurrent_inserts_are_each_followed_by_a_wake_up_and_coalesced(
 
     real = real_notify()
 
-    def timed(c: Conn, names: list[str]) -> None:
+    def timed(c: Conn, names: list[str], **kw: Any) -> None:
         round_starts.append(time.monotonic())  # only the notifier thread calls this
-        real(c, names)
+        real(c, names, **kw)
 
     patch_notify(monkeypatch, timed)
     client = make_client()
@@ -262,12 +262,12 @@ def test_a_queue_named_during_a_round_gets_the_next_round(
 
     real = real_notify()
 
-    def held_first(c: Conn, names: list[str]) -> None:
+    def held_first(c: Conn, names: list[str], **kw: Any) -> None:
         rounds.append(list(names))
         if len(rounds) == 1:
             in_flight.set()
             assert release.wait(DEADLINE)
-        real(c, names)
+        real(c, names, **kw)
 
     patch_notify(monkeypatch, held_first)
     client = make_client()
@@ -294,9 +294,9 @@ def test_rounds_are_spaced_by_the_gap(
 
     real = real_notify()
 
-    def timed(c: Conn, names: list[str]) -> None:
+    def timed(c: Conn, names: list[str], **kw: Any) -> None:
         starts.append(time.monotonic())
-        real(c, names)
+        real(c, names, **kw)
 
     patch_notify(monkeypatch, timed)
     client = make_client()
@@ -398,9 +398,9 @@ EXITING_PRODUCER = textwrap.dedent(
     client = drover.Client(pool)
     stopping = client._notifier._stopping
 
-    def held(conn, queues):
+    def held(conn, queues, **kw):
         stopping.wait()
-        real(conn, queues)
+        real(conn, queues, **kw)
 
     setattr(store_module, name, held)
     print(client.insert(Ping(), drover.InsertOpts(queue="at_exit")).id, flush=True)
@@ -482,12 +482,12 @@ def test_a_failed_round_is_logged_and_the_next_one_is_sent(
 
     real = real_notify()
 
-    def fails_once(c: Conn, queues: list[str]) -> None:
+    def fails_once(c: Conn, queues: list[str], **kw: Any) -> None:
         if not failed.is_set():
             failed.set()
             # A real failure on the real database: the round's connection is gone.
             c.close()
-        real(c, queues)
+        real(c, queues, **kw)
 
     patch_notify(monkeypatch, fails_once)
     caplog.set_level(logging.ERROR, logger="drover")
@@ -530,11 +530,11 @@ def test_a_round_that_raises_drover_error_keeps_the_thread(
 
     real = real_notify()
 
-    def fails_once(c: Conn, queues: list[str]) -> None:
+    def fails_once(c: Conn, queues: list[str], **kw: Any) -> None:
         calls.append(list(queues))
         if len(calls) == 1:
             raise drover.DatabaseError("notify listeners: injected failure")
-        real(c, queues)
+        real(c, queues, **kw)
 
     patch_notify(monkeypatch, fails_once)
     caplog.set_level(logging.ERROR, logger="drover")

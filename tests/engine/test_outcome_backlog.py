@@ -59,10 +59,12 @@ def test_claims_stop_at_twice_the_concurrency_while_outcomes_are_unwritten(
         assert client._engine.inflight.unwritten() >= 4  # type: ignore[union-attr]
         gate.set()
         poll(
-            lambda: conn.execute(
-                "SELECT count(*) FROM drover_jobs WHERE state = 'completed'"
-            ).fetchone()
-            == (200,),
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM drover_jobs WHERE state = 'completed'"
+                ).fetchone()
+                == (200,)
+            ),
             timeout=30,
             message="the queue did not drain once outcomes were written again",
         )

@@ -11,6 +11,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import row_from_db
 from drover.errors import DatabaseError, DuplicateJob, InvalidTransition, NotFound
@@ -46,17 +47,19 @@ RETRY = OperatorAction(
 )
 
 
-def _failed_dependency(conn: Connection, job_id: int) -> tuple[int, str] | None:
+def _failed_dependency(
+    conn: Connection, job_id: int, *, ns: Namespace = DEFAULT
+) -> tuple[int, str] | None:
     with translate(f"read the dependencies of job {job_id}"), conn.cursor() as cur:
-        cur.execute(query("job_failed_dependency"), {"id": job_id})
+        cur.execute(query("job_failed_dependency", ns), {"id": job_id})
         row = cur.fetchone()
     return None if row is None else (int(row[0]), str(row[1]))
 
 
-def job_get(conn: Connection, job_id: int) -> JobRow | None:
+def job_get(conn: Connection, job_id: int, *, ns: Namespace = DEFAULT) -> JobRow | None:
     """The job with ``job_id``, or ``None``."""
     with translate(f"get job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_get"), {"id": job_id})
+        cur.execute(query("job_get", ns), {"id": job_id})
         row = cur.fetchone()
     return None if row is None else row_from_db(row)
 
@@ -71,12 +74,13 @@ def job_list(
     before_id: int | None = None,
     args_json: str | None = None,
     tags: Sequence[str] | None = None,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     """Newest first, filtered by queue, state and kind if given, ids below ``before_id``,
     args containing the JSON ``args_json``, every one of ``tags``."""
     with translate("list jobs"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
-            query("job_list"),
+            query("job_list", ns),
             {
                 "queue": queue,
                 "state": None if state is None else state.value,
@@ -90,24 +94,30 @@ def job_list(
         return [row_from_db(r) for r in cur.fetchall()]
 
 
-def job_retry_dead_of_kind(conn: Connection, kind: str, queue: str | None) -> int:
+def job_retry_dead_of_kind(
+    conn: Connection, kind: str, queue: str | None, *, ns: Namespace = DEFAULT
+) -> int:
     """Redrive every dead job of ``kind`` (see the query); return how many."""
     with translate(f"retry dead jobs of kind {kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_retry_dead_of_kind"), {"kind": kind, "queue": queue})
+        cur.execute(query("job_retry_dead_of_kind", ns), {"kind": kind, "queue": queue})
         row = cur.fetchone()
     assert row is not None
     return int(row[0])
 
 
-def job_lease_holder(conn: Connection, job_id: int) -> tuple[bool, str | None]:
+def job_lease_holder(
+    conn: Connection, job_id: int, *, ns: Namespace = DEFAULT
+) -> tuple[bool, str | None]:
     """``(exists, leased_by)`` for ``job_id``."""
     with translate(f"read the lease holder of job {job_id}"), conn.cursor() as cur:
-        cur.execute(query("job_lease_holder"), {"id": job_id})
+        cur.execute(query("job_lease_holder", ns), {"id": job_id})
         row = cur.fetchone()
     return (False, None) if row is None else (True, row[0])
 
 
-def job_operator_transition(conn: Connection, job_id: int, action: OperatorAction) -> JobRow:
+def job_operator_transition(
+    conn: Connection, job_id: int, action: OperatorAction, *, ns: Namespace = DEFAULT
+) -> JobRow:
     """Apply ``action`` if the job is in an allowed state; explain a refusal precisely.
 
     The UPDATE is conditioned on the state, so a worker finishing the job at
@@ -122,11 +132,11 @@ def job_operator_transition(conn: Connection, job_id: int, action: OperatorActio
                 translate(f"{action.name} job {job_id}"),
                 conn.cursor(row_factory=tuple_row) as cur,
             ):
-                cur.execute(query(action.query_name), {"id": job_id})
+                cur.execute(query(action.query_name, ns), {"id": job_id})
                 row = cur.fetchone()
         except DatabaseError as exc:
             if isinstance(exc.__cause__, pgerrors.UniqueViolation):
-                current = job_get(conn, job_id)
+                current = job_get(conn, job_id, ns=ns)
                 raise DuplicateJob(
                     f"cannot retry job {job_id}: another job of kind "
                     f"{current.kind if current else '?'!r} with the same unique key is already "
@@ -138,11 +148,11 @@ def job_operator_transition(conn: Connection, job_id: int, action: OperatorActio
             raise
         if row is not None:
             return row_from_db(row)
-        current = job_get(conn, job_id)
+        current = job_get(conn, job_id, ns=ns)
         if current is None:
             raise NotFound(f"job {job_id} does not exist")
         if action is RETRY and current.state.value in action.allowed:
-            failed = _failed_dependency(conn, job_id)
+            failed = _failed_dependency(conn, job_id, ns=ns)
             if failed is not None:
                 dep_id, dep_state = failed
                 raise InvalidTransition(

@@ -33,6 +33,7 @@ from drover._db.insert import (
     inserted_row,
     staged_row,
 )
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import row_from_db
 from drover._db.unique import unique_item, unique_rows
@@ -229,10 +230,12 @@ async def _from_async_sqlalchemy(aconn: Any, api: str) -> object:
 # --- statements ----------------------------------------------------------------------------------
 
 
-async def aio_insert(conn: AsyncConnection, params: JobInsertParams, *, notify: bool) -> JobRow:
+async def aio_insert(
+    conn: AsyncConnection, params: JobInsertParams, *, notify: bool, ns: Namespace = DEFAULT
+) -> JobRow:
     """Insert one job (``job_insert``'s twin): one statement, the wake-up included when
     ``notify``; ``DuplicateJob`` leaves the transaction usable."""
-    statement, values, lean = insert_statement(params, notify=notify)
+    statement, values, lean = insert_statement(params, notify=notify, ns=ns)
     with translate(f"insert job kind {params.kind!r}"):
         async with conn.cursor(row_factory=tuple_row) as cur:
             await cur.execute(statement, values)
@@ -241,7 +244,12 @@ async def aio_insert(conn: AsyncConnection, params: JobInsertParams, *, notify: 
 
 
 async def aio_insert_unique(
-    conn: AsyncConnection, params: JobInsertParams, identity: Identity, *, notify: bool
+    conn: AsyncConnection,
+    params: JobInsertParams,
+    identity: Identity,
+    *,
+    notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> JobRow:
     """Insert one job with a unique identity, debounce or throttle (ADR 0031), or return
     the job holding it (flagged ``duplicate``).
@@ -250,7 +258,7 @@ async def aio_insert_unique(
     every case exactly; the synchronous path's leaner statements for a free
     plain identity are an optimisation this path does not repeat.
     """
-    rows = await _run_unique(conn, [params], {0: identity}, notify=notify)
+    rows = await _run_unique(conn, [params], {0: identity}, notify=notify, ns=ns)
     row = rows[0]
     assert row is not None
     return row
@@ -262,17 +270,23 @@ async def _run_unique(
     identities: dict[int, Identity],
     *,
     notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow | None]:
     document = ",".join(unique_item(p, identities.get(i)) for i, p in enumerate(batch))
     with translate(f"insert {len(batch)} unique job{'s' if len(batch) != 1 else ''}"):
         async with conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(query("job_insert_unique"), (f"[{document}]", notify))
+            await cur.execute(query("job_insert_unique", ns), (f"[{document}]", notify))
             found = await cur.fetchall()
     return unique_rows(found)
 
 
 async def aio_insert_many(
-    conn: AsyncConnection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
+    conn: AsyncConnection,
+    encoded: EncodedBatch,
+    *,
+    caller_tx: bool,
+    notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     """Insert an encoded batch (``job_insert_many``'s twin), rows in input order.
 
@@ -286,9 +300,9 @@ async def aio_insert_many(
     if not batch:
         return []
     if encoded.identities:
-        return await _many_identified(conn, encoded, caller_tx=caller_tx, notify=notify)
+        return await _many_identified(conn, encoded, caller_tx=caller_tx, notify=notify, ns=ns)
     if encoded.unique or encoded.decorated:
-        return await _many_staged(conn, batch, caller_tx=caller_tx, notify=notify)
+        return await _many_staged(conn, batch, caller_tx=caller_tx, notify=notify, ns=ns)
     queues = sorted(encoded.queues) if notify else []
     with translate(f"insert {len(batch)} jobs"):
         async with conn.cursor(row_factory=tuple_row) as cur:
@@ -297,11 +311,11 @@ async def aio_insert_many(
                 # refused, so a failure is a database error aborting the caller's
                 # transaction like any failed statement.
                 return await _copy_direct(
-                    cur, batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta
+                    cur, batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta, ns=ns
                 )
             async with conn.transaction():
                 return await _copy_direct(
-                    cur, batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta
+                    cur, batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta, ns=ns
                 )
 
 
@@ -312,49 +326,59 @@ async def _copy_direct(
     timed: bool,
     queues: list[str],
     meta: str | None,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
-    await cur.execute(query("job_insert_batch_reserve"), (len(params), queues))
+    await cur.execute(query("job_insert_batch_reserve", ns), (len(params), queues))
     reserved = await cur.fetchone()
     assert reserved is not None
     now, ids, _ = reserved
     ids.sort()
     rows: list[JobRow] = []
-    async with cur.copy(copy_statement(params, timed=timed, meta=meta)) as copy:
+    async with cur.copy(copy_statement(params, timed=timed, meta=meta, ns=ns)) as copy:
         for text in copy_chunks(params, ids, now, rows, timed=timed, meta=meta):
             await copy.write(text)
     return rows
 
 
 async def _many_staged(
-    conn: AsyncConnection, batch: Sequence[JobInsertParams], *, caller_tx: bool, notify: bool
+    conn: AsyncConnection,
+    batch: Sequence[JobInsertParams],
+    *,
+    caller_tx: bool,
+    notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     with translate(f"insert {len(batch)} jobs"):
         async with conn.cursor(row_factory=tuple_row) as cur:
             if caller_tx:
                 # Opens the caller's transaction first, so that transaction()
                 # below is a savepoint and never commits the caller's work.
-                await cur.execute(query("job_insert_batch_stage"))
+                await cur.execute(query("job_insert_batch_stage", ns))
             async with conn.transaction():
                 if not caller_tx:
-                    await cur.execute(query("job_insert_batch_stage"))
-                async with cur.copy(query("job_insert_batch_copy")) as copy:
+                    await cur.execute(query("job_insert_batch_stage", ns))
+                async with cur.copy(query("job_insert_batch_copy", ns)) as copy:
                     for ord_, p in enumerate(batch):
                         await copy.write_row(staged_row(ord_, p))
-                await cur.execute(query("job_insert_batch_apply"))
+                await cur.execute(query("job_insert_batch_apply", ns))
                 rows = await cur.fetchall()
                 if len(rows) != len(batch):
                     # Raising rolls the savepoint back: nothing of the batch stays.
-                    raise await _first_duplicate(cur, batch, {r[0] for r in rows})
+                    raise await _first_duplicate(cur, batch, {r[0] for r in rows}, ns=ns)
                 if notify:
                     queues = sorted({p.queue for p in batch})
-                    await cur.execute(query("notify_queues"), {"queues": queues})
+                    await cur.execute(query("notify_queues", ns), {"queues": queues})
     return [row_from_db(r) for r in rows]
 
 
 async def _first_duplicate(
-    cur: psycopg.AsyncCursor[Any], batch: Sequence[JobInsertParams], inserted: set[int]
+    cur: psycopg.AsyncCursor[Any],
+    batch: Sequence[JobInsertParams],
+    inserted: set[int],
+    *,
+    ns: Namespace = DEFAULT,
 ) -> DuplicateJob:
-    await cur.execute(query("job_insert_batch_staged_ids"))
+    await cur.execute(query("job_insert_batch_staged_ids", ns))
     for ord_, id_ in await cur.fetchall():
         if id_ not in inserted:
             return duplicate_error(batch[ord_], f"item {ord_}: ")
@@ -362,27 +386,34 @@ async def _first_duplicate(
 
 
 async def _many_identified(
-    conn: AsyncConnection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
+    conn: AsyncConnection,
+    encoded: EncodedBatch,
+    *,
+    caller_tx: bool,
+    notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     batch = encoded.params
     identities = dict(encoded.identities or {})
     if caller_tx:
         with translate(f"insert {len(batch)} unique jobs"):
-            await conn.execute(query("job_insert_unique_begin"))
+            await conn.execute(query("job_insert_unique_begin", ns))
     with translate(f"insert {len(batch)} unique jobs"):
         async with conn.transaction():
-            rows = await _run_unique(conn, batch, identities, notify=notify)
+            rows = await _run_unique(conn, batch, identities, notify=notify, ns=ns)
             for index, row in enumerate(rows):
                 if row is None:
                     raise duplicate_error(batch[index], f"item {index}: ")
     return [row for row in rows if row is not None]
 
 
-async def aio_notify_now(conn: AsyncConnection, queues: Sequence[str]) -> None:
+async def aio_notify_now(
+    conn: AsyncConnection, queues: Sequence[str], *, ns: Namespace = DEFAULT
+) -> None:
     """Notify ``queues`` in a transaction of their own (``notify_queues_now``); ``conn``
     must be in autocommit mode, or this runs in a transaction committed by the borrow."""
     if not queues:
         return
     with translate("notify listeners"):
         async with conn.cursor() as cur:
-            await cur.execute(query("notify_queues_now"), {"queues": list(queues)})
+            await cur.execute(query("notify_queues_now", ns), {"queues": list(queues)})

@@ -17,6 +17,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover.errors import LeaseLost, NotInTransaction, UnsupportedConnection
 
@@ -130,7 +131,14 @@ def transaction_open(conn: object) -> bool:
     return info.transaction_status in _OPEN
 
 
-def complete_claim(conn: Connection, job_id: int, attempt: int, result: str | None = None) -> None:
+def complete_claim(
+    conn: Connection,
+    job_id: int,
+    attempt: int,
+    result: str | None = None,
+    *,
+    ns: Namespace = DEFAULT,
+) -> None:
     """Complete the claim ``(job_id, attempt)`` in ``conn``'s open transaction, or raise LeaseLost.
 
     ``result`` is the job's result as JSON text (``None``: no result).
@@ -150,11 +158,11 @@ def complete_claim(conn: Connection, job_id: int, attempt: int, result: str | No
         translate(f"complete job {job_id} in the caller's transaction"),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
-        cur.execute(query("job_complete_many"), claim)
+        cur.execute(query("job_complete_many", ns), claim)
         refused = cur.fetchone()
         if refused is None or refused[2]:
             return  # completed, or cancelled at an operator's request (ADR 0030)
-        cur.execute(query("job_current_states"), ([job_id],))
+        cur.execute(query("job_current_states", ns), ([job_id],))
         found = cur.fetchone()
     state, now = (None, None) if found is None else (str(found[1]), int(found[2]))
     raise LeaseLost(job_id, attempt, state, now)

@@ -7,6 +7,7 @@ from psycopg.rows import tuple_row
 from drover._db import Connection
 from drover._db.admin import job_get
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import JOB_COLUMNS, row_from_db
 from drover.errors import InvalidTransition, NotFound
@@ -18,7 +19,13 @@ _OPEN = frozenset((*CANCELLABLE_STATES, JobState.RUNNING))
 
 
 def job_cancel_or_request(
-    conn: Connection, job_id: int, *, reason: str | None, hard: bool, grace: float
+    conn: Connection,
+    job_id: int,
+    *,
+    reason: str | None,
+    hard: bool,
+    grace: float,
+    ns: Namespace = DEFAULT,
 ) -> tuple[JobRow, bool]:
     """Cancel a pending, waiting or dead job, or ask a running one's owner to cancel it.
 
@@ -31,11 +38,11 @@ def job_cancel_or_request(
     params = {"id": job_id, "reason": reason, "hard": hard, "grace": grace}
     for attempt in range(2):
         with translate(f"cancel job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(query("job_cancel_or_request"), params)
+            cur.execute(query("job_cancel_or_request", ns), params)
             found = cur.fetchone()
         if found is not None:
             return row_from_db(found), bool(found[len(JOB_COLUMNS)])
-        current = job_get(conn, job_id)
+        current = job_get(conn, job_id, ns=ns)
         if current is None:
             raise NotFound(f"job {job_id} does not exist")
         if current.state in _OPEN and attempt == 0:

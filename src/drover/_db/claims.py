@@ -14,6 +14,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import row_from_db
 from drover._records import Outcome, Recorded, Renewal, WriteResult
@@ -29,10 +30,16 @@ __all__ = [
 
 
 def job_claim(
-    conn: Connection, queue: str, limit: int, lease_seconds: float, holder: str | None = None
+    conn: Connection,
+    queue: str,
+    limit: int,
+    lease_seconds: float,
+    holder: str | None = None,
+    *,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     """Claim up to ``limit`` due jobs from ``queue``, sorted by id, for ``holder``."""
-    return job_claim_limited(conn, queue, limit, lease_seconds, holder)[0]
+    return job_claim_limited(conn, queue, limit, lease_seconds, holder, ns=ns)[0]
 
 
 def job_claim_limited(
@@ -43,6 +50,7 @@ def job_claim_limited(
     holder: str | None = None,
     *,
     expect_limits: bool = False,
+    ns: Namespace = DEFAULT,
 ) -> tuple[list[JobRow], frozenset[int], bool]:
     """Claim as ``job_claim`` does; also the ids claimed under a concurrency limit,
     and whether the limited claim ran.
@@ -60,11 +68,11 @@ def job_claim_limited(
     with translate(f"claim jobs from queue {queue!r}"), conn.cursor(row_factory=tuple_row) as cur:
         found = []
         if not expect_limits:
-            cur.execute(query("job_claim"), params)
+            cur.execute(query("job_claim", ns), params)
             found = cur.fetchall()
         through_limits = expect_limits or bool(found and found[-1][0] is None)
         if through_limits:
-            cur.execute(query("job_claim_limited"), params)
+            cur.execute(query("job_claim_limited", ns), params)
             found = cur.fetchall()
             limited = frozenset(r[0] for r in found if r[-1])
             found = [r[:-1] for r in found]
@@ -101,7 +109,9 @@ def _plain_completion(o: Outcome) -> bool:
     )
 
 
-def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[Recorded]:
+def job_record_outcomes(
+    conn: Connection, outcomes: Sequence[Outcome], *, ns: Namespace = DEFAULT
+) -> list[Recorded]:
     """Write many outcomes in one statement; report per job whether its fence held.
 
     A batch of plain completions (the usual case) takes a leaner statement
@@ -110,7 +120,7 @@ def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[R
     if not outcomes:
         return []
     if all(_plain_completion(o) for o in outcomes):
-        return _complete_many(conn, outcomes)
+        return _complete_many(conn, outcomes, ns=ns)
     params = {
         "ids": [o.id for o in outcomes],
         "attempts": [o.attempt for o in outcomes],
@@ -124,7 +134,7 @@ def job_record_outcomes(conn: Connection, outcomes: Sequence[Outcome]) -> list[R
         translate(f"record {len(outcomes)} job outcomes"),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
-        cur.execute(query("job_record_outcomes"), params)
+        cur.execute(query("job_record_outcomes", ns), params)
         rows = cur.fetchall()
     by_claim = {(o.id, o.attempt): o for o in outcomes}
     recorded = []
@@ -144,13 +154,15 @@ def _results(outcomes: Sequence[Outcome]) -> list[str | None] | str:
     return [o.result for o in outcomes]
 
 
-def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Recorded]:
+def _complete_many(
+    conn: Connection, outcomes: Sequence[Outcome], *, ns: Namespace = DEFAULT
+) -> list[Recorded]:
     with (
         translate(f"record {len(outcomes)} job outcomes"),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
         cur.execute(
-            query("job_complete_many"),
+            query("job_complete_many", ns),
             {
                 "ids": _int_array([o.id for o in outcomes]),
                 "attempts": _int_array([o.attempt for o in outcomes]),
@@ -163,7 +175,7 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
             (cancelled if on_request else refused).add((id_, attempt))
         current: dict[int, tuple[str, int]] = {}
         if refused:
-            cur.execute(query("job_current_states"), ([i for i, _ in refused],))
+            cur.execute(query("job_current_states", ns), ([i for i, _ in refused],))
             current = {id_: (state, attempt) for id_, state, attempt in cur.fetchall()}
     recorded = []
     for o in outcomes:
@@ -177,14 +189,18 @@ def _complete_many(conn: Connection, outcomes: Sequence[Outcome]) -> list[Record
 
 
 def job_extend_leases(
-    conn: Connection, held: Sequence[tuple[int, int]], lease_seconds: float
+    conn: Connection,
+    held: Sequence[tuple[int, int]],
+    lease_seconds: float,
+    *,
+    ns: Namespace = DEFAULT,
 ) -> list[Renewal]:
     """Renew the leases of the ``(id, attempt)`` claims still current; one result per claim."""
     if not held:
         return []
     with translate(f"extend {len(held)} job leases"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
-            query("job_extend_leases"),
+            query("job_extend_leases", ns),
             {
                 "ids": [h[0] for h in held],
                 "attempts": [h[1] for h in held],
@@ -197,8 +213,12 @@ def job_extend_leases(
         ]
 
 
-def job_claim_expired(conn: Connection, limit: int, lease_seconds: float) -> list[JobRow]:
+def job_claim_expired(
+    conn: Connection, limit: int, lease_seconds: float, *, ns: Namespace = DEFAULT
+) -> list[JobRow]:
     """Re-lease up to ``limit`` running jobs whose lease expired (attempt unchanged)."""
     with translate("claim expired jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_claim_expired"), {"limit": limit, "lease_seconds": lease_seconds})
+        cur.execute(
+            query("job_claim_expired", ns), {"limit": limit, "lease_seconds": lease_seconds}
+        )
         return [row_from_db(r) for r in cur.fetchall()]

@@ -9,6 +9,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._records import WorkerInfo
 
@@ -35,6 +36,7 @@ def client_refresh(
     running: int,
     ttl_seconds: float,
     started_at: datetime | None,
+    ns: Namespace = DEFAULT,
 ) -> tuple[datetime, int]:
     """Upsert ``entry``'s row and delete other clients' expired rows.
 
@@ -42,7 +44,7 @@ def client_refresh(
     """
     with translate("refresh the client registry"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(
-            query("client_refresh"),
+            query("client_refresh", ns),
             {
                 "id": entry.id,
                 "client_id": entry.client_id,
@@ -61,17 +63,17 @@ def client_refresh(
     return row[0], int(row[1])
 
 
-def client_unregister(conn: Connection, registration_id: str) -> bool:
+def client_unregister(conn: Connection, registration_id: str, *, ns: Namespace = DEFAULT) -> bool:
     """Delete the row; False when it was already gone (reaped, or never written)."""
     with translate("unregister the client"), conn.cursor() as cur:
-        cur.execute(query("client_unregister"), {"id": registration_id})
+        cur.execute(query("client_unregister", ns), {"id": registration_id})
         return cur.rowcount == 1
 
 
-def client_list(conn: Connection) -> list[WorkerInfo]:
+def client_list(conn: Connection, *, ns: Namespace = DEFAULT) -> list[WorkerInfo]:
     """Every live (unexpired) client, oldest first."""
     with translate("list live clients"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("client_list"))
+        cur.execute(query("client_list", ns))
         rows = cur.fetchall()
     return [
         WorkerInfo(

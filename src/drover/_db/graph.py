@@ -10,6 +10,7 @@ from psycopg.rows import tuple_row
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.insert import decoration
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import decode_json, new_row, row_from_db
 from drover._records import EncodedGraph
@@ -27,7 +28,7 @@ def _json_string(text: str) -> str:
 
 
 def job_insert_graph(
-    conn: Connection, graph: EncodedGraph, *, notify: bool
+    conn: Connection, graph: EncodedGraph, *, notify: bool, ns: Namespace = DEFAULT
 ) -> tuple[list[JobRow], int | None]:
     """Insert ``graph`` on ``conn``, inside its open transaction; rows in input order.
 
@@ -41,7 +42,7 @@ def job_insert_graph(
     completed: set[int] = set()
     with translate("insert jobs with dependencies"), conn.cursor(row_factory=tuple_row) as cur:
         if external:
-            cur.execute(query("job_lock_dependencies"), {"ids": external})
+            cur.execute(query("job_lock_dependencies", ns), {"ids": external})
             states = {int(id_): str(state) for id_, state in cur.fetchall()}
             for job_id in external:
                 state = states.get(job_id)
@@ -55,7 +56,7 @@ def job_insert_graph(
                     completed.add(job_id)
             live = [i for i in external if i not in completed]
             if live:
-                cur.execute(query("job_mark_has_dependents"), {"ids": live})
+                cur.execute(query("job_mark_has_dependents", ns), {"ids": live})
         pending = [0] * len(graph.params)
         has_dependents = [False] * len(graph.params)
         for waiting, waited_for in graph.edges:
@@ -78,7 +79,7 @@ def job_insert_graph(
         ext: list[int | None] = [None] * len(graph.edges)
         ext += [job_id for _, job_id in graph.external]
         cur.execute(
-            query("job_insert_graph"),
+            query("job_insert_graph", ns),
             {
                 "nodes": f"[{nodes}]",
                 "workflow": graph.workflow,
@@ -105,13 +106,15 @@ class ParentResult(NamedTuple):
     result: Any
 
 
-def job_parent_results(conn: Connection, job_id: int) -> list[ParentResult]:
+def job_parent_results(
+    conn: Connection, job_id: int, *, ns: Namespace = DEFAULT
+) -> list[ParentResult]:
     """The dependencies of ``job_id`` that still exist, in id order."""
     with (
         translate(f"read the dependencies of job {job_id}"),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
-        cur.execute(query("job_parent_results"), {"id": job_id})
+        cur.execute(query("job_parent_results", ns), {"id": job_id})
         return [
             ParentResult(int(i), str(s), None if r is None else decode_json(r))
             for i, s, r in cur.fetchall()
@@ -119,17 +122,17 @@ def job_parent_results(conn: Connection, job_id: int) -> list[ParentResult]:
 
 
 def workflow_jobs(
-    conn: Connection, workflow_or_job_id: int
+    conn: Connection, workflow_or_job_id: int, *, ns: Namespace = DEFAULT
 ) -> tuple[int, list[WorkflowJob]] | None:
     """The workflow of a job (or with that id): its id and jobs in id order; ``None``
     when the job does not exist or belongs to no workflow."""
     with translate("read a workflow"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_workflow_id"), {"id": workflow_or_job_id})
+        cur.execute(query("job_workflow_id", ns), {"id": workflow_or_job_id})
         found = cur.fetchone()
         if found is None or found[0] is None:
             return None
         workflow_id = int(found[0])
-        cur.execute(query("workflow_jobs"), {"id": workflow_id})
+        cur.execute(query("workflow_jobs", ns), {"id": workflow_id})
         jobs = [
             WorkflowJob(
                 row_from_db(r),

@@ -12,6 +12,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover.health import (
     BackendHolder,
@@ -34,13 +35,15 @@ __all__ = [
 ]
 
 
-def horizon_backends(conn: Connection, min_age_seconds: float) -> list[BackendHolder]:
+def horizon_backends(
+    conn: Connection, min_age_seconds: float, *, ns: Namespace = DEFAULT
+) -> list[BackendHolder]:
     """Sessions (other than ours) whose xmin is older than ``min_age_seconds``."""
     with (
         translate("read transactions holding back vacuum"),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
-        cur.execute(query("health_horizon_backends"), {"min_age_seconds": min_age_seconds})
+        cur.execute(query("health_horizon_backends", ns), {"min_age_seconds": min_age_seconds})
         return [
             BackendHolder(
                 pid=int(pid),
@@ -56,10 +59,10 @@ def horizon_backends(conn: Connection, min_age_seconds: float) -> list[BackendHo
         ]
 
 
-def horizon_slots(conn: Connection) -> list[SlotHolder]:
+def horizon_slots(conn: Connection, *, ns: Namespace = DEFAULT) -> list[SlotHolder]:
     """Replication slots of this database (logical) or the cluster (physical)."""
     with translate("read replication slots"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("health_horizon_slots"))
+        cur.execute(query("health_horizon_slots", ns))
         return [
             SlotHolder(
                 name=str(name),
@@ -74,20 +77,23 @@ def horizon_slots(conn: Connection) -> list[SlotHolder]:
         ]
 
 
-def horizon_prepared(conn: Connection, min_age_seconds: float) -> list[PreparedHolder]:
+def horizon_prepared(
+    conn: Connection, min_age_seconds: float, *, ns: Namespace = DEFAULT
+) -> list[PreparedHolder]:
     """Prepared transactions of this database older than ``min_age_seconds``."""
     with translate("read prepared transactions"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("health_horizon_prepared"), {"min_age_seconds": min_age_seconds})
+        cur.execute(query("health_horizon_prepared", ns), {"min_age_seconds": min_age_seconds})
         return [
             PreparedHolder(gid=str(g), owner=str(o), age_seconds=float(a), xmin_age_xids=int(x))
             for g, o, a, x in cur.fetchall()
         ]
 
 
-def table_facts(conn: Connection) -> list[TableFacts]:
-    """Dead tuples, size and last vacuum of every drover table on the search path."""
+def table_facts(conn: Connection, *, ns: Namespace = DEFAULT) -> list[TableFacts]:
+    """Dead tuples, size and last vacuum of every drover table on the search path
+    (in ``ns``'s schema when it has one)."""
     with translate("read table statistics"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("health_tables"))
+        cur.execute(query("health_tables", ns), {"schema": ns.schema})
         return [
             TableFacts(
                 table=str(t),
@@ -101,10 +107,12 @@ def table_facts(conn: Connection) -> list[TableFacts]:
         ]
 
 
-def expired_leases(conn: Connection, grace_seconds: float) -> list[ExpiredLeases]:
+def expired_leases(
+    conn: Connection, grace_seconds: float, *, ns: Namespace = DEFAULT
+) -> list[ExpiredLeases]:
     """Per queue, running jobs whose lease passed more than ``grace_seconds`` ago."""
     with translate("read expired leases"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("health_expired_leases"), {"grace_seconds": grace_seconds})
+        cur.execute(query("health_expired_leases", ns), {"grace_seconds": grace_seconds})
         return [
             ExpiredLeases(
                 queue=str(q),
@@ -116,20 +124,22 @@ def expired_leases(conn: Connection, grace_seconds: float) -> list[ExpiredLeases
         ]
 
 
-def unserved_queues(conn: Connection, grace_seconds: float) -> list[UnservedQueue]:
+def unserved_queues(
+    conn: Connection, grace_seconds: float, *, ns: Namespace = DEFAULT
+) -> list[UnservedQueue]:
     """Unpaused queues with a job claimable for ``grace_seconds`` and no live client on them."""
     with translate("read unserved queues"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("health_unserved_queues"), {"grace_seconds": grace_seconds})
+        cur.execute(query("health_unserved_queues", ns), {"grace_seconds": grace_seconds})
         return [
             UnservedQueue(queue=str(q), waiting=int(n), oldest_age_seconds=max(0.0, float(age)))
             for q, n, age in cur.fetchall()
         ]
 
 
-def periodic_facts(conn: Connection) -> PeriodicFacts:
+def periodic_facts(conn: Connection, *, ns: Namespace = DEFAULT) -> PeriodicFacts:
     """How many periodic entries exist, whether one leads, how overdue the worst tick is."""
     with translate("read periodic leadership"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("health_periodic"))
+        cur.execute(query("health_periodic", ns))
         row = cur.fetchone()
     assert row is not None
     entries, leader, overdue = row

@@ -20,6 +20,7 @@ from drover._db import Connection
 from drover._db.claims import job_claim_limited, job_record_outcomes
 from drover._db.errors import naming_role, translate
 from drover._db.ledger import LedgerNote, job_ledger_append
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.pool import ConnectionPool, borrow_connection
 from drover._db.progress import ProgressReport, job_report_progress
 from drover._records import Outcome, Recorded
@@ -117,8 +118,9 @@ class HeldSession:
     returns it when the loop goes idle.
     """
 
-    def __init__(self, pool: ConnectionPool[Any], action: str) -> None:
+    def __init__(self, pool: ConnectionPool[Any], action: str, ns: Namespace = DEFAULT) -> None:
         self._held = HeldConnection(pool, action)
+        self._ns = ns
         # Queue -> time.monotonic() its claim last found limits: claims go
         # straight to the limited claim for a while, saving a round trip, and
         # try the plain claim again now and then to notice limits removed.
@@ -131,7 +133,7 @@ class HeldSession:
             seen = self._limited_since.get(queue)
             expect = seen is not None and sent - seen < _RECHECK_LIMITS
             rows, limited, through = job_claim_limited(
-                conn, queue, limit, lease_seconds, holder, expect_limits=expect
+                conn, queue, limit, lease_seconds, holder, expect_limits=expect, ns=self._ns
             )
             if not through:
                 self._limited_since.pop(queue, None)
@@ -142,12 +144,12 @@ class HeldSession:
     def record_outcomes(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         """Write a batch of outcomes, each fenced on its claim; one result per outcome."""
         with self._held as conn, naming_role(conn):
-            return job_record_outcomes(conn, outcomes)
+            return job_record_outcomes(conn, outcomes, ns=self._ns)
 
     def report_progress(self, reports: Sequence[ProgressReport]) -> set[int]:
         """Write progress reports, each fenced on its execution; the ids written (ADR 0032)."""
         with self._held as conn, naming_role(conn):
-            return job_report_progress(conn, reports)
+            return job_report_progress(conn, reports, ns=self._ns)
 
     def append_ledger(self, notes: Sequence[LedgerNote]) -> set[int]:
         """Append entries to jobs' duplicate ledgers (ADR 0037); the ids written."""

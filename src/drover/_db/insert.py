@@ -18,6 +18,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.notify import notify_queues
 from drover._db.queries import query
 from drover._db.rows import new_row, new_rows, row_from_db
@@ -51,20 +52,22 @@ def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
     )
 
 
-def job_insert(conn: Connection, params: JobInsertParams, *, notify: bool) -> JobRow:
+def job_insert(
+    conn: Connection, params: JobInsertParams, *, notify: bool, ns: Namespace = DEFAULT
+) -> JobRow:
     """Insert one job; one statement, one round trip, the wake-up included when ``notify``.
 
     Raises ``DuplicateJob`` without aborting the transaction when the
     unique key is taken (the query skips the row instead of raising).
     """
-    statement, values, lean = insert_statement(params, notify=notify)
+    statement, values, lean = insert_statement(params, notify=notify, ns=ns)
     with translate(f"insert job kind {params.kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(statement, values)
         return inserted_row(params, cur.fetchone(), lean=lean)
 
 
 def insert_statement(
-    params: JobInsertParams, *, notify: bool
+    params: JobInsertParams, *, notify: bool, ns: Namespace = DEFAULT
 ) -> tuple[LiteralString, tuple[Any, ...], bool]:
     """``(statement, values, lean)`` inserting one job; shared by sync and async.
 
@@ -84,7 +87,7 @@ def insert_statement(
             params.priority,
             notify,
         )
-        return query("job_insert_now"), values, True
+        return query("job_insert_now", ns), values, True
     values = (
         params.scheduled_at,
         params.kind,
@@ -97,7 +100,7 @@ def insert_statement(
         params.meta,
         notify,
     )
-    return query("job_insert"), values, False
+    return query("job_insert", ns), values, False
 
 
 def inserted_row(params: JobInsertParams, row: tuple[Any, ...] | None, *, lean: bool) -> JobRow:
@@ -122,7 +125,9 @@ def decoration(p: JobInsertParams) -> str:
     return f",[{tags}],{'null' if p.meta is None else p.meta}"
 
 
-def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[JobRow | None]:
+def job_insert_rows(
+    conn: Connection, batch: Sequence[JobInsertParams], *, ns: Namespace = DEFAULT
+) -> list[JobRow | None]:
     """Insert single jobs of several callers in one statement; ``None`` where a unique key lost.
 
     One round trip and, on an autocommit connection, one transaction for the
@@ -137,7 +142,7 @@ def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[
         for p in batch
     )
     with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_insert_rows"), (f"[{document}]",))
+        cur.execute(query("job_insert_rows", ns), (f"[{document}]",))
         found = cur.fetchall()
     return [
         None if id_ is None else new_row(p, id_, created_at, JobState(state), scheduled_at)
@@ -146,7 +151,12 @@ def job_insert_rows(conn: Connection, batch: Sequence[JobInsertParams]) -> list[
 
 
 def job_insert_many(
-    conn: Connection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
+    conn: Connection,
+    encoded: EncodedBatch,
+    *,
+    caller_tx: bool,
+    notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     """Insert an encoded batch with COPY; rows come back in input order, ids ascending.
 
@@ -160,11 +170,11 @@ def job_insert_many(
     if not batch:
         return []
     if encoded.identities:
-        return _insert_many_identified(conn, encoded, caller_tx=caller_tx, notify=notify)
+        return _insert_many_identified(conn, encoded, caller_tx=caller_tx, notify=notify, ns=ns)
     if encoded.unique or encoded.decorated:
         # Tags and metadata go through the staging table too: its COPY adapts
         # them, and the direct COPY's hand-formatted rows stay lean.
-        return _insert_many_staged(conn, batch, caller_tx=caller_tx, notify=notify)
+        return _insert_many_staged(conn, batch, caller_tx=caller_tx, notify=notify, ns=ns)
     timed = encoded.timed
     queues = sorted(encoded.queues) if notify else []
     with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
@@ -173,11 +183,11 @@ def job_insert_many(
             # refused, so a failure here is a database error, which aborts the
             # caller's transaction like any failed statement would.
             return _copy_direct(
-                cur, batch, timed=timed, notify_queues=queues, meta=encoded.shared_meta
+                cur, batch, timed=timed, notify_queues=queues, meta=encoded.shared_meta, ns=ns
             )
         with conn.transaction():
             return _copy_direct(
-                cur, batch, timed=timed, notify_queues=queues, meta=encoded.shared_meta
+                cur, batch, timed=timed, notify_queues=queues, meta=encoded.shared_meta, ns=ns
             )
 
 
@@ -202,29 +212,34 @@ def _copy_direct(
     timed: bool,
     notify_queues: list[str],
     meta: str | None,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
-    cur.execute(query("job_insert_batch_reserve"), (len(params), notify_queues))
+    cur.execute(query("job_insert_batch_reserve", ns), (len(params), notify_queues))
     now, ids, _ = cur.fetchone()  # type: ignore[misc]
     ids.sort()
     rows: list[JobRow] = []
-    with cur.copy(copy_statement(params, timed=timed, meta=meta)) as copy:
+    with cur.copy(copy_statement(params, timed=timed, meta=meta, ns=ns)) as copy:
         for text in copy_chunks(params, ids, now, rows, timed=timed, meta=meta):
             copy.write(text)
     return rows
 
 
 def copy_statement(
-    params: Sequence[JobInsertParams], *, timed: bool, meta: str | None = None
+    params: Sequence[JobInsertParams],
+    *,
+    timed: bool,
+    meta: str | None = None,
+    ns: Namespace = DEFAULT,
 ) -> LiteralString:
     """The COPY statement ``copy_chunks`` formats rows for (``meta``: the batch's
-    ``shared_meta``)."""
+    ``shared_meta``), in ``ns``'s schema."""
     if timed and not isinstance(params, UniformBatch):
         if meta is not None:
-            return query("job_insert_batch_direct_timed_meta")
-        return query("job_insert_batch_direct_timed")
+            return query("job_insert_batch_direct_timed_meta", ns)
+        return query("job_insert_batch_direct_timed", ns)
     if meta is not None:
-        return query("job_insert_batch_direct_meta")
-    return query("job_insert_batch_direct")
+        return query("job_insert_batch_direct_meta", ns)
+    return query("job_insert_batch_direct", ns)
 
 
 def copy_chunks(
@@ -347,7 +362,12 @@ def staged_row(ord_: int, p: JobInsertParams) -> tuple[Any, ...]:
 
 
 def _insert_many_staged(
-    conn: Connection, batch: Sequence[JobInsertParams], *, caller_tx: bool, notify: bool
+    conn: Connection,
+    batch: Sequence[JobInsertParams],
+    *,
+    caller_tx: bool,
+    notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     # A constant three round trips however large the batch (plus BEGIN/COMMIT
     # or a savepoint). The COPY and the insert run in a nested transaction so
@@ -359,25 +379,30 @@ def _insert_many_staged(
             # conn.transaction() the outermost transaction and COMMIT the
             # caller's work with ours. Executing first opens the caller's
             # transaction, so conn.transaction() below is a savepoint.
-            cur.execute(query("job_insert_batch_stage"))
+            cur.execute(query("job_insert_batch_stage", ns))
         with conn.transaction():
             if not caller_tx:
-                cur.execute(query("job_insert_batch_stage"))
-            with cur.copy(query("job_insert_batch_copy")) as copy:
+                cur.execute(query("job_insert_batch_stage", ns))
+            with cur.copy(query("job_insert_batch_copy", ns)) as copy:
                 for ord_, p in enumerate(batch):
                     copy.write_row(staged_row(ord_, p))
-            cur.execute(query("job_insert_batch_apply"))
+            cur.execute(query("job_insert_batch_apply", ns))
             rows = cur.fetchall()
             if len(rows) != len(batch):
                 # Raising rolls the nested transaction back: nothing of the batch stays.
-                raise _first_duplicate(conn, batch, {r[0] for r in rows})
+                raise _first_duplicate(conn, batch, {r[0] for r in rows}, ns=ns)
             if notify:
-                notify_queues(conn, sorted({p.queue for p in batch}))
+                notify_queues(conn, sorted({p.queue for p in batch}), ns=ns)
     return [row_from_db(r) for r in rows]
 
 
 def _insert_many_identified(
-    conn: Connection, encoded: EncodedBatch, *, caller_tx: bool, notify: bool
+    conn: Connection,
+    encoded: EncodedBatch,
+    *,
+    caller_tx: bool,
+    notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     # A batch where some item has a unique identity, debounce or throttle
     # (ADR 0031): one statement runs the items in order, each returning its
@@ -389,9 +414,9 @@ def _insert_many_identified(
     if caller_tx:
         # As in _insert_many_staged: make sure the caller's transaction is
         # open, so that conn.transaction() below is a savepoint.
-        conn.execute(query("job_insert_unique_begin"))
+        conn.execute(query("job_insert_unique_begin", ns))
     with conn.transaction():
-        rows = job_insert_unique(conn, batch, identities, notify=notify)
+        rows = job_insert_unique(conn, batch, identities, notify=notify, ns=ns)
         for index, row in enumerate(rows):
             if row is None:
                 raise duplicate_error(batch[index], f"item {index}: ")
@@ -399,11 +424,15 @@ def _insert_many_identified(
 
 
 def _first_duplicate(
-    conn: Connection, batch: Sequence[JobInsertParams], inserted: set[int]
+    conn: Connection,
+    batch: Sequence[JobInsertParams],
+    inserted: set[int],
+    *,
+    ns: Namespace = DEFAULT,
 ) -> DuplicateJob:
     # The staging table maps input positions to the ids they would have had.
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_insert_batch_staged_ids"))
+        cur.execute(query("job_insert_batch_staged_ids", ns))
         for ord_, id_ in cur.fetchall():
             if id_ not in inserted:
                 return duplicate_error(batch[ord_], f"item {ord_}: ")

@@ -16,6 +16,7 @@ from psycopg.rows import tuple_row
 from drover._db import Connection
 from drover._db.claims import job_claim_expired, job_record_outcomes
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import row_from_db
 from drover._records import Outcome, Recorded, WriteResult
@@ -109,7 +110,9 @@ def stale_write_note(
     return LedgerNote(job_id, entry)
 
 
-def job_ledger_append(conn: Connection, notes: Sequence[LedgerNote]) -> set[int]:
+def job_ledger_append(
+    conn: Connection, notes: Sequence[LedgerNote], *, ns: Namespace = DEFAULT
+) -> set[int]:
     """Append every note to its job's ledger in one statement; the ids written.
 
     A job that no longer exists, or whose row another transaction holds
@@ -126,7 +129,7 @@ def job_ledger_append(conn: Connection, notes: Sequence[LedgerNote]) -> set[int]
         conn.cursor(row_factory=tuple_row) as cur,
     ):
         cur.execute(
-            query("job_ledger_append"),
+            query("job_ledger_append", ns),
             {
                 "ids": list(grouped),
                 "entries": [json.dumps(entries) for entries in grouped.values()],
@@ -135,10 +138,12 @@ def job_ledger_append(conn: Connection, notes: Sequence[LedgerNote]) -> set[int]
         return {id_ for (id_,) in cur.fetchall()}
 
 
-def job_get_with_ledger(conn: Connection, job_id: int) -> LedgeredRow | None:
+def job_get_with_ledger(
+    conn: Connection, job_id: int, *, ns: Namespace = DEFAULT
+) -> LedgeredRow | None:
     """The job with ``job_id`` and its ledger, or ``None``."""
     with translate(f"get job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_get_with_ledger"), {"id": job_id})
+        cur.execute(query("job_get_with_ledger", ns), {"id": job_id})
         found = cur.fetchone()
     if found is None:
         return None
@@ -158,27 +163,30 @@ def rescue_and_record(
     decide: Callable[[JobRow], Outcome],
     *,
     by: str,
+    ns: Namespace = DEFAULT,
 ) -> tuple[int, list[Recorded]]:
     """The rescue's statements (claim the expired, record, ledger) on ``conn``, in the
     caller's transaction; ``(rows found, the writes' results)``."""
-    rows = job_claim_expired(conn, limit, lease_seconds)
+    rows = job_claim_expired(conn, limit, lease_seconds, ns=ns)
     if not rows:
         return 0, []
-    results = job_record_outcomes(conn, [decide(row) for row in rows])
+    results = job_record_outcomes(conn, [decide(row) for row in rows], ns=ns)
     by_id = {row.id: row for row in rows}
     applied = [r for r in results if r.result is WriteResult.APPLIED]
     job_ledger_append(
-        conn, [rescued_note(by_id[r.outcome.id], by=by, to=_moved_to(r)) for r in applied]
+        conn,
+        [rescued_note(by_id[r.outcome.id], by=by, to=_moved_to(r)) for r in applied],
+        ns=ns,
     )
     return len(rows), results
 
 
 def hand_back_and_record(
-    conn: Connection, outcomes: Sequence[Outcome], *, worker: str
+    conn: Connection, outcomes: Sequence[Outcome], *, worker: str, ns: Namespace = DEFAULT
 ) -> list[Recorded]:
     """Shutdown's hand-back outcomes and their ledger entries on ``conn``, in the caller's
     transaction; the writes' results."""
-    results = job_record_outcomes(conn, outcomes)
+    results = job_record_outcomes(conn, outcomes, ns=ns)
     applied = [r for r in results if r.result is WriteResult.APPLIED]
     job_ledger_append(
         conn,
@@ -186,5 +194,6 @@ def hand_back_and_record(
             handed_back_note(r.outcome.id, r.outcome.attempt, worker=worker, to=_moved_to(r))
             for r in applied
         ],
+        ns=ns,
     )
     return results

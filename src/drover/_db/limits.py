@@ -11,6 +11,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover.errors import DatabaseError
 from drover.limits import Limit, LimitKey, LimitState, PartitionUse
@@ -22,13 +23,15 @@ def _key_params(key: LimitKey) -> dict[str, object]:
     return {"scope": key.scope, "target": key.target, "part": key.partition_by or ""}
 
 
-def limit_declare(conn: Connection, declared: Sequence[tuple[LimitKey, Limit]]) -> None:
+def limit_declare(
+    conn: Connection, declared: Sequence[tuple[LimitKey, Limit]], *, ns: Namespace = DEFAULT
+) -> None:
     """Write what code declares, keeping operators' overrides (one statement)."""
     if not declared:
         return
     with translate(f"declare {len(declared)} limits"), conn.cursor() as cur:
         cur.execute(
-            query("limit_declare"),
+            query("limit_declare", ns),
             {
                 "scopes": [k.scope for k, _ in declared],
                 "targets": [k.target for k, _ in declared],
@@ -46,6 +49,8 @@ def limit_set(
     concurrency: int | None,
     rate: int | None,
     per: timedelta | None,
+    *,
+    ns: Namespace = DEFAULT,
 ) -> LimitState:
     """Override the values given (creating the limit if need be); the limit as written.
 
@@ -63,17 +68,19 @@ def limit_set(
         conn.transaction(),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
-        cur.execute(query("limit_set"), params)
+        cur.execute(query("limit_set", ns), params)
         written = cur.fetchone()
         assert written is not None  # an upsert always yields its row
-        states = _list(cur, written[0])
+        states = _list(cur, written[0], ns=ns)
         if not states:
             # Only something inside this transaction (a trigger) could remove it.
             raise DatabaseError(f"set limit {key}: the limit {key} was not found after writing it")
         return states[0]
 
 
-def limit_clear(conn: Connection, key: LimitKey) -> Literal["cleared", "removed"] | None:
+def limit_clear(
+    conn: Connection, key: LimitKey, *, ns: Namespace = DEFAULT
+) -> Literal["cleared", "removed"] | None:
     """Drop the override: "cleared" (the declaration applies) or "removed" (none).
 
     A limit no code declares is removed (whether or not an operator set
@@ -87,24 +94,24 @@ def limit_clear(conn: Connection, key: LimitKey) -> Literal["cleared", "removed"
         conn.transaction(),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
-        cur.execute(query("limit_lock"), params)
+        cur.execute(query("limit_lock", ns), params)
         found = cur.fetchone()
         if found is None:
             return None
         declared, overridden = found
         if not declared:
-            cur.execute(query("limit_delete"), params)
+            cur.execute(query("limit_delete", ns), params)
             return "removed"
         if not overridden:
             return None
-        cur.execute(query("limit_clear"), params)
+        cur.execute(query("limit_clear", ns), params)
         return "cleared"
 
 
-def limit_delete(conn: Connection, key: LimitKey) -> bool:
+def limit_delete(conn: Connection, key: LimitKey, *, ns: Namespace = DEFAULT) -> bool:
     """Remove the limit whole; False when there was none."""
     with translate(f"delete limit {key}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("limit_delete"), _key_params(key))
+        cur.execute(query("limit_delete", ns), _key_params(key))
         return cur.fetchone() is not None
 
 
@@ -121,8 +128,10 @@ def _limit_or_none(
     )
 
 
-def _list(cur: psycopg.Cursor[tuple[Any, ...]], limit_id: int | None) -> list[LimitState]:
-    cur.execute(query("limit_list"), {"id": limit_id})
+def _list(
+    cur: psycopg.Cursor[tuple[Any, ...]], limit_id: int | None, *, ns: Namespace = DEFAULT
+) -> list[LimitState]:
+    cur.execute(query("limit_list", ns), {"id": limit_id})
     out = []
     for (
         scope, target, part, conc, rate, per,
@@ -158,7 +167,7 @@ def _list(cur: psycopg.Cursor[tuple[Any, ...]], limit_id: int | None) -> list[Li
     return out
 
 
-def limit_list(conn: Connection) -> list[LimitState]:
+def limit_list(conn: Connection, *, ns: Namespace = DEFAULT) -> list[LimitState]:
     """Every limit, with its use now, by scope, target and partition field."""
     with translate("list limits"), conn.cursor(row_factory=tuple_row) as cur:
-        return _list(cur, None)
+        return _list(cur, None, ns=ns)

@@ -8,6 +8,8 @@ from typing import LiteralString
 from drover._db import Connection
 from drover._db.deadline import socket_deadline
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
+from drover._db.qualify import CHANNEL_BASES
 from drover._db.queries import query
 
 __all__ = ["CANCEL_CHANNEL", "CHANNEL", "Listening", "notify_queues", "notify_queues_now"]
@@ -33,14 +35,19 @@ class Listening:
         action: str = "listen for job notifications",
         *,
         also: LiteralString | None = None,
+        ns: Namespace = DEFAULT,
     ) -> None:
         # connect(action, role): a session of its own (Store._session_connect).
         conn = connect(action, "listener")
+        # The schema's channels back to drover's names, so callers compare
+        # with CHANNEL and CANCEL_CHANNEL whatever the schema (ADR 0043).
+        self._bases = {ns.channel(base): base for base in CHANNEL_BASES}
+        self._ns = ns
         try:
             with translate(action):
                 if also is not None:
-                    conn.execute(query(also))
-                conn.execute(query(listen))
+                    conn.execute(query(also, ns))
+                conn.execute(query(listen, ns))
         except BaseException:
             conn.close()
             raise
@@ -52,10 +59,12 @@ class Listening:
             return [n.payload for n in self._conn.notifies(timeout=timeout, stop_after=1)]
 
     def wait_channels(self, timeout: float) -> list[tuple[str, str]]:
-        """Block up to ``timeout`` seconds for notifications; return ``(channel, payload)``."""
+        """Block up to ``timeout`` seconds for notifications; return ``(channel, payload)``,
+        the channel by its default name (``CHANNEL``, ``CANCEL_CHANNEL``) in any schema."""
         with translate("wait for job notifications"):
             return [
-                (n.channel, n.payload) for n in self._conn.notifies(timeout=timeout, stop_after=1)
+                (self._bases.get(n.channel, n.channel), n.payload)
+                for n in self._conn.notifies(timeout=timeout, stop_after=1)
             ]
 
     def ping(self, deadline: float) -> None:
@@ -67,22 +76,22 @@ class Listening:
         connection error.
         """
         with socket_deadline(self._conn, deadline), translate("check the notification connection"):
-            self._conn.execute(query("notify_ping"))
+            self._conn.execute(query("notify_ping", self._ns))
 
     def close(self) -> None:
         """Close the connection (which ends the LISTEN)."""
         self._conn.close()
 
 
-def notify_queues(conn: Connection, queues: Sequence[str]) -> None:
+def notify_queues(conn: Connection, queues: Sequence[str], *, ns: Namespace = DEFAULT) -> None:
     """Queue one wake-up per queue, delivered when the connection's transaction commits."""
     if not queues:
         return
     with translate("notify listeners"), conn.cursor() as cur:
-        cur.execute(query("notify_queues"), {"queues": list(queues)})
+        cur.execute(query("notify_queues", ns), {"queues": list(queues)})
 
 
-def notify_queues_now(conn: Connection, queues: Sequence[str]) -> None:
+def notify_queues_now(conn: Connection, queues: Sequence[str], *, ns: Namespace = DEFAULT) -> None:
     """Notify ``queues`` in a transaction of its own that does not wait for its WAL flush.
 
     ``conn`` must be in autocommit mode (a pool connection of drover's): the
@@ -92,4 +101,4 @@ def notify_queues_now(conn: Connection, queues: Sequence[str]) -> None:
     if not queues:
         return
     with translate("notify listeners"), conn.cursor() as cur:
-        cur.execute(query("notify_queues_now"), {"queues": list(queues)})
+        cur.execute(query("notify_queues_now", ns), {"queues": list(queues)})

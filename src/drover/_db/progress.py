@@ -10,6 +10,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 
 __all__ = ["ProgressReport", "job_report_progress"]
@@ -49,7 +50,9 @@ def _entry(report: ProgressReport) -> str:
     return f"[{report.id},{report.attempt},{shown},{patch}]"
 
 
-def job_report_progress(conn: Connection, reports: Sequence[ProgressReport]) -> set[int]:
+def job_report_progress(
+    conn: Connection, reports: Sequence[ProgressReport], *, ns: Namespace = DEFAULT
+) -> set[int]:
     """Write every report in one statement, each fenced on its execution; the ids written.
 
     The document is formatted here from values already checked (a finite
@@ -63,5 +66,5 @@ def job_report_progress(conn: Connection, reports: Sequence[ProgressReport]) -> 
         translate(f"report the progress of {len(reports)} job(s)"),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
-        cur.execute(query("job_report_progress"), (f"[{document}]",))
+        cur.execute(query("job_report_progress", ns), (f"[{document}]",))
         return {id_ for (id_,) in cur.fetchall()}

@@ -16,18 +16,22 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import LiteralString
 
+from drover._db.namespace import DEFAULT, Namespace
+from drover._db.qualify import qualify
 from drover._db.rows import JOB_COLUMNS
 from drover._records import Migration
 from drover.errors import MigrationError
 from drover.job import STATE_SETS
 
 __all__ = [
+    "drover_objects",
     "expand_job_columns",
     "expand_state_sets",
     "load_migrations",
     "parse_migration_name",
     "parse_queries",
     "query",
+    "render_migration",
     "sql_root",
 ]
 
@@ -35,6 +39,14 @@ _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
 _STATE_SET = re.compile(r"\{\{states:([a-z_]+)\}\}")
 _JOB_COLUMNS = re.compile(r"\{\{job_columns(?::([a-z_]+))?\}\}")
 _MIGRATION_FILE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.sql$")
+# What drover's own SQL creates, by kind. A TEMP table is not matched ("CREATE
+# TEMP TABLE"): it lives in pg_temp and must stay unqualified.
+_CREATES = re.compile(
+    r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(TABLE|SEQUENCE|VIEW|TYPE|FUNCTION|PROCEDURE)\s+"
+    r"(?:IF\s+NOT\s+EXISTS\s+)?(drover_[a-z0-9_]+)",
+    re.IGNORECASE,
+)
+_IDENTITY = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s+\w+\s+GENERATED\s+\w+(?:\s+\w+)?\s+AS\s+IDENTITY")
 
 
 def sql_root() -> Traversable:
@@ -132,14 +144,78 @@ def _all_queries() -> Mapping[str, LiteralString]:
     return merged
 
 
-def query(name: str) -> LiteralString:
-    """The SQL text of the named runtime query."""
+def query(name: str, ns: Namespace = DEFAULT) -> LiteralString:
+    """The SQL text of the named runtime query, for the installation ``ns``.
+
+    ``DEFAULT`` gets the text as written (unqualified, as drover always ran
+    it); any other schema gets it rewritten by ``drover._db.qualify`` once and
+    cached per (schema, name). Every call site in ``_db`` passes the
+    namespace it was given: ``query("x", ns)``.
+    """
     try:
         # Every value comes from drover's own files, never from input; mypy
         # treats LiteralString as str, so no cast is needed to say so.
-        return _all_queries()[name]
+        text = _all_queries()[name]
     except KeyError:
         raise RuntimeError(f"drover has no query named {name!r}") from None
+    if ns.schema is None:
+        return text
+    return _rendered(ns, name)
+
+
+@functools.cache
+def _rendered(ns: Namespace, name: str) -> LiteralString:
+    relations, routines = drover_objects()
+    assert ns.schema is not None
+    # The schema is checked (lowercase letters, digits, _) and quoted; the rest
+    # of the text is drover's own, so the result is as literal as the file.
+    text: LiteralString = qualify(_all_queries()[name], ns.schema, ns.channel, relations, routines)
+    return text
+
+
+def render_migration(sql: str, ns: Namespace = DEFAULT) -> str:
+    """A migration's text for ``ns``: as written by default; in a schema of its own,
+    with its notification channels (objects need no qualifying: migrations run
+    with ``search_path`` set to the schema, and their functions are pinned to it)."""
+    if ns.schema is None:
+        return sql
+    return qualify(sql, ns.schema, ns.channel)
+
+
+@functools.cache
+def drover_objects() -> tuple[frozenset[str], frozenset[str]]:
+    """The names of drover's relations (tables, sequences, views) and of its other
+    objects (types, functions), as its migrations and queries create them.
+
+    Identity columns add their implicit sequences (``<table>_<column>_seq``).
+    ``tests/db/test_schemas.py`` checks the result against the catalog of a
+    migrated schema, so a migration that creates something this misses fails
+    there.
+    """
+    texts = [m.sql for m in load_migrations()]
+    texts += [
+        entry.read_text(encoding="utf-8")
+        for entry in (sql_root() / "queries").iterdir()
+        if entry.name.endswith(".sql")
+    ]
+    relations: set[str] = set()
+    routines: set[str] = set()
+    for text in texts:
+        table: str | None = None
+        for line in text.splitlines():
+            if line.lstrip().startswith("--"):
+                continue
+            for match in _CREATES.finditer(line):
+                kind, name = match.group(1).upper(), match.group(2)
+                if kind in ("TABLE", "SEQUENCE", "VIEW"):
+                    relations.add(name)
+                else:
+                    routines.add(name)
+                table = name if kind == "TABLE" else None
+            column = _IDENTITY.match(line)
+            if column and table is not None:
+                relations.add(f"{table}_{column.group(1)}_seq")
+    return frozenset(relations), frozenset(routines)
 
 
 def parse_migration_name(filename: str) -> tuple[int, str]:

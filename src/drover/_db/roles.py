@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from drover._db.namespace import check_identifier, check_schema_name
 from drover._db.queries import sql_root
 from drover.errors import InvalidArgument
 
@@ -23,18 +24,8 @@ DEFAULT_WORKER = "drover_worker"
 DEFAULT_READER = "drover_reader"
 """The reader role's name unless another is given."""
 
-_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _PLACEHOLDER = re.compile(r"\{\{(producer|worker|reader|schema)\}\}")
 _RETENTION_MARK = "-- retention"
-
-
-def _check(what: str, name: object) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidArgument(
-            f"{what} must be 1 to 63 lowercase letters, digits and _ not starting "
-            f"with a digit, got {name!r}"
-        )
-    return name
 
 
 def render_roles(
@@ -53,10 +44,11 @@ def render_roles(
     naming the bad value when a name is not plain, or two roles share a name.
     """
     names = {
-        "producer": _check("--producer", producer),
-        "worker": _check("--worker", worker),
-        "reader": _check("--reader", reader),
-        "schema": _check("--schema", schema),
+        "producer": check_identifier("--producer", producer),
+        "worker": check_identifier("--worker", worker),
+        "reader": check_identifier("--reader", reader),
+        # The one schema-name rule of Config.schema and drover.migrate (ADR 0043).
+        "schema": check_schema_name("--schema", schema),
     }
     if len({producer, worker, reader}) != 3:
         raise InvalidArgument(

@@ -9,6 +9,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._records import KindStats, QueueStats
 
@@ -22,36 +23,38 @@ __all__ = [
 ]
 
 
-def job_counts_by_state(conn: Connection) -> dict[tuple[str, str], int]:
+def job_counts_by_state(conn: Connection, *, ns: Namespace = DEFAULT) -> dict[tuple[str, str], int]:
     """``{(queue, state): count}`` over every job (a sequential scan: not for hot paths)."""
     with translate("count jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_counts_by_state"))
+        cur.execute(query("job_counts_by_state", ns))
         return {(q, s): int(n) for q, s, n in cur.fetchall()}
 
 
-def queue_stats(conn: Connection) -> QueueStats:
+def queue_stats(conn: Connection, *, ns: Namespace = DEFAULT) -> QueueStats:
     """Two statements, both served by the partial indexes."""
     with translate("read queue stats"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("stats_depth"))
+        cur.execute(query("stats_depth", ns))
         depth = {(q, s): int(n) for q, s, n in cur.fetchall()}
-        cur.execute(query("stats_oldest_age"))
+        cur.execute(query("stats_oldest_age", ns))
         ages = {q: max(0.0, float(age)) for q, age in cur.fetchall()}
     return QueueStats(depth, ages)
 
 
-def throughput(conn: Connection, minutes: int) -> tuple[datetime, dict[tuple[datetime, str], int]]:
+def throughput(
+    conn: Connection, minutes: int, *, ns: Namespace = DEFAULT
+) -> tuple[datetime, dict[tuple[datetime, str], int]]:
     """``(first minute, {(minute, "completed"/"failed"/"dead"): count})``, database clock."""
     with translate("read throughput"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("stats_throughput"), {"minutes": minutes})
+        cur.execute(query("stats_throughput", ns), {"minutes": minutes})
         rows = cur.fetchall()
     since = next(m for m, what, _ in rows if what == "since")
     return since, {(m, what): int(n) for m, what, n in rows if what != "since"}
 
 
-def kind_stats(conn: Connection, minutes: int) -> list[KindStats]:
+def kind_stats(conn: Connection, minutes: int, *, ns: Namespace = DEFAULT) -> list[KindStats]:
     """Per kind over the last ``minutes``: completed, failed attempts, dead, run-time p50/p95."""
     with translate("read per-kind stats"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("stats_kinds"), {"minutes": minutes})
+        cur.execute(query("stats_kinds", ns), {"minutes": minutes})
         rows = cur.fetchall()
     return [
         KindStats(
@@ -73,10 +76,10 @@ def server_settings(conn: Connection) -> dict[str, str]:
         return {str(name): str(value) for name, value in cur.fetchall()}
 
 
-def analyze_jobs(conn: Connection) -> None:
+def analyze_jobs(conn: Connection, *, ns: Namespace = DEFAULT) -> None:
     """Refresh the planner's statistics for ``drover_jobs``."""
     with translate("analyze drover_jobs"), conn.cursor() as cur:
-        cur.execute(query("stats_analyze"))
+        cur.execute(query("stats_analyze", ns))
 
 
 def create_database(conn: Connection, name: str) -> None:

@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.insert import job_insert
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.pool import borrow
 from drover._db.queries import query
 from drover._records import JobInsertParams, PeriodicInfo
@@ -42,34 +43,36 @@ __all__ = [
 
 
 def _one(
-    conn: Connection, name: str, params: dict[str, object] | None = None
+    conn: Connection, name: str, params: dict[str, object] | None = None, *, ns: Namespace = DEFAULT
 ) -> tuple[object, ...]:
     with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query(name), params)
+        cur.execute(query(name, ns), params)
         row = cur.fetchone()
     assert row is not None
     return row
 
 
-def try_lock(conn: Connection) -> bool:
+def try_lock(conn: Connection, *, ns: Namespace = DEFAULT) -> bool:
     """Try to take leadership (a session lock on ``conn``); True when this session holds it."""
     with translate("acquire the periodic scheduler lock"):
-        return bool(_one(conn, "periodic_try_lock")[0])
+        return bool(_one(conn, "periodic_try_lock", ns=ns)[0])
 
 
-def db_now(conn: Connection) -> datetime:
+def db_now(conn: Connection, *, ns: Namespace = DEFAULT) -> datetime:
     """The database clock; also proves the leader's session (and so its lock) is alive."""
     with translate("read the database clock"):
-        moment = _one(conn, "periodic_now")[0]
+        moment = _one(conn, "periodic_now", ns=ns)[0]
     assert isinstance(moment, datetime)
     return moment
 
 
-def record_leader(conn: Connection, client_id: str, host: str, pid: int) -> None:
+def record_leader(
+    conn: Connection, client_id: str, host: str, pid: int, *, ns: Namespace = DEFAULT
+) -> None:
     """Name this client (and its backend) as the leader, for operators."""
     with translate("record the periodic scheduler leader"), conn.cursor() as cur:
         cur.execute(
-            query("periodic_leader_record"), {"client_id": client_id, "host": host, "pid": pid}
+            query("periodic_leader_record", ns), {"client_id": client_id, "host": host, "pid": pid}
         )
 
 
@@ -82,6 +85,7 @@ def define(
     kind: str,
     queue: str,
     client_id: str,
+    ns: Namespace = DEFAULT,
 ) -> datetime:
     """Register an entry; return its watermark (now for a new id)."""
     with translate(f"register periodic job {periodic_id!r}"):
@@ -96,6 +100,7 @@ def define(
                 "queue": queue,
                 "client_id": client_id,
             },
+            ns=ns,
         )
     fired_through = row[0]
     assert isinstance(fired_through, datetime)
@@ -122,6 +127,7 @@ def fire_tick(
     fire: datetime,
     upto: datetime,
     next_fire: datetime | None,
+    ns: Namespace = DEFAULT,
 ) -> Tick:
     """In one transaction: move the watermark past ``fire`` and insert the tick's job.
 
@@ -132,18 +138,18 @@ def fire_tick(
     """
     with translate(f"enqueue periodic job {periodic_id!r}"), conn.transaction():
         claimed, fired_through = _one(
-            conn, "periodic_tick_claim", {"id": periodic_id, "fire": fire, "upto": upto}
+            conn, "periodic_tick_claim", {"id": periodic_id, "fire": fire, "upto": upto}, ns=ns
         )
         assert isinstance(fired_through, datetime)
         if not claimed:
             return Tick(False, None, fired_through)
         try:
-            row: JobRow | None = job_insert(conn, params, notify=True)
+            row: JobRow | None = job_insert(conn, params, notify=True, ns=ns)
         except DuplicateJob:
             row = None
         with conn.cursor() as cur:
             cur.execute(
-                query("periodic_tick_record"),
+                query("periodic_tick_record", ns),
                 {
                     "id": periodic_id,
                     "fire": fire,
@@ -154,16 +160,18 @@ def fire_tick(
         return Tick(True, row, fired_through)
 
 
-def record_next(conn: Connection, periodic_id: str, next_fire: datetime | None) -> None:
+def record_next(
+    conn: Connection, periodic_id: str, next_fire: datetime | None, *, ns: Namespace = DEFAULT
+) -> None:
     """Publish the next fire time the leader computed (for ``drover periodic list``)."""
     with translate(f"record the next fire of {periodic_id!r}"), conn.cursor() as cur:
-        cur.execute(query("periodic_next_record"), {"id": periodic_id, "next_fire": next_fire})
+        cur.execute(query("periodic_next_record", ns), {"id": periodic_id, "next_fire": next_fire})
 
 
-def periodic_list(conn: Connection) -> list[PeriodicInfo]:
+def periodic_list(conn: Connection, *, ns: Namespace = DEFAULT) -> list[PeriodicInfo]:
     """Every registered entry, by id, with the leader holding the lock now."""
     with translate("list periodic jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("periodic_list"))
+        cur.execute(query("periodic_list", ns))
         rows = cur.fetchall()
     found = []
     for (id_, schedule, timezone, kind, queue, fired_through, last_fire, last_job_id,
@@ -188,10 +196,10 @@ def periodic_list(conn: Connection) -> list[PeriodicInfo]:
     return found
 
 
-def lock_holders(conn: Connection) -> list[int]:
+def lock_holders(conn: Connection, *, ns: Namespace = DEFAULT) -> list[int]:
     """Backend pids holding the leadership lock (0 or 1 of them)."""
     with translate("read periodic lock holders"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("periodic_lock_holders"))
+        cur.execute(query("periodic_lock_holders", ns))
         return [int(r[0]) for r in cur.fetchall()]
 
 
@@ -204,9 +212,12 @@ class Leadership:
     by one thread.
     """
 
-    def __init__(self, connect: Callable[[str, str], Connection]) -> None:
+    def __init__(self, connect: Callable[[str, str], Connection], ns: Namespace = DEFAULT) -> None:
         # connect(action, role): a session of its own (Store._session_connect).
         self._conn = connect("connect for the periodic scheduler lock", "scheduler")
+        # The lock's key is drawn from the oid of ns's drover_periodic_ticks,
+        # so each schema has its own leader (ADR 0043).
+        self._ns = ns
 
     @property
     def broken(self) -> bool:
@@ -215,19 +226,19 @@ class Leadership:
 
     def try_lock(self) -> bool:
         """Try to take leadership; True when this session holds it."""
-        return try_lock(self._conn)
+        return try_lock(self._conn, ns=self._ns)
 
     def now(self) -> datetime:
         """The database clock; also proves this session (and so its lock) is alive."""
-        return db_now(self._conn)
+        return db_now(self._conn, ns=self._ns)
 
     def record_leader(self, client_id: str, host: str, pid: int) -> None:
         """Name this client as the leader, for operators."""
-        record_leader(self._conn, client_id, host, pid)
+        record_leader(self._conn, client_id, host, pid, ns=self._ns)
 
     def define(self, **entry: str) -> datetime:
         """Register an entry (see ``define``); return its watermark."""
-        return define(self._conn, **entry)
+        return define(self._conn, ns=self._ns, **entry)
 
     def fire_tick(
         self,
@@ -240,12 +251,18 @@ class Leadership:
     ) -> Tick:
         """Move the watermark past ``fire`` and insert the tick's job, in one transaction."""
         return fire_tick(
-            self._conn, params, periodic_id=periodic_id, fire=fire, upto=upto, next_fire=next_fire
+            self._conn,
+            params,
+            periodic_id=periodic_id,
+            fire=fire,
+            upto=upto,
+            next_fire=next_fire,
+            ns=self._ns,
         )
 
     def record_next(self, periodic_id: str, next_fire: datetime | None) -> None:
         """Publish the next fire time this leader computed."""
-        record_next(self._conn, periodic_id, next_fire)
+        record_next(self._conn, periodic_id, next_fire, ns=self._ns)
 
     def close(self) -> None:
         """Close the connection, which releases the lock."""
@@ -267,17 +284,22 @@ class LeasedLeadership:
     Owned by one thread.
     """
 
-    def __init__(self, pool: ConnectionPool[Any], *, holder: str, ttl: float) -> None:
+    def __init__(
+        self, pool: ConnectionPool[Any], *, holder: str, ttl: float, ns: Namespace = DEFAULT
+    ) -> None:
         self._pool = pool
         self._holder = holder
         self._ttl = ttl
+        self._ns = ns
 
     broken = False
     """Never: every call borrows a fresh pool connection."""
 
     def _hold(self, action: str) -> datetime | None:
         with borrow(self._pool, action) as conn, conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(query("periodic_lease_hold"), {"holder": self._holder, "ttl": self._ttl})
+            cur.execute(
+                query("periodic_lease_hold", self._ns), {"holder": self._holder, "ttl": self._ttl}
+            )
             row = cur.fetchone()
         if row is None:
             return None
@@ -299,12 +321,12 @@ class LeasedLeadership:
     def record_leader(self, client_id: str, host: str, pid: int) -> None:
         """Name this client as the leader, for operators."""
         with borrow(self._pool, "record the periodic scheduler leader") as conn:
-            record_leader(conn, client_id, host, pid)
+            record_leader(conn, client_id, host, pid, ns=self._ns)
 
     def define(self, **entry: str) -> datetime:
         """Register an entry (see ``define``); return its watermark."""
         with borrow(self._pool, "register a periodic job") as conn:
-            return define(conn, **entry)
+            return define(conn, ns=self._ns, **entry)
 
     def fire_tick(
         self,
@@ -318,13 +340,19 @@ class LeasedLeadership:
         """Move the watermark past ``fire`` and insert the tick's job, in one transaction."""
         with borrow(self._pool, f"enqueue periodic job {periodic_id!r}") as conn:
             return fire_tick(
-                conn, params, periodic_id=periodic_id, fire=fire, upto=upto, next_fire=next_fire
+                conn,
+                params,
+                periodic_id=periodic_id,
+                fire=fire,
+                upto=upto,
+                next_fire=next_fire,
+                ns=self._ns,
             )
 
     def record_next(self, periodic_id: str, next_fire: datetime | None) -> None:
         """Publish the next fire time this leader computed."""
         with borrow(self._pool, f"record the next fire of {periodic_id!r}") as conn:
-            record_next(conn, periodic_id, next_fire)
+            record_next(conn, periodic_id, next_fire, ns=self._ns)
 
     def close(self) -> None:
         """Delete the lease row if this client holds it (best effort: it expires anyway)."""
@@ -332,4 +360,4 @@ class LeasedLeadership:
             borrow(self._pool, "release the periodic scheduler lease", timeout=5.0) as conn,
             translate("release the periodic scheduler lease"),
         ):
-            conn.execute(query("periodic_lease_release"), {"holder": self._holder})
+            conn.execute(query("periodic_lease_release", self._ns), {"holder": self._holder})

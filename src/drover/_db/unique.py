@@ -18,6 +18,7 @@ from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import new_row, row_from_db
 from drover._records import Identity, JobInsertParams
@@ -80,6 +81,7 @@ def job_insert_unique(
     identities: Mapping[int, Identity],
     *,
     notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow | None]:
     """Insert ``batch`` in order, each item with its identity (if any); one round trip.
 
@@ -95,7 +97,7 @@ def job_insert_unique(
         translate(f"insert {len(batch)} unique job{'s' if len(batch) != 1 else ''}"),
         conn.cursor(row_factory=tuple_row) as cur,
     ):
-        cur.execute(query("job_insert_unique"), (f"[{document}]", notify))
+        cur.execute(query("job_insert_unique", ns), (f"[{document}]", notify))
         found = cur.fetchall()
     return unique_rows(found)
 
@@ -113,7 +115,12 @@ def unique_rows(found: Sequence[tuple[Any, ...]]) -> list[JobRow | None]:
 
 
 def insert_one(
-    conn: Connection, params: JobInsertParams, identity: Identity, *, notify: bool
+    conn: Connection,
+    params: JobInsertParams,
+    identity: Identity,
+    *,
+    notify: bool,
+    ns: Namespace = DEFAULT,
 ) -> JobRow:
     """Insert one job with ``identity``, or return the job holding it (an ``ExistingRow``).
 
@@ -133,7 +140,7 @@ def insert_one(
             conn.cursor(row_factory=tuple_row) as cur,
         ):
             cur.execute(
-                query("job_insert_identified_now"),
+                query("job_insert_identified_now", ns),
                 (
                     params.kind,
                     params.queue,
@@ -154,7 +161,7 @@ def insert_one(
             conn.cursor(row_factory=tuple_row) as cur,
         ):
             cur.execute(
-                query("job_insert_identified"),
+                query("job_insert_identified", ns),
                 (
                     params.kind,
                     params.queue,
@@ -180,19 +187,21 @@ def insert_one(
             translate(f"insert job kind {params.kind!r}"),
             conn.cursor(row_factory=tuple_row) as cur,
         ):
-            cur.execute(query("job_unique_holder"), (identity.hash, identity.period_us))
+            cur.execute(query("job_unique_holder", ns), (identity.hash, identity.period_us))
             holder = cur.fetchone()
         if holder is not None:
             return ExistingRow(*row_from_db(holder))
-    row = job_insert_unique(conn, [params], {0: identity}, notify=notify)[0]
+    row = job_insert_unique(conn, [params], {0: identity}, notify=notify, ns=ns)[0]
     assert row is not None
     return row
 
 
-def job_unique_identity(conn: Connection, job_id: int) -> UniqueIdentity | bool | None:
+def job_unique_identity(
+    conn: Connection, job_id: int, *, ns: Namespace = DEFAULT
+) -> UniqueIdentity | bool | None:
     """The job's identity; ``None`` if it has none, ``False`` if there is no such job."""
     with translate("read a job's unique identity"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_unique_identity"), {"id": job_id})
+        cur.execute(query("job_unique_identity", ns), {"id": job_id})
         found = cur.fetchone()
     if found is None:
         return False

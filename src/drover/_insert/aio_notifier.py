@@ -19,6 +19,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from drover._db.aio import aio_borrow, aio_notify_now
+from drover._db.namespace import DEFAULT, Namespace
 
 __all__ = ["AsyncNotifier"]
 
@@ -41,10 +42,14 @@ class AsyncNotifier:
     """
 
     def __init__(
-        self, pool: Callable[[], AsyncConnectionPool[Any]], logger: logging.Logger
+        self,
+        pool: Callable[[], AsyncConnectionPool[Any]],
+        logger: logging.Logger,
+        ns: Namespace = DEFAULT,
     ) -> None:
         # A function: the client replaces a pool of its own that failed to open.
         self._pool = pool
+        self._ns = ns
         self._log = logger
         self._pending: set[str] = set()
         self._changed: asyncio.Event | None = None
@@ -81,7 +86,7 @@ class AsyncNotifier:
             async with aio_borrow(
                 self._pool(), "notify listeners of insert", timeout=_BORROW_TIMEOUT
             ) as conn:
-                await aio_notify_now(conn, queues)
+                await aio_notify_now(conn, queues, ns=self._ns)
             self.rounds += 1
         except Exception:
             self._log.error(

@@ -19,6 +19,7 @@ from drover._db.aio import (
     aio_insert_unique,
     resolve_async_connection,
 )
+from drover._db.namespace import DEFAULT, Namespace
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.identity import identity_of, needs_identity
 from drover._insert.tracing import stamp, stamp_batch
@@ -34,6 +35,7 @@ async def insert_tx(
     *,
     notify: bool,
     members: str | None = None,
+    ns: Namespace = DEFAULT,
 ) -> JobRow:
     """Insert one job through the caller's async connection; with ``notify`` it wakes at commit.
 
@@ -48,13 +50,18 @@ async def insert_tx(
         assert opts is not None
         identity = identity_of(args, params, opts)
         found = await resolve_async_connection(conn)
-        return await aio_insert_unique(found, params, identity, notify=notify)
+        return await aio_insert_unique(found, params, identity, notify=notify, ns=ns)
     found = await resolve_async_connection(conn)
-    return await aio_insert(found, params, notify=notify)
+    return await aio_insert(found, params, notify=notify, ns=ns)
 
 
 async def insert_many_tx(
-    conn: object, items: Iterable[InsertItem], *, notify: bool, members: str | None = None
+    conn: object,
+    items: Iterable[InsertItem],
+    *,
+    notify: bool,
+    members: str | None = None,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     """Insert a batch with COPY through the caller's async connection; rows in input order.
 
@@ -68,4 +75,4 @@ async def insert_many_tx(
         return []
     if members:
         batch = stamp_batch(batch, members)
-    return await aio_insert_many(found, batch, caller_tx=True, notify=notify)
+    return await aio_insert_many(found, batch, caller_tx=True, notify=notify, ns=ns)

@@ -18,6 +18,7 @@ from drover._db import Connection
 from drover._db.caller import resolve_connection
 from drover._db.graph import job_insert_graph
 from drover._db.insert import job_insert, job_insert_many
+from drover._db.namespace import DEFAULT, Namespace
 from drover._db.unique import insert_one
 from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.identity import identity_of, needs_identity
@@ -48,6 +49,7 @@ def insert_tx(
     *,
     notify: bool,
     members: str | None = None,
+    ns: Namespace = DEFAULT,
 ) -> JobRow:
     """Insert one job through the caller's connection; with ``notify`` it wakes at commit.
 
@@ -62,13 +64,18 @@ def insert_tx(
         assert opts is not None
         identity = identity_of(args, params, opts)
         conn, _ = resolve()
-        return insert_one(conn, params, identity, notify=notify)
+        return insert_one(conn, params, identity, notify=notify, ns=ns)
     conn, _ = resolve()
-    return job_insert(conn, params, notify=notify)
+    return job_insert(conn, params, notify=notify, ns=ns)
 
 
 def insert_many_tx(
-    resolve: Resolve, items: Iterable[InsertItem], *, notify: bool, members: str | None = None
+    resolve: Resolve,
+    items: Iterable[InsertItem],
+    *,
+    notify: bool,
+    members: str | None = None,
+    ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
     """Insert a batch with COPY through the caller's connection; rows in input order.
 
@@ -82,11 +89,11 @@ def insert_many_tx(
         return []
     if members:
         batch = stamp_batch(batch, members)
-    return job_insert_many(conn, batch, caller_tx=in_callers_tx, notify=notify)
+    return job_insert_many(conn, batch, caller_tx=in_callers_tx, notify=notify, ns=ns)
 
 
 def insert_graph_tx(
-    resolve: Resolve, graph: EncodedGraph, *, notify: bool
+    resolve: Resolve, graph: EncodedGraph, *, notify: bool, ns: Namespace = DEFAULT
 ) -> tuple[list[JobRow], int | None]:
     """Insert jobs with dependencies (a workflow) through the caller's connection.
 
@@ -95,6 +102,6 @@ def insert_graph_tx(
     """
     conn, in_callers_tx = resolve()
     if in_callers_tx:
-        return job_insert_graph(conn, graph, notify=notify)
+        return job_insert_graph(conn, graph, notify=notify, ns=ns)
     with conn.transaction():
-        return job_insert_graph(conn, graph, notify=notify)
+        return job_insert_graph(conn, graph, notify=notify, ns=ns)

@@ -95,6 +95,7 @@ class Fetcher(ThreadService):
         # Kept while rounds keep finding work; returned before every sleep.
         self._session = wiring.store.held("fetch jobs")
         self._read_parents = wiring.store.parent_results
+        self._ns = wiring.store.ns
         # Written into each claimed row for operators (Inspector.lease_holder).
         self._holder = wiring.holder
         self.claims = 0
@@ -190,7 +191,13 @@ class Fetcher(ThreadService):
                 return claimed, True
             deadline = sent + self._lease_seconds
             claims = [
-                Claim(row, deadline, limited=row.id in limited, read_parents=self._read_parents)
+                Claim(
+                    row,
+                    deadline,
+                    limited=row.id in limited,
+                    read_parents=self._read_parents,
+                    ns=self._ns,
+                )
                 for row in rows
             ]
             # Tracked before they are handed to the pool threads, so the

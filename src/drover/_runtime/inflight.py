@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from drover._db.caller import complete_claim, resolve_connection
+from drover._db.namespace import DEFAULT, Namespace
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument
 from drover.job import JobRow
@@ -24,9 +25,10 @@ class _TxCompletion:
     leave every claim to the garbage collector instead of freeing it at once.
     """
 
-    __slots__ = ("attempt", "connection", "job_id")
+    __slots__ = ("attempt", "connection", "job_id", "ns")
 
-    def __init__(self, job_id: int, attempt: int) -> None:
+    def __init__(self, job_id: int, attempt: int, ns: Namespace) -> None:
+        self.ns = ns
         self.job_id = job_id
         self.attempt = attempt
         self.connection: object = None
@@ -40,7 +42,7 @@ class _TxCompletion:
         conn = resolve_connection(
             target, "complete_tx", "or let the handler return and drover completes the job"
         )
-        complete_claim(conn, self.job_id, self.attempt, result)
+        complete_claim(conn, self.job_id, self.attempt, result, ns=self.ns)
         self.connection = conn
 
 
@@ -71,11 +73,13 @@ class Claim:
         *,
         limited: bool = False,
         read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = None,
+        ns: Namespace = DEFAULT,
     ) -> None:
         self.row = row
         self.limited = limited
         """Claimed under a cluster-wide concurrency limit: its outcome frees capacity."""
-        self._tx = _TxCompletion(row.id, row.attempt)
+        # complete_tx runs on the handler's connection, in the client's schema.
+        self._tx = _TxCompletion(row.id, row.attempt, ns)
         self.context = JobContext(
             lease=Lease(row.id, row.attempt, row.leased_until),
             _complete_tx=self._tx,

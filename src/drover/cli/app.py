@@ -26,6 +26,7 @@ from drover.cli.common import (
     load_workers,
     open_inspector,
     parse_job_id,
+    schema_of,
     url_of,
     usage,
 )
@@ -80,6 +81,13 @@ def _root(
         show_default=False,
     ),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    schema: str | None = typer.Option(
+        None,
+        "--schema",
+        help="PostgreSQL schema of the drover installation (else DROVER_SCHEMA, else the "
+        "default: public).",
+        show_default=False,
+    ),
     version: bool = typer.Option(
         False,
         "--version",
@@ -89,7 +97,7 @@ def _root(
     ),
 ) -> None:
     """drover: a PostgreSQL-backed job queue."""
-    ctx.obj = Globals(database=database, json=json_output)
+    ctx.obj = Globals(database=database, json=json_output, schema=schema)
 
 
 # --- stats and jobs ---------------------------------------------------------------------------
@@ -483,9 +491,10 @@ def migrate_command(
     """Apply drover's pending migrations (the only command that changes the schema)."""
     g = get_globals(ctx)
     url = url_of(g)
+    schema = schema_of(g)
     try:
         if status:
-            current = drover.migration_status(url)
+            current = drover.migration_status(url, schema=schema)
             rows = [
                 (m.version, m.name, "applied", out.timestamp(m.applied_at)) for m in current.applied
             ]
@@ -507,7 +516,7 @@ def migrate_command(
                 },
             )
             return
-        applied = drover.migrate(url)
+        applied = drover.migrate(url, schema=schema)
     except drover.MigrationError as exc:
         fail(str(exc))
     except drover.DatabaseError as exc:
@@ -570,10 +579,12 @@ _VALUE_OPTIONS = {
 
 
 def hoist_globals(argv: Sequence[str]) -> list[str]:
-    """Move ``--database``/``-d``/``--json`` found anywhere before ``--`` to the front.
+    """Move ``--database``/``-d``/``--schema``/``--json`` found anywhere before ``--``
+    to the front.
 
     typer only reads a group's options before the subcommand; operators type
-    ``drover stats --json`` as often as ``drover --json stats``.
+    ``drover stats --json`` as often as ``drover --json stats``. ``drover roles
+    --schema x`` thus reaches the root option too, and roles reads it there.
     """
     front: list[str] = []
     rest: list[str] = []
@@ -589,10 +600,10 @@ def hoist_globals(argv: Sequence[str]) -> list[str]:
             continue
         if arg == "--json":
             front.append(arg)
-        elif arg in ("--database", "-d"):
+        elif arg in ("--database", "-d", "--schema"):
             front.extend(argv[i : i + 2])
             i += 1
-        elif arg.startswith("--database="):
+        elif arg.startswith(("--database=", "--schema=")):
             front.append(arg)
         else:
             rest.append(arg)

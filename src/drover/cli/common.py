@@ -17,6 +17,7 @@ import typer
 import drover
 from drover._db.conninfo import check_conninfo, describe_target
 from drover._db.errors import redact
+from drover._db.namespace import check_schema_name
 from drover.cli import output as out
 
 __all__ = [
@@ -35,8 +36,10 @@ __all__ = [
     "load_workers",
     "open_inspector",
     "parse_job_id",
+    "schema_of",
     "url_of",
     "usage",
+    "where",
 ]
 
 MIGRATE_COMMAND: contextvars.ContextVar[str] = contextvars.ContextVar(
@@ -51,6 +54,7 @@ Django migration; a context variable, so concurrent callers never see another's.
 class Globals:
     database: str | None
     json: bool
+    schema: str | None = None
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -246,6 +250,29 @@ def url_of(g: Globals) -> str:
         usage(str(exc))
 
 
+def schema_of(g: Globals) -> str | None:
+    """The schema from --schema, else DROVER_SCHEMA, checked; ``None``: the default.
+
+    A bad name is a usage error naming where it came from (exit 2).
+    """
+    if g.schema is not None:
+        given, source = g.schema, "--schema"
+    else:
+        given, source = os.environ.get("DROVER_SCHEMA") or "", "DROVER_SCHEMA"
+        if not given:
+            return None
+    try:
+        return check_schema_name(source, given)
+    except drover.InvalidArgument as exc:
+        usage(str(exc))
+
+
+def where(url: str, schema: str | None) -> str:
+    """`host:port/dbname`, with the schema when it is not the default, for messages."""
+    target = describe_target(url)
+    return target if schema in (None, "public") else f"{target} (schema {schema})"
+
+
 def database_error(url: str, exc: drover.DatabaseError) -> NoReturn:
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     fail(f"cannot use the database at {describe_target(url)}: {first_line}")
@@ -255,22 +282,24 @@ def database_error(url: str, exc: drover.DatabaseError) -> NoReturn:
 def open_inspector(g: Globals, workers: drover.Workers | None = None) -> Iterator[drover.Inspector]:
     """Check the database answers and carries drover's current schema, then open an Inspector."""
     url = url_of(g)
+    schema = schema_of(g)
     try:
-        status = drover.migration_status(url)
+        status = drover.migration_status(url, schema=schema)
     except drover.DatabaseError as exc:
         database_error(url, exc)
     if not status.applied:
         fail(
-            f"drover's schema is missing from {describe_target(url)}: "
+            f"drover's schema is missing from {where(url, schema)}: "
             f"run `{MIGRATE_COMMAND.get()}` first"
         )
     if status.pending:
         latest = status.pending[-1].version
         fail(
-            f"the database schema is at version {status.current_version} but this drover "
-            f"needs {latest}: run `{MIGRATE_COMMAND.get()}`"
+            f"the database schema at {where(url, schema)} is at version "
+            f"{status.current_version} but this drover needs {latest}: "
+            f"run `{MIGRATE_COMMAND.get()}`"
         )
-    inspector = drover.Inspector(url, workers=workers)
+    inspector = drover.Inspector(url, workers=workers, schema=schema)
     try:
         yield inspector
     except drover.DatabaseError as exc:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 import drover
-from drover.cli.common import database_error, emit, get_globals, url_of, usage
+from drover.cli.common import database_error, emit, get_globals, schema_of, url_of, usage
 from drover.health import HealthFinding, HealthReport, HealthThresholds
 
 __all__ = ["doctor_command", "finding_dict", "report_dict"]
@@ -64,7 +64,7 @@ def doctor_command(
         )
     except drover.ConfigError as exc:
         usage(str(exc).replace("HealthThresholds.", "--").replace("_", "-"))
-    inspector = drover.Inspector(url)
+    inspector = drover.Inspector(url, schema=schema_of(g))
     try:
         report = inspector.health(thresholds)
     except drover.DatabaseError as exc:

@@ -11,7 +11,7 @@ import typer
 
 import drover
 from drover._db.roles import DEFAULT_PRODUCER, DEFAULT_READER, DEFAULT_WORKER, render_roles
-from drover.cli.common import emit, get_globals, usage
+from drover.cli.common import emit, get_globals, schema_of, usage
 
 __all__ = ["roles_command"]
 
@@ -23,7 +23,13 @@ def roles_command(
     reader: str = typer.Option(
         DEFAULT_READER, "--reader", help="Role for `drover stats` and the read-only status page."
     ),
-    schema: str = typer.Option("public", "--schema", help="Schema holding drover's tables."),
+    schema: str | None = typer.Option(
+        None,
+        "--schema",
+        help="Schema holding drover's tables (else drover's --schema, else DROVER_SCHEMA, "
+        "else public).",
+        show_default=False,
+    ),
     retention: bool = typer.Option(
         True,
         "--retention/--no-retention",
@@ -32,6 +38,9 @@ def roles_command(
 ) -> None:
     """Print idempotent SQL creating least-privilege producer, worker and reader roles."""
     g = get_globals(ctx)
+    if schema is None:
+        # The same installation every other command works on (`drover --schema`).
+        schema = schema_of(g) or "public"
     try:
         text = render_roles(
             producer=producer, worker=worker, reader=reader, schema=schema, retention=retention

@@ -18,6 +18,7 @@ from drover.cli.common import (
     get_globals,
     given_url,
     load_client,
+    schema_of,
     url_of,
     usage,
 )
@@ -140,6 +141,15 @@ def worker_command(
             "drover.Client(url, drover.Config(workers=workers))"
         )
     changes: dict[str, Any] = {}
+    schema = schema_of(get_globals(ctx))
+    if schema is not None and schema != (client.config.schema or "public"):
+        if client.config.schema is not None:
+            client.close()
+            usage(
+                f"APP {app_spec} uses schema {client.config.schema!r} but --schema (or "
+                f"DROVER_SCHEMA) says {schema!r}; drop one of them"
+            )
+        changes["schema"] = schema
     if concurrency is not None:
         changes["concurrency"] = concurrency
     if parsed_queues is not None:
@@ -168,6 +178,8 @@ def worker_command(
         )
         client.close()  # each process builds its own
         child = ["worker", app_spec, "--supervised", *choice.argv()]
+        if "schema" in changes:
+            child = ["--schema", changes["schema"], *child]  # a root option, before the command
         for flag, value in (
             ("--concurrency", concurrency),
             ("--queues", queues),

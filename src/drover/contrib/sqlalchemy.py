@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy.engine import Connection as SAConnection
 from sqlalchemy.orm import Session, scoped_session
 
+from drover._db.namespace import namespace_for
 from drover._insert import tx
 from drover.errors import UnsupportedConnection
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow
@@ -45,6 +46,7 @@ def insert(
     opts: InsertOpts | None = None,
     *,
     notify: bool = True,
+    schema: str | None = None,
 ) -> JobRow:
     """Insert one job in the session's (or connection's) transaction; return the row.
 
@@ -52,17 +54,21 @@ def insert(
     transaction, nested savepoints (``begin_nested()``) included. A duplicate
     unique key raises ``drover.DuplicateJob`` and leaves the transaction
     usable. With ``notify`` (the default) listening workers are woken when the
-    transaction commits.
+    transaction commits. ``schema`` is the installation's schema
+    (``Config.schema``; ``None``: the default), whatever the session's
+    ``search_path``.
 
     Raises:
         drover.InvalidJobArgs, drover.InvalidInsertOpts: bad input, before any SQL.
+        drover.InvalidArgument: ``schema`` is not a plain lowercase name.
         drover.UnsupportedConnection: not a SQLAlchemy session or connection, or
             not on psycopg 3.
         drover.DuplicateJob: the unique key is held by a waiting or running job.
         drover.DatabaseError: the statement failed (the transaction is then aborted).
     """
+    ns = namespace_for(schema)
     return tx.insert_tx(
-        lambda: tx.caller(_driver(session_or_connection))(), args, opts, notify=notify
+        lambda: tx.caller(_driver(session_or_connection))(), args, opts, notify=notify, ns=ns
     )
 
 
@@ -71,10 +77,13 @@ def insert_many(
     items: Iterable[InsertItem],
     *,
     notify: bool = True,
+    schema: str | None = None,
 ) -> list[JobRow]:
-    """Insert a batch with COPY in the session's transaction (as ``Client.insert_many_tx``)."""
+    """Insert a batch with COPY in the session's transaction (as ``Client.insert_many_tx``);
+    ``schema`` as for ``insert``."""
+    ns = namespace_for(schema)
     return tx.insert_many_tx(
-        lambda: tx.caller(_driver(session_or_connection))(), items, notify=notify
+        lambda: tx.caller(_driver(session_or_connection))(), items, notify=notify, ns=ns
     )
 
 

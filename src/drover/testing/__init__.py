@@ -176,7 +176,7 @@ class Jobs:
             if not rows:
                 break
             for row in sorted(rows, key=lambda r: (-r.priority, r.scheduled_at, r.id)):
-                claim = Claim(row, read_parents=self._store.parent_results)
+                claim = Claim(row, read_parents=self._store.parent_results, ns=self._store.ns)
                 error: BaseException | None = None
                 try:
                     with job_scope(row):

@@ -10,14 +10,14 @@ from django.http import HttpRequest
 
 import drover
 from drover.contrib.django.models import Job
-from drover.contrib.django.settings import conninfo
+from drover.contrib.django.settings import conninfo, schema
 
 
 def _apply(
     modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset: QuerySet[Job], verb: str
 ) -> None:
     done, asked, refused = 0, 0, []
-    with drover.Inspector(conninfo()) as inspector:
+    with drover.Inspector(conninfo(), schema=schema()) as inspector:
         for job_id in queryset.values_list("id", flat=True):
             try:
                 if verb == "retry":

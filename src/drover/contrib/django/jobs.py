@@ -8,8 +8,9 @@ from typing import Any
 from django.db import connections
 
 from drover._db import Connection
+from drover._db.namespace import namespace_for
 from drover._insert import tx
-from drover.contrib.django.settings import alias
+from drover.contrib.django.settings import alias, schema
 from drover.contrib.django.wording import django_remedy
 from drover.errors import NotInTransaction
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow
@@ -59,7 +60,8 @@ def insert(
         drover.DatabaseError: the statement failed.
     """
     with django_remedy():
-        return tx.insert_tx(_resolver(using), args, opts, notify=notify)
+        ns = namespace_for(schema())
+        return tx.insert_tx(_resolver(using), args, opts, notify=notify, ns=ns)
 
 
 def insert_many(
@@ -67,7 +69,8 @@ def insert_many(
 ) -> list[JobRow]:
     """Insert a batch with COPY on the Django connection (see `insert`)."""
     with django_remedy():
-        return tx.insert_many_tx(_resolver(using), items, notify=notify)
+        ns = namespace_for(schema())
+        return tx.insert_many_tx(_resolver(using), items, notify=notify, ns=ns)
 
 
 def complete(job: Job[Any], using: str | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import connections
 
 import drover
+from drover.contrib.django.settings import schema
 
 __all__ = ["apply_drover_migrations"]
 
@@ -19,4 +20,4 @@ def apply_drover_migrations(using: str) -> list[str]:
     connection.ensure_connection()
     if connection.in_atomic_block:
         raise RuntimeError("drover's migrations must run outside transaction.atomic()")
-    return [m.label for m in drover.migrate(connection.connection)]
+    return [m.label for m in drover.migrate(connection.connection, schema=schema())]

@@ -9,7 +9,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-__all__ = ["KNOWN_KEYS", "alias", "conninfo", "database_problem", "drover_settings"]
+from drover._db.namespace import check_schema_name
+from drover.errors import InvalidArgument
+
+__all__ = ["KNOWN_KEYS", "alias", "conninfo", "database_problem", "drover_settings", "schema"]
 
 KNOWN_KEYS = frozenset({"DATABASE", "CONFIG", "WORKERS"})
 """The keys `settings.DROVER` may have."""
@@ -52,6 +55,20 @@ def alias(using: str | None = None) -> str:
     if problem is not None:
         raise ImproperlyConfigured(problem)
     return str(name)
+
+
+def schema() -> str | None:
+    """The schema of drover's tables: ``DROVER["CONFIG"]["schema"]`` (checked), else ``None``
+    (the default installation). Inserts, migrations, the admin and ``manage.py drover``
+    all use it, as the worker's ``Config`` does."""
+    fields = drover_settings().get("CONFIG") or {}
+    value = fields.get("schema") if isinstance(fields, dict) else None
+    if value is None:
+        return None
+    try:
+        return check_schema_name("DROVER['CONFIG']['schema']", value)
+    except InvalidArgument as exc:
+        raise ImproperlyConfigured(str(exc)) from None
 
 
 def conninfo(using: str | None = None) -> str:

@@ -14,7 +14,7 @@ import drover
 from drover.cli import main as drover_main
 from drover.cli.common import MIGRATE_COMMAND, database_of
 from drover.cli.logs import LoggingChoice, configure_logging, parse_log_format, parse_log_level
-from drover.contrib.django.settings import conninfo
+from drover.contrib.django.settings import conninfo, schema
 from drover.contrib.django.task_args import TASK_KIND
 from drover.contrib.django.worker import build_client, workers
 from drover.queues import format_queues
@@ -59,6 +59,13 @@ def _without_django_options(arguments: list[str]) -> list[str]:
     return kept
 
 
+def _schema_flag() -> list[str]:
+    # DROVER["CONFIG"]["schema"], so `manage.py drover stats` sees the
+    # installation the worker runs (ADR 0043).
+    name = schema()
+    return [] if name is None else ["--schema", name]
+
+
 class Command(BaseCommand):
     """``manage.py drover worker [--concurrency N]`` runs the workers; anything else is the CLI.
 
@@ -90,7 +97,7 @@ class Command(BaseCommand):
         try:
             token = MIGRATE_COMMAND.set("python manage.py migrate")
             try:
-                drover_main(["--database", conninfo(), *arguments])
+                drover_main(["--database", conninfo(), *_schema_flag(), *arguments])
             finally:
                 MIGRATE_COMMAND.reset(token)
         except SystemExit as exit_:
