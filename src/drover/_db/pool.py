@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,8 @@ from drover._db.errors import naming_role, redact, translate
 from drover.errors import DatabaseError, InvalidArgument
 
 __all__ = [
+    "POOL_TIMEOUT",
+    "RECONNECT_TIMEOUT",
     "ConnectAttempts",
     "Connection",
     "ConnectionPool",
@@ -188,6 +191,17 @@ class OwnedPool(ConnectionPool[Any]):
         super().__init__(conninfo, connection_class=RecordingConnection, **kwargs)
 
 
+# How long the pool retries one lost or refused connection (backing off 1, 2, 4,
+# 8 s) before it gives up on it. psycopg_pool's default is five minutes, by when
+# its backoff has grown to two: a worker would take that long to notice freed
+# connection slots. Once it gives up, the next borrower asks for a connection
+# again (``_getconn``), starting a fresh backoff at one second.
+RECONNECT_TIMEOUT = 15.0
+POOL_TIMEOUT = 30.0
+"""Seconds a borrower of drover's own pool waits for a connection while the pool has some (all
+in use); with none and the server refusing, it fails at once with the server's reason."""
+
+
 def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> OwnedPool:
     """Open a pool that drover owns (and will close)."""
     kwargs: dict[str, Any] = {}
@@ -201,7 +215,8 @@ def open_pool(conninfo: str, *, max_size: int = 10, name: str = "drover") -> Own
         configure=_autocommit,
         open=True,
         name=name,
-        timeout=30.0,
+        timeout=POOL_TIMEOUT,
+        reconnect_timeout=RECONNECT_TIMEOUT,
     )
 
 
@@ -213,34 +228,84 @@ def _cannot_connect(pool: OwnedPool, action: str) -> DatabaseError:
     return error
 
 
+def _dropped(conn: Connection) -> bool:
+    """True when the server has ended this idle pooled connection (or sent it something).
+
+    An idle connection has nothing to read: a readable socket means the
+    server closed it (``idle_session_timeout``, ``pg_terminate_backend``, a
+    restart) and sent its last message, or a notice arrived. Only then does a
+    round trip decide; the usual case costs one ``select`` and no round trip.
+    """
+    if conn.closed:
+        return True
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    if not readable:
+        return False
+    try:
+        ConnectionPool.check_connection(conn)
+    except psycopg.Error:
+        return True
+    return False
+
+
+def _nudge(pool: OwnedPool) -> Connection | None:
+    """Ask the pool for a connection without waiting: it starts an attempt if none is under way.
+
+    A pool that gave up reconnecting (after ``RECONNECT_TIMEOUT``) tries again
+    only when a borrower asks; this is that request, made at the pace of the
+    borrowers (each backs off), not of a busy loop.
+    """
+    try:
+        conn: Connection = pool.getconn(timeout=0.001)
+    except PoolTimeout:
+        return None
+    return conn
+
+
 def _getconn(pool: OwnedPool, timeout: float | None, action: str) -> Connection:
     """A connection from ``pool``, failing at once (with the reason) while it cannot connect."""
     budget = pool.timeout if timeout is None else timeout
     attempts = pool.attempts
     deadline = time.monotonic() + budget
     while True:
+        conn: Connection | None = None
         if attempts.unreachable:
-            raise _cannot_connect(pool, action)
+            conn = _nudge(pool)
+            if conn is None and attempts.unreachable:
+                raise _cannot_connect(pool, action)
         remaining = deadline - time.monotonic()
-        try:
-            # While the pool holds connections, wait in one piece (fair to
-            # other waiters: one will come back); with none, in slices that
-            # look at how the attempts to open one end.
-            conn: Connection = pool.getconn(
-                timeout=max(0.001, remaining if attempts.live > 0 else min(_SLICE, remaining))
-            )
-            return conn
-        except PoolTimeout:
-            if attempts.unreachable:
-                error = _cannot_connect(pool, action)
-                raise error from error.__cause__
-            if time.monotonic() < deadline:
-                continue
-            stats = pool.get_stats()
-            raise DatabaseError(
-                f"{action}: no database connection became available within {budget:g}s "
-                f"({stats.get('pool_size', 0)} open, all in use; max_size is {pool.max_size})"
-            ) from None
+        if conn is None:
+            try:
+                # While the pool holds connections, wait in one piece (fair to
+                # other waiters: one will come back); with none, in slices that
+                # look at how the attempts to open one end.
+                conn = pool.getconn(
+                    timeout=max(0.001, remaining if attempts.live > 0 else min(_SLICE, remaining))
+                )
+            except PoolTimeout:
+                if attempts.unreachable:
+                    error = _cannot_connect(pool, action)
+                    raise error from error.__cause__
+                if time.monotonic() < deadline:
+                    continue
+                stats = pool.get_stats()
+                refused = attempts.error if attempts.down else None
+                why = (
+                    f"; the server refuses more: {redact(str(refused).strip())}" if refused else ""
+                )
+                raise DatabaseError(
+                    f"{action}: no database connection became available within {budget:g}s "
+                    f"({stats.get('pool_size', 0)} open, all in use; max_size is "
+                    f"{pool.max_size}{why})"
+                ) from None
+        if _dropped(conn):
+            # The pool sees it broken and opens a replacement; take another now.
+            pool.putconn(conn)
+            continue
+        return conn
 
 
 def borrow_connection(pool: ConnectionPool[Any], action: str) -> Connection:

@@ -45,9 +45,14 @@ class Completer(ThreadService):
     There is no artificial delay: while one batch is being written the next
     one builds up, so batches grow exactly when the database is the
     bottleneck. A refused write (the claim was superseded) is logged per job at
-    WARNING and its outcome discarded. A failed write is retried with backoff;
-    once stopping, after the retries run out the batch is dropped with an
-    ERROR and the rows stay ``running`` for the rescuer.
+    WARNING and its outcome discarded. A write that fails transiently (no
+    connection, the server's statement or lock timeout, a conflict) is
+    retried until it lands or the fence refuses it, backing off up to 2 s,
+    logged once per episode by ``trouble``; its claims stay tracked
+    meanwhile, so the heartbeat keeps renewing their leases. Any other
+    failure is retried five times. Once stopping, a batch still failing
+    after two retries is dropped with an ERROR and its rows stay ``running``
+    for the rescuer, so a stop is never held by an unreachable database.
     """
 
     name = "completer"
@@ -231,8 +236,10 @@ class Completer(ThreadService):
             try:
                 results = self._session.record_outcomes(batch)
                 break
-            except DroverError:
-                if attempt >= len(_RETRY_DELAYS) or (self._stopping.is_set() and attempt >= 2):
+            except DroverError as exc:
+                transient = self._failed(exc)
+                stopping = self._stopping.is_set()
+                if (stopping and attempt >= 2) or (not transient and attempt >= len(_RETRY_DELAYS)):
                     self._log.error(
                         "recording the outcomes of jobs %s failed; leaving them running for "
                         "the rescuer",
@@ -242,16 +249,19 @@ class Completer(ThreadService):
                     )
                     self._untrack((o.id, o.attempt) for o in batch)
                     return
-                self._log.error(
-                    "recording the outcomes of %d job(s) failed; retry %d in %ss",
-                    len(batch),
-                    attempt + 1,
-                    _RETRY_DELAYS[attempt],
-                    extra={"jobs": len(batch), "retry": attempt + 1},
-                    exc_info=True,
-                )
-                self._stopping.wait(_RETRY_DELAYS[attempt])
+                delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
+                if not transient:
+                    self._log.error(
+                        "recording the outcomes of %d job(s) failed; retry %d in %ss",
+                        len(batch),
+                        attempt + 1,
+                        delay,
+                        extra={"jobs": len(batch), "retry": attempt + 1},
+                        exc_info=True,
+                    )
+                self._stopping.wait(delay)
                 attempt += 1
+        self._ok()
         applied = []
         for recorded in results:
             if recorded.result is not WriteResult.APPLIED:

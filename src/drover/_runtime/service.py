@@ -7,6 +7,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from drover._runtime.outage import Trouble
+
 __all__ = ["IntervalService", "ThreadService"]
 
 
@@ -39,6 +41,19 @@ class ThreadService(abc.ABC):
         """Why the loop ended on its own (an exception's description), else None."""
         self.on_death: Callable[[str], None] | None = None
         """Called once with the service's name, on the dying thread, after ``died`` is set."""
+        self.trouble: Trouble | None = None
+        """Where the loop reports its database calls' ends (the engine sets it): transient
+        failures are logged there once per episode and make the client not ready."""
+
+    def _failed(self, exc: BaseException) -> bool:
+        """Report a failure to ``trouble``; True when it was transient (and is logged there)."""
+        trouble = self.trouble
+        return trouble is not None and trouble.failed(self.name, exc)
+
+    def _ok(self) -> None:
+        trouble = self.trouble
+        if trouble is not None:
+            trouble.ok(self.name)
 
     @property
     def thread_name(self) -> str:
@@ -123,7 +138,11 @@ class ThreadService(abc.ABC):
 class IntervalService(ThreadService):
     """Runs ``run_once`` every ``interval`` seconds until stopped.
 
-    An exception from ``run_once`` is logged and the next interval tries again.
+    An exception from ``run_once`` is logged and the next interval tries again:
+    a transient database failure (no connection, the server's statement or
+    lock timeout) once per episode through ``trouble``, anything else every
+    time at ``failure_level``. The interval is the retry's pace, so a
+    database outage never turns the loop into a busy one.
     """
 
     action: str = "run"
@@ -137,7 +156,9 @@ class IntervalService(ThreadService):
         while not self._stopping.wait(self._interval):
             try:
                 self.run_once()
-            except Exception:
+            except Exception as exc:
+                if self._failed(exc):
+                    continue
                 self._log.log(
                     self.failure_level,
                     "%s failed; trying again in %ss",
@@ -146,6 +167,8 @@ class IntervalService(ThreadService):
                     extra={"thread_name": self.thread_name, "action": self.action},
                     exc_info=True,
                 )
+            else:
+                self._ok()
 
     @abc.abstractmethod
     def run_once(self) -> object:
