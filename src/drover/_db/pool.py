@@ -13,6 +13,7 @@ import logging
 import select
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, Self, TypeAlias
 
@@ -71,8 +72,10 @@ class ConnectAttempts:
         """The exception of the latest failed attempt (kept after a success)."""
         self.failed_at: float | None = None
         self.succeeded_at: float | None = None
-        self.live = 0
-        """Connections opened and not yet closed (idle or in use)."""
+        # The pool drops a connection it finds broken without closing it, so a
+        # count of opens minus closes would keep counting it: the set is
+        # asked instead (see ``live``).
+        self._opened: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self.connecting = 0
         """Attempts under way now."""
 
@@ -86,15 +89,26 @@ class ConnectAttempts:
             self.failed_at = time.monotonic()
             self.connecting -= 1
 
-    def succeeded(self) -> None:
+    def succeeded(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
             self.succeeded_at = time.monotonic()
-            self.live += 1
+            self._opened.add(conn)
             self.connecting -= 1
 
-    def closed(self) -> None:
+    def closed(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
-            self.live -= 1
+            self._opened.discard(conn)
+
+    @property
+    def live(self) -> int:
+        """Connections opened and not known to be closed or broken (idle or in use).
+
+        One the server ended is counted until drover or the pool next uses it
+        (``_dropped`` looks at every one a borrower takes).
+        """
+        with self._lock:
+            opened = list(self._opened)
+        return sum(1 for conn in opened if not conn.closed)
 
     @property
     def unreachable(self) -> bool:
@@ -166,8 +180,6 @@ class OwnedPool(ConnectionPool[Any]):
         _OWNED_NAMES.add(str(kwargs.get("name") or "drover"))
 
         class RecordingConnection(psycopg.Connection[Any]):
-            _counted = False
-
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
                 attempts.started()
@@ -176,16 +188,14 @@ class OwnedPool(ConnectionPool[Any]):
                 except BaseException as exc:
                     attempts.failed(exc)
                     raise
-                attempts.succeeded()
-                conn._counted = True
+                attempts.succeeded(conn)
                 return conn
 
             def close(self) -> None:
-                # The pool closes every connection it discards (broken, expired,
-                # surplus) and all of them when it closes.
-                if self._counted:
-                    self._counted = False
-                    attempts.closed()
+                # The pool closes the connections it discards as expired or
+                # surplus, and all of them when it closes; a broken one it
+                # drops as it is (``live`` skips it, being closed).
+                attempts.closed(self)
                 super().close()
 
         super().__init__(conninfo, connection_class=RecordingConnection, **kwargs)
@@ -392,7 +402,8 @@ def dedicated_connect(pool: ConnectionPool[Any], action: str, role: str) -> Conn
     For session state that must not leak into pooled connections (LISTEN, a
     session advisory lock) and must end with the connection. Unless the
     caller's settings name one, its ``application_name`` is ``drover-<role>``,
-    so an operator can tell it apart in ``pg_stat_activity``.
+    so an operator can tell it apart in ``pg_stat_activity``. Its session's
+    ``idle_session_timeout`` is off (PostgreSQL 14 and later).
     """
     # psycopg_pool accepts callables for both (credentials that rotate).
     conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
@@ -405,4 +416,14 @@ def dedicated_connect(pool: ConnectionPool[Any], action: str, role: str) -> Conn
     if drovers_default or ("application_name" not in kwargs and not names_application(conninfo)):
         kwargs["application_name"] = f"drover-{role}"
     with translate(action):
-        return psycopg.connect(conninfo, **kwargs)
+        conn = psycopg.connect(conninfo, **kwargs)
+        try:
+            if conn.info.server_version >= 140000:
+                # Idle by design (it waits for notifications, or holds a lock):
+                # a role's idle_session_timeout must not end it every few
+                # seconds. The pool's connections keep the operator's setting.
+                conn.execute("SET idle_session_timeout = 0")
+        except BaseException:
+            conn.close()
+            raise
+        return conn

@@ -13,6 +13,7 @@ record saying how long it lasted. ADR 0042 records why.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -173,6 +174,6 @@ class Backoff:
 
     def delay(self, failures: int) -> float:
         """The wait after the ``failures``-th failure in a row (1 for the first)."""
-        step = self._base * 2 ** min(max(failures - 1, 0), 30)
+        step = math.ldexp(self._base, min(max(failures - 1, 0), 30))
         jitter: float = self._rng.uniform(0.8, 1.2)
         return min(step, self._cap) * jitter
