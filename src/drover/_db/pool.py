@@ -135,10 +135,15 @@ _CONNECT_FAILURES = (
     "reconnection attempt in pool %r failed after %s sec",
 )
 """psycopg_pool's WARNING records about a failed connection attempt, by their format."""
+_DISCARDED = "discarding closed connection: %s"
+"""psycopg_pool's WARNING record about a broken connection it drops (its one argument)."""
 
 
 class _ConnectFailuresAtDebug(logging.Filter):
     """psycopg_pool's connection-failure warnings about drover's own pools, demoted to DEBUG.
+
+    Also its warning about a broken connection of drover's own pools that it
+    drops (the server ended the session): the loops' episode says it once.
 
     A borrower of such a pool already fails with the server's reason as a
     `drover.DatabaseError`, so the same failure should not also be printed
@@ -151,10 +156,16 @@ class _ConnectFailuresAtDebug(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Demote a matching record, dropping it unless DEBUG is enabled; pass the rest."""
-        if record.levelno != logging.WARNING or record.msg not in _CONNECT_FAILURES:
+        if record.levelno != logging.WARNING:
             return True
         args = record.args
-        if not isinstance(args, tuple) or not args or args[0] not in _OWNED_NAMES:
+        if not isinstance(args, tuple) or not args:
+            return True
+        if record.msg == _DISCARDED:
+            # A connection the server ended: drover's loops report the episode.
+            if not getattr(args[0], "drover_owned", False):
+                return True
+        elif record.msg not in _CONNECT_FAILURES or args[0] not in _OWNED_NAMES:
             return True
         record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
@@ -180,6 +191,8 @@ class OwnedPool(ConnectionPool[Any]):
         _OWNED_NAMES.add(str(kwargs.get("name") or "drover"))
 
         class RecordingConnection(psycopg.Connection[Any]):
+            drover_owned = True
+
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
                 attempts.started()
@@ -201,12 +214,12 @@ class OwnedPool(ConnectionPool[Any]):
         super().__init__(conninfo, connection_class=RecordingConnection, **kwargs)
 
 
-# How long the pool retries one lost or refused connection (backing off 1, 2, 4,
-# 8 s) before it gives up on it. psycopg_pool's default is five minutes, by when
-# its backoff has grown to two: a worker would take that long to notice freed
-# connection slots. Once it gives up, the next borrower asks for a connection
-# again (``_getconn``), starting a fresh backoff at one second.
-RECONNECT_TIMEOUT = 15.0
+# How long the pool retries one lost or refused connection (attempts 1, 3 and 7 s
+# after the first) before it gives up on it. psycopg_pool's default is five
+# minutes, by when its backoff has grown past two: a worker would take that
+# long to notice freed connection slots. Once it gives up, the next borrower
+# asks for a connection again (``_nudge``), and the first attempt is at once.
+RECONNECT_TIMEOUT = 5.0
 POOL_TIMEOUT = 30.0
 """Seconds a borrower of drover's own pool waits for a connection while the pool has some (all
 in use); with none and the server refusing, it fails at once with the server's reason."""
