@@ -48,6 +48,7 @@ class Runs:
         self.lock = threading.Lock()
         self.ticks: list[tuple[int, int]] = []
         self.gate_started = threading.Event()
+        self.gates: list[int] = []
         self.gate_open = threading.Event()
 
     def workers(self) -> drover.Workers:
@@ -60,6 +61,8 @@ class Runs:
 
         @registry.register(args=Gate)
         def gate(job: drover.Job[Gate]) -> None:
+            with self.lock:
+                self.gates.append(job.id)
             self.gate_started.set()
             assert self.gate_open.wait(30), "the test never opened the gate"
 
@@ -362,12 +365,14 @@ def test_the_completer_retries_through_lock_timeouts_until_its_write_lands(
 ) -> None:
     role.alter("SET lock_timeout = '100ms'")
     client, runs = started()
-    gated = client.insert(Gate()).id
-    assert runs.gate_started.wait(10)
+    gated, other = (client.insert(Gate()).id for _ in range(2))
+    poll(lambda: len(runs.gates) == 2, message="both jobs running")
     with psycopg.connect(db_url) as locker:
-        # Another session holds the job's row, as a long transaction would.
+        # Another session holds one job's row, as a long transaction would.
         locker.execute("SELECT 1 FROM drover_jobs WHERE id = %s FOR UPDATE", (gated,))
         runs.gate_open.set()
+        # The other outcome is not held back by the locked row (the batch is split).
+        poll(lambda: _state(conn, other) == ("completed", 1), timeout=10, message="the other")
         # More failures than the five retries the completer used to give up after.
         poll(lambda: _errors(client, "completer", "lock_timeout") >= 7, timeout=30)
         assert "lock timeout" in client.ready()[1]

@@ -302,11 +302,15 @@ def _getconn(pool: OwnedPool, timeout: float | None, action: str) -> Connection:
         remaining = deadline - time.monotonic()
         if conn is None:
             try:
-                # While the pool holds connections, wait in one piece (fair to
-                # other waiters: one will come back); with none, in slices that
-                # look at how the attempts to open one end.
+                # While the pool holds connections and can open more, wait in
+                # one piece (fair to other waiters: one will come back). With
+                # none, or once an attempt failed, in slices that look again:
+                # the connections it holds may be ones the server ended, and
+                # a borrower must fail with the reason when the last is found
+                # dead, not wait out the pool's timeout.
+                whole = attempts.live > 0 and not attempts.down
                 conn = pool.getconn(
-                    timeout=max(0.001, remaining if attempts.live > 0 else min(_SLICE, remaining))
+                    timeout=max(0.001, remaining if whole else min(_SLICE, remaining))
                 )
             except PoolTimeout:
                 if attempts.unreachable:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from drover._db.errors import classify
 from drover._records import Outcome, Recorded, WriteResult
 from drover._runtime import disposition
 from drover._runtime.cancels import log_cancelled
@@ -32,6 +33,9 @@ MAX_BATCH = 1000
 # drain of short jobs writes on one connection; an idle completer returns it.
 _BUSY_HOLD = 0.05
 _RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
+# Failures that mean a statement waited on a lock past the server's timeout:
+# the batch is then split, so one locked row holds back only its own outcome.
+_WAITED_OUT = ("lock_timeout", "statement_timeout")
 
 
 def _ids(batch: list[Outcome]) -> str:
@@ -50,7 +54,9 @@ class Completer(ThreadService):
     retried until it lands or the fence refuses it, backing off up to 2 s,
     logged once per episode by ``trouble``; its claims stay tracked
     meanwhile, so the heartbeat keeps renewing their leases. Any other
-    failure is retried five times. Once stopping, a batch still failing
+    failure is retried five times. A batch that waited out the server's lock
+    or statement timeout is written one outcome at a time, so a row another
+    session holds delays only its own outcome. Once stopping, a batch still failing
     after two retries is dropped with an ERROR and its rows stay ``running``
     for the rescuer, so a stop is never held by an unreachable database.
     """
@@ -232,10 +238,9 @@ class Completer(ThreadService):
     def _write(self, batch: list[Outcome]) -> None:
         self._flush_reports()
         attempt = 0
-        while True:
+        while batch:
             try:
                 results = self._session.record_outcomes(batch)
-                break
             except DroverError as exc:
                 transient = self._failed(exc)
                 stopping = self._stopping.is_set()
@@ -249,6 +254,13 @@ class Completer(ThreadService):
                     )
                     self._untrack((o.id, o.attempt) for o in batch)
                     return
+                if len(batch) > 1 and classify(exc) in _WAITED_OUT:
+                    # A row another session holds (the server's lock or statement
+                    # timeout ended the wait) must not hold back the others: write
+                    # each alone, once, and retry only the ones that still fail.
+                    batch = self._one_by_one(batch)
+                    if not batch:
+                        return
                 delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
                 if not transient:
                     self._log.error(
@@ -261,7 +273,26 @@ class Completer(ThreadService):
                     )
                 self._stopping.wait(delay)
                 attempt += 1
-        self._ok()
+            else:
+                self._ok()
+                self._landed(batch, results)
+                return
+
+    def _one_by_one(self, batch: list[Outcome]) -> list[Outcome]:
+        """Write each outcome in a statement of its own; return the ones that failed."""
+        failed: list[Outcome] = []
+        for outcome in batch:
+            try:
+                results = self._session.record_outcomes([outcome])
+            except DroverError as exc:
+                self._failed(exc)
+                failed.append(outcome)
+            else:
+                self._landed([outcome], results)
+        return failed
+
+    def _landed(self, batch: list[Outcome], results: list[Recorded]) -> None:
+        """Act on a written batch's results: report refusals, untrack, wake fetchers."""
         applied = []
         for recorded in results:
             if recorded.result is not WriteResult.APPLIED:

@@ -7,9 +7,13 @@ import logging
 import threading
 from collections.abc import Callable
 
-from drover._runtime.outage import Trouble
+from drover._runtime.outage import Backoff, Trouble
 
 __all__ = ["IntervalService", "ThreadService"]
+
+# After a transient failure an interval service tries again in 1 s, doubling,
+# and never later than its own interval.
+_RETRY = Backoff(1.0, 3600.0)
 
 
 class ThreadService(abc.ABC):
@@ -141,8 +145,10 @@ class IntervalService(ThreadService):
     An exception from ``run_once`` is logged and the next interval tries again:
     a transient database failure (no connection, the server's statement or
     lock timeout) once per episode through ``trouble``, anything else every
-    time at ``failure_level``. The interval is the retry's pace, so a
-    database outage never turns the loop into a busy one.
+    time at ``failure_level``. After a transient failure the next try
+    comes sooner than the interval (1 s, doubling, at most the interval), so
+    the loop (and readiness) notices a recovery quickly; never more than once
+    a second, so an outage does not turn it into a busy loop.
     """
 
     action: str = "run"
@@ -153,12 +159,19 @@ class IntervalService(ThreadService):
         self._interval = interval
 
     def _loop(self) -> None:
-        while not self._stopping.wait(self._interval):
+        delay, failures = self._interval, 0
+        while not self._stopping.wait(delay):
             try:
                 self.run_once()
             except Exception as exc:
                 if self._failed(exc):
+                    # Sooner than the interval (a stats refresh waits 15 s), so
+                    # readiness returns soon after the database does; never
+                    # busier than once a second, doubling.
+                    failures += 1
+                    delay = min(self._interval, _RETRY.delay(failures))
                     continue
+                delay = self._interval
                 self._log.log(
                     self.failure_level,
                     "%s failed; trying again in %ss",
@@ -168,6 +181,7 @@ class IntervalService(ThreadService):
                     exc_info=True,
                 )
             else:
+                delay, failures = self._interval, 0
                 self._ok()
 
     @abc.abstractmethod
