@@ -152,7 +152,7 @@ class Completer(ThreadService):
             self._accepting = False
         return super().stop(timeout)
 
-    def _take_batch(self, wait: float) -> list[Outcome]:
+    def _take_batch(self, wait: float, most: int = MAX_BATCH) -> list[Outcome]:
         batch: list[Outcome] = []
         try:
             item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
@@ -160,7 +160,7 @@ class Completer(ThreadService):
             return batch
         if item is not None:
             batch.append(item)
-        while len(batch) < MAX_BATCH:
+        while len(batch) < most:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
@@ -236,9 +236,9 @@ class Completer(ThreadService):
             )
 
     def _write(self, batch: list[Outcome]) -> None:
-        self._flush_reports()
         attempt = 0
         while batch:
+            self._flush_reports()
             try:
                 results = self._session.record_outcomes(batch)
             except DroverError as exc:
@@ -254,6 +254,11 @@ class Completer(ThreadService):
                     )
                     self._untrack((o.id, o.attempt) for o in batch)
                     return
+                if not stopping and len(batch) < MAX_BATCH:
+                    # Outcomes that came in meanwhile join the retry: a retry
+                    # that lasts (an outage, a held row) must not keep them
+                    # waiting behind it.
+                    batch.extend(self._take_batch(0, MAX_BATCH - len(batch)))
                 if len(batch) > 1 and classify(exc) in _WAITED_OUT:
                     # A row another session holds (the server's lock or statement
                     # timeout ended the wait) must not hold back the others: write
@@ -271,7 +276,7 @@ class Completer(ThreadService):
                         extra={"jobs": len(batch), "retry": attempt + 1},
                         exc_info=True,
                     )
-                self._stopping.wait(delay)
+                self._pause(delay)
                 attempt += 1
             else:
                 self._ok()

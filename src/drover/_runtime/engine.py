@@ -145,6 +145,7 @@ class Engine:
         for service in self.services:
             service.on_death = metrics.service_died
             service.trouble = self.trouble
+            self.trouble.watch(service.name, service.retry_now)
 
     def _router(self, events: EventLoop) -> Callable[[list[Claim]], None]:
         """The fetcher's dispatch: async kinds to the loop, the others to the pool threads."""

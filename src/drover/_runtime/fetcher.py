@@ -143,7 +143,7 @@ class Fetcher(ThreadService):
                     # freed slot) must not turn an outage into a busy loop.
                     self._session.release()
                     self._failures += 1
-                    self._stopping.wait(self._backoff.delay(self._failures))
+                    self._pause(self._backoff.delay(self._failures))
                     self._wakeup.clear()
                     continue
                 self._failures = 0

@@ -123,7 +123,7 @@ class Listener(ThreadService):
                         delay,
                         extra={"retry_in": delay, "attempts": failures},
                     )
-                self._stopping.wait(delay)
+                self._pause(delay)
                 retry = min(retry * 2, self._max_retry)
             finally:
                 self.listening.clear()

@@ -67,8 +67,18 @@ class Trouble:
         self._episode_since: float | None = None
         self._last_warning: float | None = None
         self._quiet_episodes = 0
+        self._wakers: dict[str, Callable[[], None]] = {}
         self.episodes = 0
         """Episodes begun (for tests)."""
+
+    def watch(self, service: str, retry_now: Callable[[], None]) -> None:
+        """Call ``retry_now`` when another loop succeeds while ``service`` is failing.
+
+        A loop that got through means the database is back (a slot freed, a
+        lock released): the others try again now instead of at the end of
+        their backoff, so the client turns ready within moments.
+        """
+        self._wakers[service] = retry_now
 
     def failed(self, service: str, exc: BaseException) -> bool:
         """Record one failed database call of ``service``; True when it is transient.
@@ -138,6 +148,11 @@ class Trouble:
             ended = entry is not None and not self._failing and since is not None
             if ended:
                 self._episode_since = None
+            still = list(self._failing) if entry is not None else []
+        for name in still:
+            waker = self._wakers.get(name)
+            if waker is not None:
+                waker()
         if ended and since is not None:
             self._log.info(
                 "database trouble over after %.1fs; %s works again",

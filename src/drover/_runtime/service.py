@@ -45,9 +45,20 @@ class ThreadService(abc.ABC):
         """Why the loop ended on its own (an exception's description), else None."""
         self.on_death: Callable[[str], None] | None = None
         """Called once with the service's name, on the dying thread, after ``died`` is set."""
+        self._retry = threading.Event()
         self.trouble: Trouble | None = None
         """Where the loop reports its database calls' ends (the engine sets it): transient
         failures are logged there once per episode and make the client not ready."""
+
+    def retry_now(self) -> None:
+        """Cut a backoff after a failure short (another loop just reached the database)."""
+        self._retry.set()
+
+    def _pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds, or less when stopped or told to retry now."""
+        self._retry.wait(delay)
+        if not self._stopping.is_set():  # once stopped, every later pause is cut short too
+            self._retry.clear()
 
     def _failed(self, exc: BaseException) -> bool:
         """Report a failure to ``trouble``; True when it was transient (and is logged there)."""
@@ -82,6 +93,7 @@ class ThreadService(abc.ABC):
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Ask the loop to stop and wait up to ``timeout`` seconds; True once it ended."""
         self._stopping.set()
+        self._retry.set()
         self._wake()
         with self._lock:
             # Read under start()'s lock: a start() racing this stop either
@@ -160,7 +172,10 @@ class IntervalService(ThreadService):
 
     def _loop(self) -> None:
         delay, failures = self._interval, 0
-        while not self._stopping.wait(delay):
+        while True:
+            self._pause(delay)
+            if self._stopping.is_set():
+                break
             try:
                 self.run_once()
             except Exception as exc:
