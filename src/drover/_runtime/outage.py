@@ -24,6 +24,9 @@ from drover._db.errors import TRANSIENT_KINDS, classify, redact
 
 __all__ = ["WARN_EVERY", "Backoff", "Trouble"]
 
+_clock = time.monotonic
+"""The tracker's clock (a module attribute, so tests can drive it)."""
+
 WARN_EVERY = 60.0
 """Seconds between two episode warnings: a flapping database warns once a minute at most."""
 
@@ -93,7 +96,7 @@ class Trouble:
             self._counted(service, kind)
         if kind not in TRANSIENT_KINDS:
             return False
-        now = time.monotonic()
+        now = _clock()
         reason = _reason(exc)
         warn = quiet = 0
         with self._lock:
@@ -141,7 +144,7 @@ class Trouble:
         """Record a database call of ``service`` that succeeded; may end the episode."""
         if service not in self._failing:  # unlocked fast path: the common case
             return
-        now = time.monotonic()
+        now = _clock()
         with self._lock:
             entry = self._failing.pop(service, None)
             since = self._episode_since
