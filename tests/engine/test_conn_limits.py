@@ -11,6 +11,7 @@ these tests.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -323,6 +324,34 @@ def test_an_insert_with_no_connection_fails_fast_with_the_servers_reason(
         assert time.monotonic() - started < 5
     finally:
         client.close()
+    row = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
+    assert row is not None and row[0] == 0
+
+
+def test_an_async_insert_with_no_connection_fails_fast_with_the_servers_reason(
+    role: Role, conn: Conn
+) -> None:
+    role.alter("CONNECTION LIMIT 0")
+
+    async def insert_twice() -> list[tuple[float, str]]:
+        client = drover.AsyncClient(role.url)
+        seen = []
+        try:
+            for _ in range(2):  # the second call starts from a new pool
+                started = time.monotonic()
+                with pytest.raises(drover.DatabaseError) as caught:
+                    await client.insert(Tick())
+                seen.append((time.monotonic() - started, str(caught.value)))
+        finally:
+            await client.close()
+        return seen
+
+    for took, message in asyncio.run(insert_twice()):
+        # Well inside the 10 s the pool is given to open: the refusal is seen.
+        assert took < 5, took
+        assert message.startswith("insert job: could not connect to the database at ")
+        assert f'too many connections for role "{role.name}"' in message
+        assert "s3cret" not in message
     row = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
     assert row is not None and row[0] == 0
 
