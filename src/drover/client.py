@@ -625,7 +625,7 @@ class Client(JobsAndQueues):
         transiently (no connection to be had, the server's statement or lock
         timeout), it is false with ``"database unavailable: <service>:
         <the server's reason>"``, and true again as soon as that loop's next
-        call succeeds (ADR 0042). A memory read; safe to call from any thread.
+        call succeeds (ADR 0044). A memory read; safe to call from any thread.
         """
         phase, engine = self._phase, self._engine
         if phase is _Phase.STOPPING or phase is _Phase.STOPPED:

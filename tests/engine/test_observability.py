@@ -672,7 +672,7 @@ def test_a_scrape_never_touches_the_database(
             assert scrape.depth("work") == before.depth("work")
             assert scrape.depth("parked") == before.depth("parked")
     # The stats stay fresh for two intervals, but the loops that lost their
-    # connections say the database is unavailable (ADR 0042).
+    # connections say the database is unavailable (ADR 0044).
     poll(
         lambda: _ready(client)[1].startswith("database unavailable"),
         10.0,
@@ -844,7 +844,7 @@ def test_a_database_outage_turns_readyz_stale_and_recovery_ready_again(
         started = time.monotonic()
         assert _scrape(client).depth("work") == dict.fromkeys(STATES, 0)
         assert time.monotonic() - started < 1.0, "a scrape must not wait for the database"
-        # Stale stats, or (first) a loop that lost its connection (ADR 0042).
+        # Stale stats, or (first) a loop that lost its connection (ADR 0044).
         status, reason = _ready(client)
         assert status == 503
         assert reason == "queue stats stale" or reason.startswith("database unavailable")
@@ -882,7 +882,7 @@ def test_failed_refreshes_are_logged_and_retried_until_the_database_is_back(
         poll(lambda: _ready(client)[0] == 503, 10.0, message="/readyz turning not ready")
         assert _request(addr, "/healthz")[0] == 200
         # Counted, and tried again on the next interval: more than one failure,
-        # logged once for the whole episode (ADR 0042).
+        # logged once for the whole episode (ADR 0044).
         poll(lambda: refresh_failures() >= 2, 6.0, message="refresh failures counted")
         assert _ready(client)[0] == 503
         warnings = [

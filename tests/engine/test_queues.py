@@ -588,7 +588,7 @@ def test_a_lost_listener_reconnects_at_once_and_wake_ups_resume(
     # Notifications sent while it was away are lost, so the reconnect looks once.
     poll(lambda: fetcher.claims > rounds, timeout=3.0, message="a fetch round after reconnecting")
     messages = [r.getMessage() for r in caplog.records if r.name == "drover"]
-    # The loss is one episode of database trouble: one warning (ADR 0042).
+    # The loss is one episode of database trouble: one warning (ADR 0044).
     troubles = [r for r in caplog.records if getattr(r, "event", None) == "database_trouble"]
     assert [getattr(r, "service", None) for r in troubles] == ["listener"]
     assert any(m.startswith("listening for job notifications again") for m in messages)

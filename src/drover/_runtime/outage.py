@@ -7,7 +7,7 @@ lock timeout, a conflict), the client is in an *episode*: it is not ready,
 and its loops back off. The episode's first failure is logged once at
 WARNING with the server's reason; later failures of the episode go to DEBUG
 (they are counted in ``drover_database_errors_total``); the end is one INFO
-record saying how long it lasted. ADR 0042 records why.
+record saying how long it lasted. ADR 0044 records why.
 """
 
 from __future__ import annotations
