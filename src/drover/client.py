@@ -715,7 +715,11 @@ class Client(JobsAndQueues):
         intervals, and true again after recovery). A service thread that died
         makes it false for good, naming the service (``"service died:
         fetcher"``): the client no longer does all its work and should be
-        restarted. A memory read; safe to call from any thread.
+        restarted. While a background loop's latest database call failed
+        transiently (no connection to be had, the server's statement or lock
+        timeout), it is false with ``"database unavailable: <service>:
+        <the server's reason>"``, and true again as soon as that loop's next
+        call succeeds (ADR 0044). A memory read; safe to call from any thread.
         """
         phase, engine = self._phase, self._engine
         if phase is _Phase.STOPPING or phase is _Phase.STOPPED:
@@ -727,6 +731,9 @@ class Client(JobsAndQueues):
             dead.append(self._notifier.name)
         if dead:
             return False, f"service died: {', '.join(dead)}"
+        trouble = engine.trouble.not_ready()
+        if trouble is not None:
+            return False, trouble
         bound = 2 * self._config.stats_interval.total_seconds()
         if not engine.refresher.fresh(bound):
             return False, "queue stats stale"

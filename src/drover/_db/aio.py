@@ -14,16 +14,19 @@ statement is its own transaction, and a batch runs in one ``transaction()``.
 
 from __future__ import annotations
 
+import asyncio
+import time
+import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, Self, TypeAlias
 
 import psycopg
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool
 
 from drover._db.caller import check_transaction
-from drover._db.conninfo import check_conninfo
+from drover._db.conninfo import check_conninfo, describe_target
 from drover._db.errors import redact, translate
 from drover._db.insert import (
     copy_chunks,
@@ -77,6 +80,7 @@ def aio_pool_from(
             conninfo = check_conninfo(source)
         except ValueError as exc:
             raise InvalidArgument(f"{who}: {exc}") from None
+        attempts = _Attempts(describe_target(conninfo))
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             conninfo,
             min_size=1,
@@ -85,7 +89,9 @@ def aio_pool_from(
             name="drover-async",
             kwargs={"autocommit": True, "application_name": "drover"},
             configure=_aio_without_prepares,
+            connection_class=_recording(attempts),
         )
+        _ATTEMPTS[pool] = attempts
         return pool, True
     if isinstance(source, AsyncConnectionPool):
         return source, False
@@ -112,6 +118,39 @@ async def _aio_without_prepares(conn: AsyncConnection) -> None:
         row = await cur.fetchone()
     if row is None or int(row[0]) != conn.info.backend_pid:
         conn.prepare_threshold = None
+
+
+class _Attempts:
+    """How the connection attempts of a pool drover made ended: a refusal, or a success."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.error: BaseException | None = None
+        self.connected = False
+
+
+_ATTEMPTS: weakref.WeakKeyDictionary[AsyncConnectionPool[Any], _Attempts] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _recording(attempts: _Attempts) -> type[psycopg.AsyncConnection[Any]]:
+    class RecordingConnection(psycopg.AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            try:
+                conn = await super().connect(conninfo, **kwargs)
+            except BaseException as exc:
+                attempts.error = exc
+                raise
+            attempts.connected = True
+            return conn
+
+    return RecordingConnection
+
+
+# How often aio_open looks at how the first connection attempts ended.
+_OPEN_SLICE = 0.05
 
 
 class aio_borrow:
@@ -167,12 +206,36 @@ async def aio_open(pool: AsyncConnectionPool[Any], action: str, *, timeout: floa
     """Open a pool drover made, waiting up to ``timeout`` s for its first connection.
 
     A wrong URL or a refused login fails here, as a ``drover.DatabaseError``
-    naming the cause (without a password); a pool already open is left as is.
+    naming the cause (without a password): on a pool drover made, at the
+    server's first refusal (a connection limit, a wrong password), in well
+    under a second; a pool already open is left as is.
     """
     if not pool.closed:
         return
+    attempts = _ATTEMPTS.get(pool)
     try:
-        await pool.open(wait=True, timeout=timeout)
+        if attempts is None:
+            await pool.open(wait=True, timeout=timeout)
+            return
+        # Fail at the server's first refusal (too many connections, a wrong
+        # password), with its reason, rather than after the whole timeout.
+        await pool.open(wait=False)
+        deadline = time.monotonic() + timeout
+        while not attempts.connected:
+            if attempts.error is not None:
+                reason = redact(str(attempts.error).strip().splitlines()[0])
+                await pool.close()
+                raise DatabaseError(
+                    f"{action}: could not connect to the database at {attempts.target}: {reason}"
+                ) from attempts.error
+            if time.monotonic() >= deadline:
+                await pool.close()
+                raise DatabaseError(
+                    f"{action}: could not connect (no connection within {timeout:g}s)"
+                )
+            await asyncio.sleep(_OPEN_SLICE)
+    except DatabaseError:
+        raise
     except Exception as exc:
         raise DatabaseError(f"{action}: could not connect ({redact(str(exc).strip())})") from exc
 

@@ -13,7 +13,7 @@ from psycopg import errors as pgerrors
 
 from drover.errors import DatabaseError, PermissionDenied, SchemaMissing
 
-__all__ = ["naming_role", "permission_denied", "redact", "translate"]
+__all__ = ["TRANSIENT_KINDS", "classify", "naming_role", "permission_denied", "redact", "translate"]
 
 # libpq never echoes a password, but a conninfo string we format into a
 # message might carry one; scrub both URI and key=value spellings.
@@ -24,6 +24,50 @@ _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORE
 def redact(text: str) -> str:
     """``text`` with any connection password replaced by ``***``."""
     return _KV_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1***@", text))
+
+
+TRANSIENT_KINDS = ("connection", "statement_timeout", "lock_timeout", "conflict")
+"""What ``classify`` calls a failure worth retrying as it is (the rest are ``"other"``)."""
+
+# SQLSTATE classes of failures that retrying the same statement can cure: the
+# connection (08), the server's resources ("too many connections" is 53300),
+# an operator or the server ending the session (57P, not 57014: that is a
+# cancel, told apart below).
+_CONNECTION_CLASSES = ("08", "53", "57P")
+
+
+def classify(exc: BaseException) -> str:
+    """Why a database call failed, as one of ``TRANSIENT_KINDS`` or ``"other"``.
+
+    Follows the exception's chain (``__cause__``, then ``__context__``, which
+    ``raise ... from None`` keeps), so a ``drover.DatabaseError`` is classified
+    by the psycopg or pool error behind it. ``"connection"``: no connection
+    could be had (refused, lost, the pool timed out, the server's connection
+    limits); ``"statement_timeout"`` and ``"lock_timeout"``: the server's own
+    timeouts (a role's or database's ``SET``); ``"conflict"``: a serialization
+    failure or deadlock. Anything else (a bug, a constraint, a missing
+    privilege) is ``"other"``: retrying it unchanged does not help.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, pgerrors.LockNotAvailable):
+            return "lock_timeout"
+        if isinstance(current, pgerrors.QueryCanceled):
+            return "statement_timeout"
+        if isinstance(current, pgerrors.SerializationFailure | pgerrors.DeadlockDetected):
+            return "conflict"
+        if isinstance(current, psycopg_pool.PoolTimeout):
+            return "connection"
+        if isinstance(current, psycopg.Error):
+            state = current.sqlstate
+            if state is None:
+                # libpq's own failures (refused, reset, closed) carry no SQLSTATE.
+                return "connection" if isinstance(current, psycopg.OperationalError) else "other"
+            return "connection" if state.startswith(_CONNECTION_CLASSES) else "other"
+        current = current.__cause__ or current.__context__
+    return "other"
 
 
 def permission_denied(action: str, exc: psycopg.Error, role: str | None = None) -> PermissionDenied:

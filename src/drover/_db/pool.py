@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, Self, TypeAlias
 
@@ -31,6 +33,8 @@ from drover._db.queries import query
 from drover.errors import DatabaseError, InvalidArgument
 
 __all__ = [
+    "POOL_TIMEOUT",
+    "RECONNECT_TIMEOUT",
     "ConnectAttempts",
     "Connection",
     "ConnectionPool",
@@ -111,8 +115,10 @@ class ConnectAttempts:
         """The exception of the latest failed attempt (kept after a success)."""
         self.failed_at: float | None = None
         self.succeeded_at: float | None = None
-        self.live = 0
-        """Connections opened and not yet closed (idle or in use)."""
+        # The pool drops a connection it finds broken without closing it, so a
+        # count of opens minus closes would keep counting it: the set is
+        # asked instead (see ``live``).
+        self._opened: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self.connecting = 0
         """Attempts under way now."""
 
@@ -126,15 +132,26 @@ class ConnectAttempts:
             self.failed_at = time.monotonic()
             self.connecting -= 1
 
-    def succeeded(self) -> None:
+    def succeeded(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
             self.succeeded_at = time.monotonic()
-            self.live += 1
+            self._opened.add(conn)
             self.connecting -= 1
 
-    def closed(self) -> None:
+    def closed(self, conn: psycopg.Connection[Any]) -> None:
         with self._lock:
-            self.live -= 1
+            self._opened.discard(conn)
+
+    @property
+    def live(self) -> int:
+        """Connections opened and not known to be closed or broken (idle or in use).
+
+        One the server ended is counted until drover or the pool next uses it
+        (``_dropped`` looks at every one a borrower takes).
+        """
+        with self._lock:
+            opened = list(self._opened)
+        return sum(1 for conn in opened if not conn.closed)
 
     @property
     def unreachable(self) -> bool:
@@ -161,10 +178,15 @@ _CONNECT_FAILURES = (
     "reconnection attempt in pool %r failed after %s sec",
 )
 """psycopg_pool's WARNING records about a failed connection attempt, by their format."""
+_DISCARDED = "discarding closed connection: %s"
+"""psycopg_pool's WARNING record about a broken connection it drops (its one argument)."""
 
 
 class _ConnectFailuresAtDebug(logging.Filter):
     """psycopg_pool's connection-failure warnings about drover's own pools, demoted to DEBUG.
+
+    Also its warning about a broken connection of drover's own pools that it
+    drops (the server ended the session): the loops' episode says it once.
 
     A borrower of such a pool already fails with the server's reason as a
     `drover.DatabaseError`, so the same failure should not also be printed
@@ -177,10 +199,16 @@ class _ConnectFailuresAtDebug(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Demote a matching record, dropping it unless DEBUG is enabled; pass the rest."""
-        if record.levelno != logging.WARNING or record.msg not in _CONNECT_FAILURES:
+        if record.levelno != logging.WARNING:
             return True
         args = record.args
-        if not isinstance(args, tuple) or not args or args[0] not in _OWNED_NAMES:
+        if not isinstance(args, tuple) or not args:
+            return True
+        if record.msg == _DISCARDED:
+            # A connection the server ended: drover's loops report the episode.
+            if not getattr(args[0], "drover_owned", False):
+                return True
+        elif record.msg not in _CONNECT_FAILURES or args[0] not in _OWNED_NAMES:
             return True
         record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
@@ -210,7 +238,7 @@ class OwnedPool(ConnectionPool[Any]):
         _OWNED_NAMES.add(str(kwargs.get("name") or "drover"))
 
         class RecordingConnection(psycopg.Connection[Any]):
-            _counted = False
+            drover_owned = True
 
             @classmethod
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
@@ -220,16 +248,14 @@ class OwnedPool(ConnectionPool[Any]):
                 except BaseException as exc:
                     attempts.failed(exc)
                     raise
-                attempts.succeeded()
-                conn._counted = True
+                attempts.succeeded(conn)
                 return conn
 
             def close(self) -> None:
-                # The pool closes every connection it discards (broken, expired,
-                # surplus) and all of them when it closes.
-                if self._counted:
-                    self._counted = False
-                    attempts.closed()
+                # The pool closes the connections it discards as expired or
+                # surplus, and all of them when it closes; a broken one it
+                # drops as it is (``live`` skips it, being closed).
+                attempts.closed(self)
                 super().close()
 
         super().__init__(
@@ -242,6 +268,17 @@ class OwnedPool(ConnectionPool[Any]):
         # answer is known; a pool reaches one server, so one answer holds.
         _autocommit(conn)
         self.pooled = without_prepares(conn, self.pooled)
+
+
+# How long the pool retries one lost or refused connection (attempts 1, 3 and 7 s
+# after the first) before it gives up on it. psycopg_pool's default is five
+# minutes, by when its backoff has grown past two: a worker would take that
+# long to notice freed connection slots. Once it gives up, the next borrower
+# asks for a connection again (``_nudge``), and the first attempt is at once.
+RECONNECT_TIMEOUT = 5.0
+POOL_TIMEOUT = 30.0
+"""Seconds a borrower of drover's own pool waits for a connection while the pool has some (all
+in use); with none and the server refusing, it fails at once with the server's reason."""
 
 
 def open_pool(
@@ -263,7 +300,8 @@ def open_pool(
         max_size=max(1, max_size),
         open=True,
         name=name,
-        timeout=30.0,
+        timeout=POOL_TIMEOUT,
+        reconnect_timeout=RECONNECT_TIMEOUT,
     )
 
 
@@ -275,34 +313,88 @@ def _cannot_connect(pool: OwnedPool, action: str) -> DatabaseError:
     return error
 
 
+def _dropped(conn: Connection) -> bool:
+    """True when the server has ended this idle pooled connection (or sent it something).
+
+    An idle connection has nothing to read: a readable socket means the
+    server closed it (``idle_session_timeout``, ``pg_terminate_backend``, a
+    restart) and sent its last message, or a notice arrived. Only then does a
+    round trip decide; the usual case costs one ``select`` and no round trip.
+    """
+    if conn.closed:
+        return True
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    if not readable:
+        return False
+    try:
+        ConnectionPool.check_connection(conn)
+    except psycopg.Error:
+        return True
+    return False
+
+
+def _nudge(pool: OwnedPool) -> Connection | None:
+    """Ask the pool for a connection without waiting: it starts an attempt if none is under way.
+
+    A pool that gave up reconnecting (after ``RECONNECT_TIMEOUT``) tries again
+    only when a borrower asks; this is that request, made at the pace of the
+    borrowers (each backs off), not of a busy loop.
+    """
+    try:
+        conn: Connection = pool.getconn(timeout=0.001)
+    except PoolTimeout:
+        return None
+    return conn
+
+
 def _getconn(pool: OwnedPool, timeout: float | None, action: str) -> Connection:
     """A connection from ``pool``, failing at once (with the reason) while it cannot connect."""
     budget = pool.timeout if timeout is None else timeout
     attempts = pool.attempts
     deadline = time.monotonic() + budget
     while True:
+        conn: Connection | None = None
         if attempts.unreachable:
-            raise _cannot_connect(pool, action)
+            conn = _nudge(pool)
+            if conn is None and attempts.unreachable:
+                raise _cannot_connect(pool, action)
         remaining = deadline - time.monotonic()
-        try:
-            # While the pool holds connections, wait in one piece (fair to
-            # other waiters: one will come back); with none, in slices that
-            # look at how the attempts to open one end.
-            conn: Connection = pool.getconn(
-                timeout=max(0.001, remaining if attempts.live > 0 else min(_SLICE, remaining))
-            )
-            return conn
-        except PoolTimeout:
-            if attempts.unreachable:
-                error = _cannot_connect(pool, action)
-                raise error from error.__cause__
-            if time.monotonic() < deadline:
-                continue
-            stats = pool.get_stats()
-            raise DatabaseError(
-                f"{action}: no database connection became available within {budget:g}s "
-                f"({stats.get('pool_size', 0)} open, all in use; max_size is {pool.max_size})"
-            ) from None
+        if conn is None:
+            try:
+                # While the pool holds connections and can open more, wait in
+                # one piece (fair to other waiters: one will come back). With
+                # none, or once an attempt failed, in slices that look again:
+                # the connections it holds may be ones the server ended, and
+                # a borrower must fail with the reason when the last is found
+                # dead, not wait out the pool's timeout.
+                whole = attempts.live > 0 and not attempts.down
+                conn = pool.getconn(
+                    timeout=max(0.001, remaining if whole else min(_SLICE, remaining))
+                )
+            except PoolTimeout:
+                if attempts.unreachable:
+                    error = _cannot_connect(pool, action)
+                    raise error from error.__cause__
+                if time.monotonic() < deadline:
+                    continue
+                stats = pool.get_stats()
+                refused = attempts.error if attempts.down else None
+                why = (
+                    f"; the server refuses more: {redact(str(refused).strip())}" if refused else ""
+                )
+                raise DatabaseError(
+                    f"{action}: no database connection became available within {budget:g}s "
+                    f"({stats.get('pool_size', 0)} open, all in use; max_size is "
+                    f"{pool.max_size}{why})"
+                ) from None
+        if _dropped(conn):
+            # The pool sees it broken and opens a replacement; take another now.
+            pool.putconn(conn)
+            continue
+        return conn
 
 
 def borrow_connection(pool: ConnectionPool[Any], action: str) -> Connection:
@@ -407,7 +499,9 @@ def dedicated_connect(
     transaction pooler) it connects there instead of to the pool's conninfo.
     ``pooled`` says whether the pool's conninfo leads to a transaction pooler
     (``None``: this connection finds out); prepared statements are off on a
-    connection that goes through one.
+    connection that goes through one. Its session's ``idle_session_timeout``
+    is off (PostgreSQL 14 and later), unless it goes through a pooler, where
+    a SET would outlive it in a shared server session.
     """
     # psycopg_pool accepts callables for both (credentials that rotate).
     conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
@@ -424,7 +518,11 @@ def dedicated_connect(
     with translate(action):
         conn = psycopg.connect(conninfo, **kwargs)
         try:
-            without_prepares(conn, pooled)
+            if not without_prepares(conn, pooled) and conn.info.server_version >= 140000:
+                # Idle by design (it waits for notifications, or holds a lock):
+                # a role's idle_session_timeout must not end it every few
+                # seconds. The pool's connections keep the operator's setting.
+                conn.execute("SET idle_session_timeout = 0")
         except BaseException:
             conn.close()
             raise

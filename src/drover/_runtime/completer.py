@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from drover._db.errors import classify
 from drover._db.ledger import LedgerNote, stale_write_note, write_label
 from drover._records import Outcome, Recorded, WriteResult
 from drover._runtime import disposition
@@ -34,6 +35,9 @@ MAX_BATCH = 1000
 # drain of short jobs writes on one connection; an idle completer returns it.
 _BUSY_HOLD = 0.05
 _RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
+# Failures that mean a statement waited on a lock past the server's timeout:
+# the batch is then split, so one locked row holds back only its own outcome.
+_WAITED_OUT = ("lock_timeout", "statement_timeout")
 
 
 def _ids(batch: list[Outcome]) -> str:
@@ -49,9 +53,16 @@ class Completer(ThreadService):
     bottleneck. A refused write (the claim was superseded) is logged per job at
     WARNING, counted, written in the job's duplicate ledger (ADR 0037: one
     more statement, only for a batch with a refusal) and its outcome
-    discarded. A failed write is retried with backoff;
-    once stopping, after the retries run out the batch is dropped with an
-    ERROR and the rows stay ``running`` for the rescuer.
+    discarded. A write that fails transiently (no
+    connection, the server's statement or lock timeout, a conflict) is
+    retried until it lands or the fence refuses it, backing off up to 2 s,
+    logged once per episode by ``trouble``; its claims stay tracked
+    meanwhile, so the heartbeat keeps renewing their leases. Any other
+    failure is retried five times. A batch that waited out the server's lock
+    or statement timeout is written one outcome at a time, so a row another
+    session holds delays only its own outcome. Once stopping, a batch still failing
+    after two retries is dropped with an ERROR and its rows stay ``running``
+    for the rescuer, so a stop is never held by an unreachable database.
     """
 
     name = "completer"
@@ -153,7 +164,7 @@ class Completer(ThreadService):
             self._accepting = False
         return super().stop(timeout)
 
-    def _take_batch(self, wait: float) -> list[Outcome]:
+    def _take_batch(self, wait: float, most: int = MAX_BATCH) -> list[Outcome]:
         batch: list[Outcome] = []
         try:
             item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
@@ -161,7 +172,7 @@ class Completer(ThreadService):
             return batch
         if item is not None:
             batch.append(item)
-        while len(batch) < MAX_BATCH:
+        while len(batch) < most:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
@@ -237,14 +248,15 @@ class Completer(ThreadService):
             )
 
     def _write(self, batch: list[Outcome]) -> None:
-        self._flush_reports()
         attempt = 0
-        while True:
+        while batch:
+            self._flush_reports()
             try:
                 results = self._session.record_outcomes(batch)
-                break
-            except DroverError:
-                if attempt >= len(_RETRY_DELAYS) or (self._stopping.is_set() and attempt >= 2):
+            except DroverError as exc:
+                transient = self._failed(exc)
+                stopping = self._stopping.is_set()
+                if (stopping and attempt >= 2) or (not transient and attempt >= len(_RETRY_DELAYS)):
                     self._log.error(
                         "recording the outcomes of jobs %s failed; leaving them running for "
                         "the rescuer",
@@ -254,16 +266,50 @@ class Completer(ThreadService):
                     )
                     self._untrack((o.id, o.attempt) for o in batch)
                     return
-                self._log.error(
-                    "recording the outcomes of %d job(s) failed; retry %d in %ss",
-                    len(batch),
-                    attempt + 1,
-                    _RETRY_DELAYS[attempt],
-                    extra={"jobs": len(batch), "retry": attempt + 1},
-                    exc_info=True,
-                )
-                self._stopping.wait(_RETRY_DELAYS[attempt])
+                if not stopping and len(batch) < MAX_BATCH:
+                    # Outcomes that came in meanwhile join the retry: a retry
+                    # that lasts (an outage, a held row) must not keep them
+                    # waiting behind it.
+                    batch.extend(self._take_batch(0, MAX_BATCH - len(batch)))
+                if len(batch) > 1 and classify(exc) in _WAITED_OUT:
+                    # A row another session holds (the server's lock or statement
+                    # timeout ended the wait) must not hold back the others: write
+                    # each alone, once, and retry only the ones that still fail.
+                    batch = self._one_by_one(batch)
+                    if not batch:
+                        return
+                delay = _RETRY_DELAYS[min(attempt, len(_RETRY_DELAYS) - 1)]
+                if not transient:
+                    self._log.error(
+                        "recording the outcomes of %d job(s) failed; retry %d in %ss",
+                        len(batch),
+                        attempt + 1,
+                        delay,
+                        extra={"jobs": len(batch), "retry": attempt + 1},
+                        exc_info=True,
+                    )
+                self._pause(delay)
                 attempt += 1
+            else:
+                self._ok()
+                self._landed(batch, results)
+                return
+
+    def _one_by_one(self, batch: list[Outcome]) -> list[Outcome]:
+        """Write each outcome in a statement of its own; return the ones that failed."""
+        failed: list[Outcome] = []
+        for outcome in batch:
+            try:
+                results = self._session.record_outcomes([outcome])
+            except DroverError as exc:
+                self._failed(exc)
+                failed.append(outcome)
+            else:
+                self._landed([outcome], results)
+        return failed
+
+    def _landed(self, batch: list[Outcome], results: list[Recorded]) -> None:
+        """Act on a written batch's results: report refusals, untrack, wake fetchers."""
         applied = []
         notes: list[LedgerNote] = []
         for recorded in results:

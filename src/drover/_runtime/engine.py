@@ -17,6 +17,7 @@ from drover._runtime.heartbeat import Heartbeat
 from drover._runtime.inflight import Claim, InFlight, Slots
 from drover._runtime.jobpool import JobPool
 from drover._runtime.listener import Listener
+from drover._runtime.outage import Trouble
 from drover._runtime.progress import ProgressWriter
 from drover._runtime.pruner import Pruner
 from drover._runtime.refresher import StatsRefresher
@@ -152,8 +153,12 @@ class Engine:
             self.registry,
             self.fetcher,
         ]
+        self.trouble = Trouble(self._log, counted=metrics.database_error)
+        """The loops' transient database failures: one warning per episode, and readiness."""
         for service in self.services:
             service.on_death = metrics.service_died
+            service.trouble = self.trouble
+            self.trouble.watch(service.name, service.retry_now)
 
     def _router(self, events: EventLoop) -> Callable[[list[Claim]], None]:
         """The fetcher's dispatch: async kinds to the loop, the others to the pool threads."""

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from drover._runtime.inflight import Claim
+from drover._runtime.outage import Backoff
 from drover._runtime.service import ThreadService
 from drover._runtime.wiring import Wiring
 
@@ -15,6 +16,10 @@ __all__ = ["Fetcher", "weighted_order"]
 # While every slot is busy the claim connection is kept this long, so a drain
 # of short jobs keeps it from round to round, and long jobs do not hold it.
 _BUSY_HOLD = 0.05
+# Failed rounds in a row back off from the poll interval, doubling up to this
+# (or the poll interval, if longer): few connection attempts on a server out of
+# slots, and a worker back at work within seconds of one freeing up.
+_BACKOFF_CAP = 5.0
 
 
 def weighted_order(queues: Mapping[str, int], rng: random.Random) -> list[str]:
@@ -58,11 +63,14 @@ class Fetcher(ThreadService):
     flight *before* it is dispatched, so the heartbeat covers it and shutdown
     sees it. A round that claims nothing sleeps ``poll_interval``, cut short
     by ``wake``, by a capped queue's job returning while that queue was at its
-    cap, or by stop. Claim errors are logged and the loop carries on after
-    one poll interval. While more outcomes wait to be written than
-    ``concurrency``, the excess idle slots stay idle until the completer
-    catches up, so the claims held (running or finished and unwritten) never
-    exceed twice the concurrency.
+    cap, or by stop. A failed claim ends the round; the loop carries on after
+    a backoff: the poll interval, doubled for every further failure in a
+    row up to 5 s (or the poll interval, if longer), not cut short by
+    ``wake``. A transient failure (no connection, the server's statement or
+    lock timeout) is logged once per episode by ``trouble``; others each time.
+    While more outcomes wait to be written than ``concurrency``, the excess
+    idle slots stay idle until the completer catches up, so the claims held
+    (running or finished and unwritten) never exceed twice the concurrency.
     """
 
     name = "fetcher"
@@ -81,6 +89,8 @@ class Fetcher(ThreadService):
         self._inflight = wiring.inflight
         self._dispatch = dispatch
         self._poll = wiring.config.poll_interval.total_seconds()
+        self._backoff = Backoff(self._poll, max(self._poll, _BACKOFF_CAP))
+        self._failures = 0
         self._lease_seconds = wiring.lease_seconds
         # Outcomes written in batches let a slot take its next job before the
         # last one's outcome is written; this bounds how far ahead it may run
@@ -145,7 +155,16 @@ class Fetcher(ThreadService):
                     self._log.error("fetch round failed", exc_info=True)
                 finally:
                     self._slots.free(taken - claimed, unused=True)
-                if claimed == 0 or failed:
+                if failed:
+                    # Back off on the stop event alone: a wake-up (an insert, a
+                    # freed slot) must not turn an outage into a busy loop.
+                    self._session.release()
+                    self._failures += 1
+                    self._pause(self._backoff.delay(self._failures))
+                    self._wakeup.clear()
+                    continue
+                self._failures = 0
+                if claimed == 0:
                     self._session.release()
                     self._wakeup.wait(self._poll)
                     self._wakeup.clear()
@@ -184,11 +203,16 @@ class Fetcher(ThreadService):
                     queue, want, self._lease_seconds, self._holder
                 )
                 self.claims += 1
-            except Exception:  # DroverError from the database, or anything unforeseen
-                self._log.error(
-                    "fetch jobs from queue %s failed", queue, extra={"queue": queue}, exc_info=True
-                )
+            except Exception as exc:  # DroverError from the database, or anything unforeseen
+                if not self._failed(exc):
+                    self._log.error(
+                        "fetch jobs from queue %s failed",
+                        queue,
+                        extra={"queue": queue},
+                        exc_info=True,
+                    )
                 return claimed, True
+            self._ok()
             deadline = sent + self._lease_seconds
             claims = [
                 Claim(

@@ -93,6 +93,7 @@ class Listener(ThreadService):
                 first = False
                 failures = 0
                 retry = self._first_retry
+                self._ok()
                 while not self._stopping.is_set():
                     self.run_once()
             except Exception as exc:
@@ -104,7 +105,9 @@ class Listener(ThreadService):
                 first = False
                 failures += 1
                 delay = retry * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
-                if failures == 1:
+                if self._failed(exc):
+                    pass  # transient: logged once per episode by ``trouble``
+                elif failures == 1:
                     self._log.error(
                         "listen for job notifications failed; reconnecting in %.2fs",
                         delay,
@@ -120,7 +123,7 @@ class Listener(ThreadService):
                         delay,
                         extra={"retry_in": delay, "attempts": failures},
                     )
-                self._stopping.wait(delay)
+                self._pause(delay)
                 retry = min(retry * 2, self._max_retry)
             finally:
                 self.listening.clear()

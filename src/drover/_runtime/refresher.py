@@ -16,7 +16,8 @@ class StatsRefresher(IntervalService):
     """Reads depth and oldest age once at start, then every ``stats_interval``.
 
     Scrapes only read the published snapshot, so scrape rate never adds
-    database load. A failed refresh changes nothing and is logged at WARNING;
+    database load. A failed refresh changes nothing and is logged at WARNING
+    (a transient one once per episode, through ``trouble``);
     ``fresh`` then turns false once two intervals pass without a success,
     which is what ``/readyz`` reports.
     """
@@ -48,6 +49,9 @@ class StatsRefresher(IntervalService):
     def _loop(self) -> None:
         try:
             self.run_once()
-        except Exception:
-            self._log.warning("refresh queue stats failed", exc_info=True)
+        except Exception as exc:
+            if not self._failed(exc):
+                self._log.warning("refresh queue stats failed", exc_info=True)
+        else:
+            self._ok()
         super()._loop()

@@ -7,7 +7,13 @@ import logging
 import threading
 from collections.abc import Callable
 
+from drover._runtime.outage import Backoff, Trouble
+
 __all__ = ["IntervalService", "ThreadService"]
+
+# After a transient failure an interval service tries again in 1 s, doubling,
+# and never later than its own interval.
+_RETRY = Backoff(1.0, 3600.0)
 
 
 class ThreadService(abc.ABC):
@@ -39,6 +45,30 @@ class ThreadService(abc.ABC):
         """Why the loop ended on its own (an exception's description), else None."""
         self.on_death: Callable[[str], None] | None = None
         """Called once with the service's name, on the dying thread, after ``died`` is set."""
+        self._retry = threading.Event()
+        self.trouble: Trouble | None = None
+        """Where the loop reports its database calls' ends (the engine sets it): transient
+        failures are logged there once per episode and make the client not ready."""
+
+    def retry_now(self) -> None:
+        """Cut a backoff after a failure short (another loop just reached the database)."""
+        self._retry.set()
+
+    def _pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds, or less when stopped or told to retry now."""
+        self._retry.wait(delay)
+        if not self._stopping.is_set():  # once stopped, every later pause is cut short too
+            self._retry.clear()
+
+    def _failed(self, exc: BaseException) -> bool:
+        """Report a failure to ``trouble``; True when it was transient (and is logged there)."""
+        trouble = self.trouble
+        return trouble is not None and trouble.failed(self.name, exc)
+
+    def _ok(self) -> None:
+        trouble = self.trouble
+        if trouble is not None:
+            trouble.ok(self.name)
 
     @property
     def thread_name(self) -> str:
@@ -63,6 +93,7 @@ class ThreadService(abc.ABC):
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Ask the loop to stop and wait up to ``timeout`` seconds; True once it ended."""
         self._stopping.set()
+        self._retry.set()
         self._wake()
         with self._lock:
             # Read under start()'s lock: a start() racing this stop either
@@ -123,7 +154,13 @@ class ThreadService(abc.ABC):
 class IntervalService(ThreadService):
     """Runs ``run_once`` every ``interval`` seconds until stopped.
 
-    An exception from ``run_once`` is logged and the next interval tries again.
+    An exception from ``run_once`` is logged and the next interval tries again:
+    a transient database failure (no connection, the server's statement or
+    lock timeout) once per episode through ``trouble``, anything else every
+    time at ``failure_level``. After a transient failure the next try
+    comes sooner than the interval (1 s, doubling, at most the interval), so
+    the loop (and readiness) notices a recovery quickly; never more than once
+    a second, so an outage does not turn it into a busy loop.
     """
 
     action: str = "run"
@@ -134,10 +171,22 @@ class IntervalService(ThreadService):
         self._interval = interval
 
     def _loop(self) -> None:
-        while not self._stopping.wait(self._interval):
+        delay, failures = self._interval, 0
+        while True:
+            self._pause(delay)
+            if self._stopping.is_set():
+                break
             try:
                 self.run_once()
-            except Exception:
+            except Exception as exc:
+                if self._failed(exc):
+                    # Sooner than the interval (a stats refresh waits 15 s), so
+                    # readiness returns soon after the database does; never
+                    # busier than once a second, doubling.
+                    failures += 1
+                    delay = min(self._interval, _RETRY.delay(failures))
+                    continue
+                delay = self._interval
                 self._log.log(
                     self.failure_level,
                     "%s failed; trying again in %ss",
@@ -146,6 +195,9 @@ class IntervalService(ThreadService):
                     extra={"thread_name": self.thread_name, "action": self.action},
                     exc_info=True,
                 )
+            else:
+                delay, failures = self._interval, 0
+                self._ok()
 
     @abc.abstractmethod
     def run_once(self) -> object:

@@ -102,7 +102,8 @@ class Metrics:
     ``drover_periodic_ticks_total{id,outcome}`` and ``drover_periodic_leader``.
     Reliability: ``drover_listener_reconnects_total``,
     ``drover_writes_refused_total{reason}`` (a stale claim's write the fence
-    refused) and ``drover_leases_lost_total``. The duplicate ledger (ADR 0037):
+    refused), ``drover_leases_lost_total`` and
+    ``drover_database_errors_total{service,kind}``. The duplicate ledger (ADR 0037):
     ``drover_reruns_total{reason}`` (jobs this client's rescuer or shutdown
     sent to run again) and ``drover_stale_writes_refused_total{reason,write}``
     (this client's writes of claims that had moved on). With async workers, from the
@@ -206,6 +207,14 @@ class Metrics:
                 ["reason", "write"],
                 registry=registry,
             )
+            self._db_errors = Counter(
+                "drover_database_errors",
+                "Failed database calls of the background loops, by service and kind: "
+                "connection (none could be had), statement_timeout, lock_timeout, conflict "
+                "or other (docs/reliability.md, connection exhaustion and server limits).",
+                ["service", "kind"],
+                registry=registry,
+            )
             self._queues = _QueueGauges(queues)
             registry.register(self._queues)
         except ValueError as exc:
@@ -280,6 +289,10 @@ class Metrics:
     def service_died(self, service: str) -> None:
         """Count a background service whose thread ended on its own."""
         self._deaths.labels(service).inc()
+
+    def database_error(self, service: str, kind: str) -> None:
+        """Count one failed database call of a background loop (``kind``: see ``classify``)."""
+        self._db_errors.labels(service, kind).inc()
 
     def loop_lag(self, seconds: float) -> None:
         """Observe one event-loop lag probe (async handlers' loop)."""
