@@ -222,3 +222,27 @@ def test_limits_are_per_installation(
             lambda: ia.stats().depths == [] and ib.stats().depths == [],
             message="both limited jobs ran",
         )
+
+
+def test_a_rescue_in_one_schema_writes_that_schemas_duplicate_ledger(
+    two_schemas: str, clients: Callable[..., drover.Client], poll: Poll
+) -> None:
+    """The rescue, its outcome and its ledger entry (ADR 0037) all land in the client's schema."""
+    ran = Ran()
+    a = clients("a", ran, lease_duration=1.0, rescue_interval=0.05)
+    job = a.insert(Ping(tag="lost"))
+    with psycopg.connect(two_schemas, autocommit=True) as conn:
+        # A worker that died holding the job: running, its lease long gone.
+        conn.execute(
+            "UPDATE a.drover_jobs SET state = 'running', attempt = 1, attempted_at = now(),"
+            " leased_until = now() - interval '1 minute', leased_by = 'gone-worker'"
+            " WHERE id = %s",
+            (job.id,),
+        )
+    with drover.Inspector(two_schemas, schema="a") as inspector:
+        a.start()
+        poll(lambda: ran.tags["a"] == ["lost"], message="the rescued job ran again")
+        ledger = poll(
+            lambda: inspector.get_job(job.id).ledger, message="the rescue left no ledger entry"
+        )
+    assert [(e.event, e.worker) for e in ledger][:1] == [("rescued", "gone-worker")]
