@@ -1,24 +1,36 @@
-"""Job data: typed arguments, stored rows, insert options and the job handed to a worker."""
+"""Job data: states, stored rows and insert options; the public home of every job type.
+
+``JobArgs`` (and the name and value checks it shares with ``InsertOpts``)
+lives in ``drover._job_args`` and ``Job`` (what a worker receives) in
+``drover._job_exec``; both are re-exported here, so ``drover.job`` stays the
+one path to import job types from.
+"""
 
 from __future__ import annotations
 
-import difflib
 import enum
-import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Generic, NamedTuple, Self, TypeVar, overload
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import Any, NamedTuple
 
 from drover._durations import Duration
-from drover.context import JobContext, Lease
-from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
+from drover._job_args import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    JobArgs,
+    _check_max_attempts,
+    _check_priority,
+    _check_utf8,
+)
+from drover._job_args import MAX_KIND_LENGTH as MAX_KIND_LENGTH
+from drover._job_args import MAX_QUEUE_LENGTH as MAX_QUEUE_LENGTH
+from drover._job_args import _check_name as _check_name
+from drover._job_exec import Job
+from drover.errors import InvalidArgument, InvalidInsertOpts
 from drover.ledger import LedgerEntry
-from drover.limits import Limit, limits_tuple
-from drover.progress import MAX_PROGRESS_MESSAGE, check_progress, check_tags, encode_meta
-from drover.results import DEFAULT_MAX_RESULT_BYTES, decode_result, encode_result
+from drover.progress import check_tags, encode_meta
 from drover.unique import Unique, check_forms
 
 __all__ = [
@@ -34,15 +46,7 @@ __all__ = [
     "check_job_id",
 ]
 
-MAX_QUEUE_LENGTH = 128
-MAX_KIND_LENGTH = 255
 MAX_UNIQUE_KEY_LENGTH = 1024
-MIN_PRIORITY = -100
-"""The lowest priority a job can have: claimed after every other due job of its queue."""
-MAX_PRIORITY = 100
-"""The highest priority a job can have: claimed before every other due job of its queue."""
-DEFAULT_PRIORITY = 0
-"""The priority of a job whose args class and insert options name none."""
 _EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 _LATEST = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -98,230 +102,6 @@ STATE_SETS: dict[str, tuple[JobState, ...]] = {
     "unsuccessful": UNSUCCESSFUL_STATES,
 }
 """Every named set, by the name SQL uses for it."""
-
-
-def _check_name(value: object, what: str, limit: int) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{what} must not be empty")
-    if len(value) > limit:
-        raise ValueError(f"{what} is {len(value)} characters long; the maximum is {limit}")
-    if "\x00" in value:
-        raise ValueError(f"{what} must not contain NUL characters")
-    _check_utf8(value, what)
-    return value
-
-
-def _check_utf8(value: str, what: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} is not valid UTF-8 text (it holds a lone surrogate)") from None
-
-
-def _check_max_attempts(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if not 1 <= value <= 2**31 - 1:
-        raise ValueError(f"{what} must be between 1 and 2147483647, not {value}")
-    return value
-
-
-def _check_priority(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
-    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
-        raise ValueError(
-            f"{what} must be between {MIN_PRIORITY} and {MAX_PRIORITY} "
-            f"(higher runs first), not {value}"
-        )
-    return value
-
-
-def _unknown_keys(exc: ValidationError) -> list[str]:
-    """The top-level keys an `extra="forbid"` model refused, in the order given."""
-    return [
-        str(error["loc"][0])
-        for error in exc.errors()
-        if error["type"] == "extra_forbidden" and len(error["loc"]) == 1
-    ]
-
-
-def _accepted_names(cls: type[BaseModel]) -> list[str]:
-    """The keyword names a model's constructor takes: its fields, or their aliases."""
-    names: list[str] = []
-    for name, info in cls.model_fields.items():
-        alias = info.validation_alias if isinstance(info.validation_alias, str) else info.alias
-        names.append(alias or name)
-        if alias and alias != name and cls.model_config.get("populate_by_name"):
-            names.append(name)
-    return names
-
-
-class JobArgs(BaseModel):
-    """Base class for a job's arguments: a frozen pydantic model with a ``kind``.
-
-    Declare the kind, and optionally insert defaults, as class keywords:
-
-        class SendEmail(drover.JobArgs, kind="send_email", queue="email", max_attempts=5):
-            to: str
-            subject: str
-
-    ``kind`` names the job type in the database and selects the worker; it is
-    checked when the class is defined (missing or empty raises
-    ``drover.InvalidJobArgs``, a ``TypeError``).
-    A base class meant only to be subclassed passes ``abstract=True`` instead.
-    ``queue``, ``max_attempts`` and ``priority`` are defaults that
-    ``InsertOpts`` can override per insert. ``priority`` is an int from -100
-    to 100 (default 0): within a queue, due jobs of a higher priority are
-    claimed first. A value out of range or not an int raises
-    ``drover.InvalidJobArgs`` when the class is defined.
-
-    Instances are validated when constructed and encoded to JSON on insert
-    (the JSON ``model_dump_json()`` gives); a worker validates the stored JSON
-    back into the class (``model_validate``) before the handler runs.
-
-    Unknown fields: constructing an instance with a field the class does not
-    have (`SendEmail(to="a", subjet="hi")`) raises `drover.InvalidJobArgs`
-    naming it and the closest field, where pydantic's default would drop it
-    silently. JSON given to `drover enqueue` / `Inspector.enqueue` is refused
-    the same way. Stored args are decoded leniently: a key the class no longer
-    has (a row written by an older producer, during a rolling deploy) is
-    ignored, so removing a field never kills the jobs already queued; add
-    fields only with defaults, so that older rows still validate. To accept
-    and drop unknown fields at construction too, declare the class with
-    `extra="ignore"` (`class SendEmail(drover.JobArgs, kind="send_email",
-    extra="ignore")`); `extra="allow"` keeps them and stores them. Other
-    validation errors (a missing field, a wrong type) are pydantic's
-    `ValidationError`, as for any pydantic model.
-    """
-
-    # NaN and infinities are written as JSON constants, never silently as null:
-    # the encoder then refuses them (jsonb has no such numbers). Unknown fields
-    # are refused when constructing; model_validate (decoding) drops them.
-    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants", extra="forbid")
-
-    def __init__(self, /, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            unknown = _unknown_keys(exc)
-            if not unknown:
-                raise
-            raise InvalidJobArgs(_unknown_message(type(self), unknown, exc)) from None
-
-    # pydantic runs a model's own __init__ from model_validate too, unless it is
-    # marked as the base one (RootModel marks its own the same way). Construction
-    # goes through this __init__; decoding stored args (model_validate) must not.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
-
-    @classmethod
-    def model_validate(cls, obj: Any, **kwargs: Any) -> Self:
-        """Validate stored or given data into the class, ignoring top-level keys it does not have.
-
-        The worker decodes a claimed job's stored args with this. A key the
-        class does not declare is dropped rather than refused: a row written by
-        an older producer may carry a field that was removed since. Every other
-        rule of the class applies (pydantic's `ValidationError` otherwise);
-        an explicit `extra=` (pydantic 2.11 and later) is honoured as given.
-        """
-        try:
-            return super().model_validate(obj, **kwargs)
-        except ValidationError as exc:
-            if kwargs.get("extra") is not None or not isinstance(obj, Mapping):
-                raise
-            unknown = set(_unknown_keys(exc))
-            if not unknown:
-                raise
-            known = {key: value for key, value in obj.items() if key not in unknown}
-            return super().model_validate(known, **kwargs)
-
-    kind: ClassVar[str]
-    default_queue: ClassVar[str | None] = None
-    default_max_attempts: ClassVar[int | None] = None
-    default_priority: ClassVar[int | None] = None
-    declared_limits: ClassVar[tuple[Limit, ...]] = ()
-    """Cluster-wide limits on this kind (class keyword `limits=`), inherited by subclasses."""
-
-    def __init_subclass__(
-        cls,
-        *,
-        kind: str | None = None,
-        queue: str | None = None,
-        max_attempts: int | None = None,
-        priority: int | None = None,
-        limits: Limit | Sequence[Limit] | None = None,
-        abstract: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        super().__init_subclass__(**kwargs)
-        try:
-            if limits is not None:
-                cls.declared_limits = limits_tuple(limits, f"{cls.__qualname__} limits")
-            if kind is not None:
-                cls.kind = _check_name(kind, f"{cls.__qualname__} kind", MAX_KIND_LENGTH)
-            if queue is not None:
-                cls.default_queue = _check_name(
-                    queue, f"{cls.__qualname__} queue", MAX_QUEUE_LENGTH
-                )
-            if max_attempts is not None:
-                cls.default_max_attempts = _check_max_attempts(
-                    max_attempts, f"{cls.__qualname__} max_attempts"
-                )
-            if priority is not None:
-                cls.default_priority = _check_priority(priority, f"{cls.__qualname__} priority")
-        except (TypeError, ValueError) as exc:
-            raise InvalidJobArgs(str(exc)) from None
-        if abstract:
-            return
-        current = getattr(cls, "kind", None)
-        if not isinstance(current, str) or not current.strip():
-            raise InvalidJobArgs(
-                f"{cls.__qualname__} needs a job kind: "
-                f'class {cls.__name__}(drover.JobArgs, kind="...")'
-            )
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        # Runs once pydantic has built the fields, which __init_subclass__
-        # cannot see: a limit's partition field must be one of them.
-        super().__pydantic_init_subclass__(**kwargs)
-        _check_partition_fields(cls)
-
-
-def _check_partition_fields(cls: type[JobArgs]) -> None:
-    fields = set(cls.model_fields)
-    for limit in cls.declared_limits:
-        field = limit.partition_by
-        if field is not None and field not in fields:
-            close = difflib.get_close_matches(field, sorted(fields), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InvalidJobArgs(
-                f"{cls.__qualname__} limits: partition_by={field!r} is not one of its fields"
-                f"{hint}; its fields are {', '.join(sorted(fields)) or 'none'}"
-            )
-
-
-def _unknown_message(cls: type[JobArgs], unknown: list[str], exc: ValidationError) -> str:
-    accepted = _accepted_names(cls)
-    parts = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, accepted, n=1)
-        parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
-    noun = "an unknown field" if len(unknown) == 1 else "unknown fields"
-    message = (
-        f"{cls.__qualname__} got {noun} {', '.join(parts)}; its fields are "
-        f"{', '.join(accepted) or 'none'}. Unknown fields are refused so that a misspelled "
-        f'one is not dropped; declare the class with extra="ignore" to drop them instead'
-    )
-    others = [e for e in exc.errors() if e["type"] != "extra_forbidden" or len(e["loc"]) != 1]
-    if others:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or cls.__qualname__}: {e['msg']}" for e in others
-        )
-        message += f". Also: {details}"
-    return message
 
 
 class _NoMeta(dict[str, Any]):
@@ -570,170 +350,3 @@ def check_job_id(job_id: object) -> int:
     if not 1 <= job_id <= MAX_JOB_ID:
         raise InvalidArgument(f"job id must be between 1 and {MAX_JOB_ID}, not {job_id}")
     return job_id
-
-
-ArgsT = TypeVar("ArgsT", bound=JobArgs, covariant=True)
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Job(Generic[ArgsT]):
-    """What a worker receives: the claimed row's identity and its decoded, typed args.
-
-    ``attempt`` counts executions including this one (1 on the first run).
-    ``context`` carries cancellation (shutdown escalation, timeouts), the
-    deadline if any, and values set by middleware.
-    """
-
-    id: int
-    kind: str
-    queue: str
-    attempt: int
-    max_attempts: int
-    created_at: datetime
-    args: ArgsT
-    context: JobContext = field(default_factory=JobContext, compare=False)
-
-    @property
-    def lease(self) -> Lease:
-        """The execution's fence: ``attempt``, ``leased_until`` and the ``lost`` event."""
-        return self.context.lease
-
-    @property
-    def lease_lost(self) -> threading.Event:
-        """Set when this worker learns it no longer holds the job (see ``drover.Lease``).
-
-        A long handler checks it between steps and stops early: its outcome
-        would be refused, and another execution may already be running.
-        """
-        return self.context.lease.lost
-
-    @overload
-    def parent_results(self, as_type: None = None) -> list[Any]: ...
-    @overload
-    def parent_results(self, as_type: type[T]) -> list[T]: ...
-    def parent_results(self, as_type: type[T] | None = None) -> list[Any]:
-        """The results of the jobs this one waited for, in the order they were listed.
-
-        For a chained step, the previous step's result (a list of one); for a
-        chord's callback, every member's result in member order; for
-        ``InsertOpts.depends_on``, in id order. ``None`` for a job that
-        returned nothing. With ``as_type`` each is validated as that type
-        (``drover.InvalidResult`` when one does not). Read from the database
-        on each call (one query); dependencies retention has deleted are
-        missing from the list.
-
-        Raises ``drover.InvalidArgument`` for a job not claimed by a worker.
-        """
-        read = self.context._read_parents
-        if read is None:
-            raise InvalidArgument(
-                "parent_results needs a job claimed by a drover worker; this Job was built by hand"
-            )
-        return [decode_result(value, as_type, self.id) for _, _, value in read(self.id)]
-
-    def set_progress(self, fraction: float, message: str | None = None) -> None:
-        """Report how far the handler has got: ``fraction`` from 0 to 1, and a short message.
-
-        Cheap enough for a tight loop: the call stores the latest values and
-        returns, taking no lock and making no round trip. The client's progress
-        writer writes every running job's latest report in one statement about
-        twice a second (only jobs whose report changed), and the last report
-        is written just before the job's outcome, so it is never lost to the
-        throttling. The writes are fenced on this execution ``(id, attempt,
-        state = 'running')``: once the lease is lost, the reports of this
-        execution are refused by the database and the row keeps what the
-        current execution says. Visible as ``JobRow.progress`` and
-        ``progress_message`` (``Inspector.get_job``, ``drover jobs get``, the
-        job's page). A report from a retried attempt replaces the earlier
-        attempt's.
-
-        Raises ``drover.InvalidArgument`` for a fraction that is not a number
-        from 0 to 1 or a message that is not a string of at most 1,000
-        characters. On a hand-built ``Job`` the values are kept and never
-        written.
-        """
-        if (
-            fraction.__class__ is not float
-            or not 0.0 <= fraction <= 1.0
-            or (
-                message is not None
-                and (
-                    message.__class__ is not str
-                    or len(message) > MAX_PROGRESS_MESSAGE
-                    or "\x00" in message
-                )
-            )
-        ):
-            try:
-                fraction = check_progress(fraction, message)
-            except (TypeError, ValueError) as exc:
-                raise InvalidArgument(str(exc)) from None
-        context = self.context
-        slot = context._progress
-        if slot is None:
-            slot = context._progress_slot()
-        slot.latest = (fraction, message)
-
-    def update_meta(self, values: Mapping[str, Any]) -> None:
-        """Merge ``values`` into the job's metadata (top-level keys replace, as jsonb ``||``).
-
-        Written like progress: by the client's progress writer within about
-        half a second, and before the job's outcome at the latest, fenced on
-        this execution. The whole metadata must stay JSON of at most 64 KiB.
-
-        Raises ``drover.InvalidArgument`` (and merges nothing) for a value
-        that is not a dict with string keys of JSON values, or that would take
-        the metadata past its size limit.
-        """
-        try:
-            self.context._progress_slot().merge(values)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(str(exc)) from None
-
-    def complete_tx(self, conn: object, *, result: object = None) -> None:
-        """Complete this job inside the caller's transaction, fenced on this execution.
-
-        ``conn`` is what ``Client.insert_tx`` accepts: a psycopg connection or
-        cursor inside a transaction, a Django connection or cursor inside
-        ``transaction.atomic()``, a SQLAlchemy ``Connection`` or ``Session``.
-        The handler's own writes and the job's completion then commit or roll
-        back together: if the transaction commits, the job is ``completed``
-        and its effects are there; if it rolls back, neither is, and the job
-        is retried like a failed attempt (error "drover: complete_tx was called
-        but its transaction did not commit"). The engine writes no completion
-        of its own for the job.
-
-        The update is fenced on ``(id, attempt, state = 'running')``. If this
-        execution no longer holds the job (its lease lapsed and it was
-        rescued, perhaps re-claimed or cancelled since; shutdown handed it
-        back), ``drover.LeaseLost`` is raised and nothing of drover's is
-        written: let it escape the transaction block so the handler's writes
-        roll back too. That is what makes a handler whose side effects live in
-        the same database effectively-once (ADR 0002).
-
-        The completion holds a row lock until the transaction ends: commit
-        before the handler returns (an open transaction at return is reported
-        and the job left to the rescuer). Call it at most once per execution;
-        after a commit, raising from the handler changes nothing.
-
-        ``result`` is stored as the job's result with the completion (what
-        the handler returns afterwards is not: the job is already complete).
-
-        Raises ``drover.InvalidArgument`` for a job not claimed by a
-        worker, ``drover.NotInTransaction`` for an autocommit connection,
-        ``drover.UnsupportedConnection`` for anything else it cannot use and
-        ``drover.InvalidResult`` for a result it cannot store; each before
-        anything is written.
-        """
-        complete = self.context._complete_tx
-        if complete is None:
-            raise InvalidArgument(
-                "complete_tx needs a job claimed by a drover worker; this Job was built by hand"
-            )
-        slot = self.context._result_slot
-        text = encode_result(
-            result, kind=self.kind, max_bytes=slot.max_bytes or DEFAULT_MAX_RESULT_BYTES
-        )
-        complete(conn, text)
-        slot.in_tx = True

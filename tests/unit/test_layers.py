@@ -33,6 +33,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.context",
             "drover.unique",
             "drover.ledger",
+            "drover._job_args",
+            "drover._job_exec",
             "drover.job",
             "drover._records",
             "drover.queues",
