@@ -4,7 +4,8 @@ A throwaway PostgreSQL cluster on a loopback TCP port (``.cluster``), a
 loopback proxy that cuts or blackholes connections (``.proxy``), the
 history model that handlers and the database are recorded into
 (``.history``, its files ``.jsonl``), and the checker that judges a history
-(``.checker``, with ``.limit_check`` for concurrency limits).
+(``.checker``, its ``.report`` and the error ``.entries`` it reads, with
+``.limit_check`` for concurrency limits).
 None of it knows drover's own test workload: ``drover.faults.suite`` does.
 """
 

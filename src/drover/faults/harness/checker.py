@@ -3,7 +3,8 @@
 ``check`` reads a ``History`` (the database's
 final rows plus what the processes recorded) and returns a ``Report``:
 counters, recovery and drain figures, and one ``Violation`` per broken
-invariant (docs/reliability.md §3.1). Pure Python, no database.
+invariant (docs/reliability.md §3.1). Pure Python, no database. ``Report`` and ``Violation``
+(``.report``) and ``RESCUE_PREFIX`` (``.entries``) are defined beside it, re-exported here.
 
 The checker never demands a history record for something the database
 already settled (the "indeterminate" rule, §3.2): a process killed right
@@ -55,18 +56,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
+from drover.faults.harness.entries import RESCUE_PREFIX, error_entries
 from drover.faults.harness.history import TERMINAL_STATES, Effect, Fault, History, JobFinal, Start
-from drover.faults.harness.limit_check import Exceeded, LimitFinding, check_limits
+from drover.faults.harness.limit_check import check_limits, excess_text, tipping_job
+from drover.faults.harness.report import Report, Violation
 from drover.faults.harness.workflow_check import WORKFLOW_CODES, check_workflows, pending_reason
 
 __all__ = ["CODES", "NO_EFFECT_WORKLOADS", "RESCUE_PREFIX", "Report", "Violation", "check"]
-
-RESCUE_PREFIX = "drover: lease expired"
-"""An error entry whose ``error`` starts with this is the rescuer's, not the handler's."""
 
 NO_EFFECT_WORKLOADS = frozenset({"cancel", "poison"})
 """Workloads whose handler never succeeds, so never leaves an effect."""
@@ -94,248 +91,6 @@ CODES: dict[str, str] = {
 _REPLAYABLE_STARTS = {"snooze": 1}
 """Extra starts of one attempt a workload may have: a snooze gives its attempt back."""
 
-_MAX_JOBS_IN_SUMMARY = 20
-_MAX_VIOLATIONS_IN_JSON = 100
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken invariant: a code from ``CODES``, the job (None if not a job's), and why."""
-
-    code: str
-    job: int | None
-    detail: str
-
-    def to_json(self) -> dict[str, Any]:
-        """``{"code", "job", "detail"}``."""
-        return {"code": self.code, "job": self.job, "detail": self.detail}
-
-
-@dataclass
-class Report:
-    """What ``check`` found: counters, figures and violations.
-
-    ``states`` and ``faults`` count jobs by final state and faults by kind;
-    ``lost``, ``wrong_outcome``, ``phantom``, ``stale_accepted`` and
-    ``attempt_violations`` count jobs with that violation. ``duplicates_total``
-    counts extra executions (effects beyond the accepted one), split into
-    attributed (by the kind of fault that explains each:
-    ``duplicates_by_fault``) and unattributed;
-    ``duplicates_in_tx`` counts jobs with more than one effect in tx mode.
-    Recovery samples are rescue time minus fault time for the jobs in flight in
-    a killed or stopped process; samples overlapping a database/network-wide
-    fault are counted in ``recovery_confounded`` and left out of the figures
-    (the lease bound is for a process fault alone). ``drains`` counts drains
-    with a budget. ``limits`` has, per concurrency limit of the history, its
-    ``concurrency``, the ``executions`` it counted and the ``peak`` holding
-    its slots at once (in one partition); ``limit_exceeded`` counts the
-    instants a limit was exceeded. ``workflows`` has the workflow check's
-    figures (``WorkflowFindings.figures``), empty for a history without
-    workflow steps. ``history`` is what was checked (for ``summary``).
-    """
-
-    jobs: int = 0
-    states: dict[str, int] = field(default_factory=dict)
-    effects: int = 0
-    starts: int = 0
-    refused: int = 0
-    faults: dict[str, int] = field(default_factory=dict)
-    lost: int = 0
-    wrong_outcome: int = 0
-    phantom: int = 0
-    stale_accepted: int = 0
-    attempt_violations: int = 0
-    duplicates_total: int = 0
-    duplicates_attributed: int = 0
-    duplicates_unattributed: int = 0
-    duplicates_by_fault: dict[str, int] = field(default_factory=dict)
-    duplicates_in_tx: int = 0
-    duplicates_in_ledger: int = 0
-    recovery_samples: int = 0
-    recovery_worst: float | None = None
-    recovery_p99: float | None = None
-    recovery_confounded: int = 0
-    drains: int = 0
-    drain_worst: float | None = None
-    limits: dict[str, dict[str, int]] = field(default_factory=dict)
-    limit_exceeded: int = 0
-    workflows: dict[str, Any] = field(default_factory=dict)
-    violations: list[Violation] = field(default_factory=list)
-    history: History | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def ok(self) -> bool:
-        """True iff there is no violation."""
-        return not self.violations
-
-    def codes(self) -> dict[str, int]:
-        """How many violations of each code (only codes that occur)."""
-        return dict(Counter(v.code for v in self.violations))
-
-    def to_json(self) -> dict[str, Any]:
-        """The figures as a JSON-ready dict (at most 100 violations listed; the total is given).
-
-        Durations are seconds, rounded to the microsecond.
-        """
-        return {
-            "ok": self.ok,
-            "jobs": self.jobs,
-            "states": dict(self.states),
-            "effects": self.effects,
-            "starts": self.starts,
-            "refused": self.refused,
-            "faults": dict(self.faults),
-            "lost": self.lost,
-            "wrong_outcome": self.wrong_outcome,
-            "phantom": self.phantom,
-            "stale_accepted": self.stale_accepted,
-            "attempt_violations": self.attempt_violations,
-            "duplicates_total": self.duplicates_total,
-            "duplicates_attributed": self.duplicates_attributed,
-            "duplicates_unattributed": self.duplicates_unattributed,
-            "duplicates_by_fault": dict(self.duplicates_by_fault),
-            "duplicates_in_tx": self.duplicates_in_tx,
-            "duplicates_in_ledger": self.duplicates_in_ledger,
-            "recovery_samples": self.recovery_samples,
-            "recovery_worst": _micro(self.recovery_worst),
-            "recovery_p99": _micro(self.recovery_p99),
-            "recovery_confounded": self.recovery_confounded,
-            "drains": self.drains,
-            "drain_worst": _micro(self.drain_worst),
-            "limits": {key: dict(figures) for key, figures in self.limits.items()},
-            "limit_exceeded": self.limit_exceeded,
-            "workflows": dict(self.workflows),
-            "violations_total": len(self.violations),
-            "violations_by_code": self.codes(),
-            "violations": [v.to_json() for v in self.violations[:_MAX_VIOLATIONS_IN_JSON]],
-        }
-
-    def summary(self) -> str:
-        """A human summary: the figures, then up to 20 violating jobs, each with its timeline."""
-        duplicates = f"duplicates {self.duplicates_total}: attributed {self.duplicates_attributed}"
-        if self.duplicates_by_fault:
-            duplicates += f" ({_counts(self.duplicates_by_fault)})"
-        duplicates += f", unattributed {self.duplicates_unattributed}"
-        duplicates += f"; in the job's ledger {self.duplicates_in_ledger}"
-        if self.duplicates_in_tx:
-            duplicates += f"; jobs with more than one effect in tx mode {self.duplicates_in_tx}"
-        recovery = (
-            f"recovery: {self.recovery_samples} samples, worst {_secs(self.recovery_worst)}, "
-            f"p99 {_secs(self.recovery_p99)}"
-        )
-        if self.history is not None:
-            p = self.history.params
-            recovery += f" (bound {_secs(p.lease + p.rescue_interval + p.epsilon)})"
-        if self.recovery_confounded:
-            recovery += f"; {self.recovery_confounded} confounded by a database/network fault"
-        lines = [
-            f"history: {self.jobs} jobs ({_counts(self.states)}); {self.effects} effects, "
-            f"{self.starts} starts, {self.refused} stale writes refused",
-            f"faults: {_counts(self.faults) or 'none'}",
-            f"lost {self.lost}, wrong outcome {self.wrong_outcome}, phantom {self.phantom}, "
-            f"stale accepted {self.stale_accepted}, attempt violations {self.attempt_violations}",
-            duplicates,
-            recovery,
-            f"drains: {self.drains}, worst {_secs(self.drain_worst)}",
-        ]
-        if self.limits:
-            lines.append(
-                "limits (peak of limit, executions): "
-                + ", ".join(
-                    f"{key} {f['peak']} of {f['concurrency']} ({f['executions']})"
-                    for key, f in self.limits.items()
-                )
-            )
-        if self.workflows.get("steps"):
-            w = self.workflows
-            lines.append(
-                f"workflows: {w['workflows']} ({w['steps']} steps, {w['dependents']} waiting); "
-                f"reruns: retried {w['retried']}, attributed {w['duplicates_attributed']}, "
-                f"unattributed {w['duplicates_unattributed']}; cancelled by a dependency "
-                f"{w['cancelled_by_dependency']}; release lag worst {_secs(w['release_lag_worst'])}"
-            )
-        if self.ok:
-            lines.append("OK: no violations")
-            return "\n".join(lines)
-        lines.append(f"VIOLATIONS: {len(self.violations)} ({_counts(self.codes())})")
-        unassigned = [v for v in self.violations if v.job is None]
-        for v in unassigned:
-            lines.append(f"  {v.code}: {v.detail}")
-        by_job: dict[int, list[Violation]] = {}
-        for v in self.violations:
-            if v.job is not None:
-                by_job.setdefault(v.job, []).append(v)
-        shown = list(by_job)[:_MAX_JOBS_IN_SUMMARY]
-        timeline = _Timeline(self.history) if self.history is not None else None
-        for job_id in shown:
-            lines.append("")
-            lines.append(timeline.header(job_id) if timeline else f"job {job_id}:")
-            lines.extend(f"  ! {v.code}: {v.detail}" for v in by_job[job_id])
-            if timeline:
-                lines.extend(timeline.events(job_id))
-        rest = list(by_job)[_MAX_JOBS_IN_SUMMARY:]
-        if rest:
-            ids = ", ".join(str(j) for j in rest[:50]) + (", ..." if len(rest) > 50 else "")
-            lines.append("")
-            lines.append(f"... and {len(rest)} more violating jobs: {ids}")
-        return "\n".join(lines)
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in counts.items())
-
-
-def _micro(value: float | None) -> float | None:
-    """Seconds rounded to the microsecond (error entries' resolution)."""
-    return None if value is None else round(value, 6)
-
-
-def _secs(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f} s"
-
-
-def _parse_at(value: object) -> float | None:
-    """An error entry's ``at`` (ISO-8601) as epoch seconds; naive means UTC; None if unreadable."""
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One error entry of a job, parsed."""
-
-    attempt: int | None
-    at: float | None
-    error: str
-
-    @property
-    def rescue(self) -> bool:
-        return self.error.startswith(RESCUE_PREFIX)
-
-
-def _entries(job: JobFinal) -> list[_Entry]:
-    out = []
-    for raw in job.errors:
-        attempt = raw.get("attempt")
-        error = raw.get("error")
-        out.append(
-            _Entry(
-                attempt=attempt
-                if isinstance(attempt, int) and not isinstance(attempt, bool)
-                else None,
-                at=_parse_at(raw.get("at")),
-                error=error if isinstance(error, str) else "",
-            )
-        )
-    return out
-
 
 def _p99(samples: list[float]) -> float:
     """The nearest-rank 99th percentile."""
@@ -358,7 +113,7 @@ class _Checker:
             self.starts_by_pid[s.pid].append(s)
         for e in sorted(history.effects, key=lambda e: (e.t_end, e.t_start)):
             self.effects_by_job[e.job].append(e)
-        self.entries = {job_id: _entries(job) for job_id, job in history.jobs.items()}
+        self.entries = {job_id: error_entries(job) for job_id, job in history.jobs.items()}
         self.global_faults = [f for f in history.faults if f.pid is None]
 
     def flag(self, code: str, job: int | None, detail: str) -> None:
@@ -725,7 +480,7 @@ class _Checker:
             }
             for excess in finding.exceeded:
                 self.report.limit_exceeded += 1
-                self.flag("LIMIT_EXCEEDED", _tipping_job(excess), _excess_text(finding, excess))
+                self.flag("LIMIT_EXCEEDED", tipping_job(excess), excess_text(finding, excess))
 
     # 9. workflows ------------------------------------------------------------------------------
 
@@ -735,101 +490,6 @@ class _Checker:
             self.report.workflows = found.figures()
         for code, job, detail in found.violations:
             self.flag(code, job, detail)
-
-
-def _tipping_job(excess: Exceeded) -> int:
-    """The job whose start took the slot one too many."""
-    return max(excess.slots, key=lambda s: (s.start, s.job)).job
-
-
-def _excess_text(finding: LimitFinding, excess: Exceeded) -> str:
-    rule = finding.rule
-    where = f"{rule}={excess.partition}" if rule.partition_by is not None else str(rule)
-    held = "; ".join(
-        f"job {s.job} attempt {s.attempt} pid {s.pid} from {s.start:.6f} until "
-        + ("the end of the history" if s.end == math.inf else f"{s.end:.6f} ({s.ended_by})")
-        for s in excess.slots
-    )
-    return (
-        f"{len(excess.slots)} executions held slots of {where} at once at {excess.at:.6f} "
-        f"(limit {rule.concurrency}): {held}"
-    )
-
-
-class _Timeline:
-    """Renders one job's events (starts, effects, refusals, errors, faults) for the summary."""
-
-    def __init__(self, history: History) -> None:
-        self.h = history
-        times: list[float] = [s.t for s in history.starts]
-        times += [e.t_start for e in history.effects]
-        times += [r.t for r in history.refused]
-        times += [f.t_start for f in history.faults]
-        self.t0 = min(times) if times else 0.0
-
-    def rel(self, t: float | None) -> str:
-        return "?" if t is None else f"+{t - self.t0:.3f}"
-
-    def header(self, job_id: int) -> str:
-        job = self.h.jobs.get(job_id)
-        if job is None:
-            return f"job {job_id} (not in the database snapshot):"
-        return (
-            f"job {job_id} ({job.workload}, {job.state}, attempt {job.attempt}/"
-            f"{job.max_attempts}, finalized {self.rel(job.finalized_at)}):"
-        )
-
-    def events(self, job_id: int) -> list[str]:
-        h = self.h
-        rows: list[tuple[float, str]] = []
-        pids: set[int] = set()
-        for s in h.starts:
-            if s.job == job_id:
-                pids.add(s.pid)
-                rows.append((s.t, f"start     attempt {s.attempt} pid {s.pid}"))
-        for e in h.effects:
-            if e.job == job_id:
-                pids.add(e.pid)
-                rows.append(
-                    (
-                        e.t_end,
-                        f"effect    attempt {e.attempt} pid {e.pid} (handler from "
-                        f"{self.rel(e.t_start)}, db {self.rel(e.db_at)}{', tx' if e.tx else ''})",
-                    )
-                )
-        for end in h.ends:
-            if end.job == job_id:
-                rows.append((end.t, f"end       attempt {end.attempt} pid {end.pid}"))
-        for r in h.refused:
-            if r.job == job_id:
-                pids.add(r.pid)
-                rows.append((r.t, f"refused   attempt {r.attempt} pid {r.pid}: {r.reason}"))
-        job = h.jobs.get(job_id)
-        undated: list[str] = []
-        if job is not None:
-            for entry in _entries(job):
-                first_line = entry.error.splitlines()[0] if entry.error else ""
-                text = f"error     attempt {entry.attempt}: {first_line}"
-                if entry.at is None:
-                    undated.append(text)
-                else:
-                    rows.append((entry.at, text))
-            if job.finalized_at is not None:
-                rows.append((job.finalized_at, f"finalized {job.state} at attempt {job.attempt}"))
-        if rows:
-            p = h.params
-            lo = min(t for t, _ in rows) - p.lease - p.rescue_interval - p.epsilon
-            hi = max(t for t, _ in rows) + p.epsilon
-            for f in h.faults:
-                if (f.pid is None or f.pid in pids) and f.t_start <= hi and f.t_end >= lo:
-                    who = "all workers" if f.pid is None else f"pid {f.pid}"
-                    rows.append(
-                        (f.t_start, f"FAULT     {f.kind} of {who} until {self.rel(f.t_end)}")
-                    )
-        rows.sort(key=lambda row: row[0])
-        return [f"  {self.rel(t):>12}  {text}" for t, text in rows] + [
-            f"  {'?':>12}  {text}" for text in undated
-        ]
 
 
 def check(history: History) -> Report:

@@ -34,7 +34,15 @@ from dataclasses import dataclass, field
 
 from drover.faults.harness.history import End, History, JobFinal, LimitRule, Start
 
-__all__ = ["Exceeded", "LimitFinding", "Slot", "check_limits", "partition_of"]
+__all__ = [
+    "Exceeded",
+    "LimitFinding",
+    "Slot",
+    "check_limits",
+    "excess_text",
+    "partition_of",
+    "tipping_job",
+]
 
 _OPEN = math.inf
 
@@ -175,3 +183,23 @@ def check_limits(history: History, released: Mapping[tuple[int, int], float]) ->
             _sweep(finding, partition, slots)
         findings.append(finding)
     return findings
+
+
+def tipping_job(excess: Exceeded) -> int:
+    """The job whose start took the slot one too many."""
+    return max(excess.slots, key=lambda s: (s.start, s.job)).job
+
+
+def excess_text(finding: LimitFinding, excess: Exceeded) -> str:
+    """A ``LIMIT_EXCEEDED`` violation's detail: the limit, the instant and each slot held."""
+    rule = finding.rule
+    where = f"{rule}={excess.partition}" if rule.partition_by is not None else str(rule)
+    held = "; ".join(
+        f"job {s.job} attempt {s.attempt} pid {s.pid} from {s.start:.6f} until "
+        + ("the end of the history" if s.end == math.inf else f"{s.end:.6f} ({s.ended_by})")
+        for s in excess.slots
+    )
+    return (
+        f"{len(excess.slots)} executions held slots of {where} at once at {excess.at:.6f} "
+        f"(limit {rule.concurrency}): {held}"
+    )
