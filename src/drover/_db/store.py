@@ -10,6 +10,12 @@ the test helpers use only this; none of them sees a pool or a connection.
 Work inside a caller's transaction is not the Store's: see
 ``drover._db.caller``.
 
+This module keeps the pool, the sessions, the connections services keep
+and the inserts; the reads and operator actions are in
+``drover._db.store_operator``, the engine's writes and sweeps in
+``drover._db.store_engine``, mixed into ``Store`` so its callers see one
+class.
+
 Every one-shot operation borrows one connection for its statements and
 returns it at once (committed by autocommit, or by the pool's context
 manager on an application's pool). Thread-safe: the pool is.
@@ -17,68 +23,34 @@ manager on an application's pool). Thread-safe: the pool is.
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from drover._db import (
-    Connection,
-    admin,
-    bulk,
-    cancels,
-    claims,
-    clients,
-    graph,
-    health,
-    insert,
-    ledger,
-    limits,
-    queues,
-    results,
-    retention,
-    stats,
-    testing,
-    ticks,
-    unique,
-)
-from drover._db.clients import ClientEntry
+from drover._db import Connection, graph, insert, ticks, unique
 from drover._db.conninfo import describe_target
-from drover._db.deadline import socket_deadline
 from drover._db.held import HeldSession
-from drover._db.migrator import read_status, require_current_schema
+from drover._db.migrator import require_current_schema
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.notify import Listening, notify_queues_now
 from drover._db.pool import OwnedPool, behind_pooler, borrow, dedicated_connect, pool_from
-from drover._db.progress import ProgressReport, job_report_progress
-from drover._records import (
-    EncodedBatch,
-    EncodedGraph,
-    Identity,
-    JobInsertParams,
-    KindStats,
-    Outcome,
-    PeriodicInfo,
-    QueueStats,
-    Recorded,
-    Renewal,
-    WorkerInfo,
-)
-from drover.health import HealthFacts, HealthThresholds
-from drover.job import JobRow, JobState
-from drover.limits import Limit, LimitKey, LimitState
-from drover.queues import QueueState
-from drover.unique import UniqueIdentity
+from drover._db.store_engine import EngineOps
+from drover._db.store_operator import OperatorOps
+from drover._records import EncodedBatch, EncodedGraph, Identity, JobInsertParams
+from drover.job import JobRow
 from drover.workflows import WorkflowJob
 
 __all__ = ["Store"]
 
 
-class Store:
-    """drover's database operations on one pool (see the module docstring)."""
+class Store(OperatorOps, EngineOps):
+    """drover's database operations on one pool (see the module docstring).
+
+    The operator-side reads and actions come from ``OperatorOps``
+    (``_db/store_operator.py``), the engine's writes and sweeps and the
+    test helpers' reads from ``EngineOps`` (``_db/store_engine.py``).
+    """
 
     def __init__(
         self,
@@ -257,316 +229,3 @@ class Store:
         """Wake the listeners of ``queues`` now, waiting at most ``timeout`` for a connection."""
         with borrow(self._pool, "notify listeners of insert", timeout=timeout) as conn:
             notify_queues_now(conn, queues, ns=self._ns)
-
-    # --- jobs and queues --------------------------------------------------------------------
-
-    def get_job(self, job_id: int) -> JobRow | None:
-        """The job's row now with its duplicate ledger (``JobRow.ledger``), or ``None``."""
-        with borrow(self._pool, "get job") as conn:
-            return ledger.job_get_with_ledger(conn, job_id, ns=self._ns)
-
-    def list_jobs(
-        self,
-        *,
-        queue: str | None,
-        state: JobState | None,
-        limit: int,
-        kind: str | None,
-        before_id: int | None,
-        args_json: str | None = None,
-        tags: Sequence[str] | None = None,
-    ) -> list[JobRow]:
-        """Jobs newest first, filtered by whatever is given (``args_json``: args containing it)."""
-        with borrow(self._pool, "list jobs") as conn:
-            return admin.job_list(
-                conn,
-                queue=queue,
-                state=state,
-                limit=limit,
-                kind=kind,
-                before_id=before_id,
-                args_json=args_json,
-                tags=tags,
-                ns=self._ns,
-            )
-
-    def lease_holder(self, job_id: int) -> tuple[bool, str | None]:
-        """``(exists, leased_by)`` for the job."""
-        with borrow(self._pool, "read the lease holder") as conn:
-            return admin.job_lease_holder(conn, job_id, ns=self._ns)
-
-    def mark_awaited(self, job_id: int) -> None:
-        """Ask the writer of the job's terminal state to notify ``drover_done``."""
-        with borrow(self._pool, "wait for a job") as conn:
-            results.job_mark_awaited(conn, job_id, ns=self._ns)
-
-    def unique_identity(self, job_id: int) -> UniqueIdentity | bool | None:
-        """The job's unique identity (``None``: it has none; ``False``: no such job)."""
-        with borrow(self._pool, "read a job's unique identity") as conn:
-            return unique.job_unique_identity(conn, job_id, ns=self._ns)
-
-    def job_result(self, job_id: int) -> results.StoredResult | None:
-        """The job's state, stored result and last error (``None``: no such job)."""
-        with borrow(self._pool, "read a job's result") as conn:
-            return results.job_result(conn, job_id, ns=self._ns)
-
-    def cancel_job(self, job_id: int) -> JobRow:
-        """Cancel a waiting or dead job (see ``drover._db.admin.job_operator_transition``)."""
-        with borrow(self._pool, "cancel job") as conn:
-            return admin.job_operator_transition(conn, job_id, admin.CANCEL, ns=self._ns)
-
-    def cancel_or_request(
-        self, job_id: int, *, reason: str | None, hard: bool, grace: float
-    ) -> tuple[JobRow, bool]:
-        """Cancel a job now, or (running) ask its owner to; True when it was a request."""
-        with borrow(self._pool, "cancel job") as conn:
-            return cancels.job_cancel_or_request(
-                conn, job_id, reason=reason, hard=hard, grace=grace, ns=self._ns
-            )
-
-    def retry_job(self, job_id: int) -> JobRow:
-        """Send a dead or cancelled job back to the queue with fresh attempts."""
-        with borrow(self._pool, "retry job") as conn:
-            return admin.job_operator_transition(conn, job_id, admin.RETRY, ns=self._ns)
-
-    def retry_dead(self, kind: str, queue: str | None) -> int:
-        """Redrive every dead job of ``kind`` (on ``queue``); return how many."""
-        with borrow(self._pool, "retry dead jobs") as conn:
-            return admin.job_retry_dead_of_kind(conn, kind, queue, ns=self._ns)
-
-    def cancel_jobs(self, ids: Sequence[int]) -> list[int]:
-        """Cancel every listed waiting or dead job in one statement; the ids cancelled."""
-        with borrow(self._pool, "cancel jobs") as conn:
-            return bulk.job_cancel_many(conn, ids, ns=self._ns)
-
-    def retry_jobs(self, ids: Sequence[int]) -> list[int]:
-        """Redrive every listed dead or cancelled job in one statement; the ids redriven."""
-        with borrow(self._pool, "retry jobs") as conn:
-            return bulk.job_retry_many(conn, ids, ns=self._ns)
-
-    def pause_queue(self, name: str) -> QueueState:
-        """Pause ``name`` for every client (idempotent)."""
-        with borrow(self._pool, "pause queue") as conn:
-            return queues.queue_pause(conn, name, ns=self._ns)
-
-    def resume_queue(self, name: str) -> bool:
-        """Resume ``name`` and wake listening clients; False when it was not paused."""
-        with borrow(self._pool, "resume queue") as conn:
-            return queues.queue_resume(conn, name, ns=self._ns)
-
-    def queue_states(self) -> list[QueueState]:
-        """Every queue with a pause record, by name."""
-        with borrow(self._pool, "list queues") as conn:
-            return queues.queue_list(conn, ns=self._ns)
-
-    # --- limits -----------------------------------------------------------------------------
-
-    def declare_limits(self, declared: Sequence[tuple[LimitKey, Limit]]) -> None:
-        """Write the limits code declares, keeping operators' overrides."""
-        if declared:
-            with borrow(self._pool, "declare limits") as conn:
-                limits.limit_declare(conn, declared, ns=self._ns)
-
-    def limits(self) -> list[LimitState]:
-        """Every limit with its effective values and its use now."""
-        with borrow(self._pool, "list limits") as conn:
-            return limits.limit_list(conn, ns=self._ns)
-
-    def set_limit(
-        self, key: LimitKey, concurrency: int | None, rate: int | None, per: timedelta | None
-    ) -> LimitState:
-        """Override a limit's values (creating it if need be), wake every fetcher; the result."""
-        with borrow(self._pool, "set limit") as conn:
-            return limits.limit_set(conn, key, concurrency, rate, per, ns=self._ns)
-
-    def clear_limit(self, key: LimitKey) -> Literal["cleared", "removed"] | None:
-        """Drop a limit's override, removing an undeclared limit; None when nothing changed."""
-        with borrow(self._pool, "clear limit") as conn:
-            return limits.limit_clear(conn, key, ns=self._ns)
-
-    def delete_limit(self, key: LimitKey) -> bool:
-        """Remove a limit whole; False when there was none."""
-        with borrow(self._pool, "delete limit") as conn:
-            return limits.limit_delete(conn, key, ns=self._ns)
-
-    # --- statistics -------------------------------------------------------------------------
-
-    def queue_stats(self) -> QueueStats:
-        """Depth per queue and state, and the oldest claimable age per queue."""
-        with borrow(self._pool, "refresh queue stats") as conn:
-            return stats.queue_stats(conn, ns=self._ns)
-
-    def queue_overview(self, action: str) -> tuple[QueueStats, list[QueueState]]:
-        """``queue_stats`` and ``queue_states``, read on one connection."""
-        with borrow(self._pool, action) as conn:
-            return stats.queue_stats(conn, ns=self._ns), queues.queue_list(conn, ns=self._ns)
-
-    def throughput(self, minutes: int) -> tuple[datetime, dict[tuple[datetime, str], int]]:
-        """Per-minute completions, failures and deaths over the last ``minutes``."""
-        with borrow(self._pool, "read throughput") as conn:
-            return stats.throughput(conn, minutes, ns=self._ns)
-
-    def kind_stats(self, minutes: int) -> list[KindStats]:
-        """Per kind over the last ``minutes``: outcomes and run-time percentiles."""
-        with borrow(self._pool, "read per-kind stats") as conn:
-            return stats.kind_stats(conn, minutes, ns=self._ns)
-
-    def periodic_list(self) -> list[PeriodicInfo]:
-        """Every registered periodic job, with the leader now."""
-        with borrow(self._pool, "list periodic jobs") as conn:
-            return ticks.periodic_list(conn, ns=self._ns)
-
-    def health_facts(self, thresholds: HealthThresholds) -> HealthFacts:
-        """The queue doctor's facts, read on one connection (ADR 0035).
-
-        The horizon questions (sessions, slots, prepared transactions) are
-        asked whatever the schema; the drover-table questions only when the
-        schema is current, since an older schema may lack what they read.
-        """
-        with borrow(self._pool, "examine queue health") as conn:
-            status = read_status(conn, self._ns)
-            latest = max(
-                [m.version for m in status.pending] + [m.version for m in status.applied],
-                default=0,
-            )
-            xmin_age = thresholds.xmin_age.total_seconds()
-            horizon = HealthFacts(
-                schema_current=status.current_version,
-                schema_latest=latest,
-                backends=health.horizon_backends(conn, xmin_age, ns=self._ns),
-                slots=health.horizon_slots(conn, ns=self._ns),
-                prepared=health.horizon_prepared(conn, xmin_age, ns=self._ns),
-            )
-            if not status.up_to_date:
-                return horizon
-            return dataclasses.replace(
-                horizon,
-                tables=health.table_facts(conn, ns=self._ns),
-                expired=health.expired_leases(
-                    conn, thresholds.lease_grace.total_seconds(), ns=self._ns
-                ),
-                unserved=health.unserved_queues(
-                    conn, thresholds.unserved_grace.total_seconds(), ns=self._ns
-                ),
-                periodic=health.periodic_facts(conn, ns=self._ns),
-            )
-
-    # --- the registry of live clients ------------------------------------------------------
-
-    def refresh_client(
-        self,
-        entry: ClientEntry,
-        *,
-        running: int,
-        ttl_seconds: float,
-        started_at: datetime | None,
-        deadline: float,
-    ) -> tuple[datetime, int]:
-        """Write this client's registry row and reap expired ones (see ``clients.sql``).
-
-        Returns ``(the row's start time, rows reaped)``. Waits at most
-        ``deadline`` seconds for a connection and as long again for the
-        statement, so a database that does not answer delays no other work.
-        """
-        with (
-            borrow(self._pool, "refresh the client registry", timeout=deadline) as conn,
-            socket_deadline(conn, deadline),
-        ):
-            return clients.client_refresh(
-                conn,
-                entry,
-                running=running,
-                ttl_seconds=ttl_seconds,
-                started_at=started_at,
-                ns=self._ns,
-            )
-
-    def unregister_client(self, registration_id: str, *, deadline: float) -> bool:
-        """Delete this client's registry row; False when it was already gone."""
-        with (
-            borrow(self._pool, "unregister the client", timeout=deadline) as conn,
-            socket_deadline(conn, deadline),
-        ):
-            return clients.client_unregister(conn, registration_id, ns=self._ns)
-
-    def live_clients(self) -> list[WorkerInfo]:
-        """Every client whose registry row has not expired, oldest first."""
-        with borrow(self._pool, "list live clients") as conn:
-            return clients.client_list(conn, ns=self._ns)
-
-    # --- the engine's writes and sweeps -----------------------------------------------------
-
-    def record_outcomes(self, outcomes: Sequence[Outcome], action: str) -> list[Recorded]:
-        """Write outcomes in one statement, each fenced on its claim (one result per outcome)."""
-        with borrow(self._pool, action) as conn:
-            return claims.job_record_outcomes(conn, outcomes, ns=self._ns)
-
-    def report_progress(self, reports: Sequence[ProgressReport]) -> set[int]:
-        """Write progress reports in one statement, each fenced on its execution."""
-        with borrow(self._pool, "report job progress") as conn:
-            return job_report_progress(conn, reports, ns=self._ns)
-
-    def extend_leases(
-        self, held: Sequence[tuple[int, int]], lease_seconds: float, *, deadline: float
-    ) -> tuple[float, list[Renewal]]:
-        """Renew the leases of the ``(id, attempt)`` claims still current.
-
-        Returns when the statement was sent (``time.monotonic()``, once the
-        connection was in hand) with one renewal per claim. A call that takes
-        longer than ``deadline`` seconds has its connection shut down under it
-        (a half-open connection would hang it for good) and fails.
-        """
-        with (
-            borrow(self._pool, "extend job leases") as conn,
-            socket_deadline(conn, deadline),
-        ):
-            sent = time.monotonic()
-            return sent, claims.job_extend_leases(conn, held, lease_seconds, ns=self._ns)
-
-    def rescue(
-        self, limit: int, lease_seconds: float, decide: Callable[[JobRow], Outcome], *, by: str
-    ) -> tuple[int, list[Recorded]]:
-        """Re-lease up to ``limit`` expired claims, record ``decide(row)`` for each, and
-        note each rescue in its job's duplicate ledger (``by``: the rescuing client).
-
-        One transaction, so the rescued rows stay locked until their ledger
-        entries are written (a fetcher cannot claim one in between and make
-        the entry skip it). Returns ``(rows found, the writes' results)``.
-        """
-        with borrow(self._pool, "rescue expired jobs") as conn, conn.transaction():
-            return ledger.rescue_and_record(conn, limit, lease_seconds, decide, by=by, ns=self._ns)
-
-    def hand_back(self, outcomes: Sequence[Outcome], *, worker: str) -> list[Recorded]:
-        """Record shutdown's hand-back outcomes and note each in its job's duplicate ledger,
-        in one transaction, as ``rescue``. Returns the writes' results."""
-        with borrow(self._pool, "return jobs to the queue") as conn, conn.transaction():
-            return ledger.hand_back_and_record(conn, outcomes, worker=worker, ns=self._ns)
-
-    def append_ledger(self, notes: Sequence[ledger.LedgerNote]) -> set[int]:
-        """Append entries to jobs' duplicate ledgers (rare paths only); the ids written."""
-        with borrow(self._pool, "record duplicate ledger entries") as conn:
-            return ledger.job_ledger_append(conn, notes, ns=self._ns)
-
-    def prune(self, state: str, older_than: float, limit: int) -> int | None:
-        """Delete up to ``limit`` old ``state`` jobs; ``None`` when another client is pruning."""
-        with borrow(self._pool, "prune finished jobs") as conn:
-            return retention.job_prune_batch(conn, state, older_than, limit)
-
-    # --- what drover.testing reads ------------------------------------------------------
-
-    def max_job_id(self) -> int:
-        """The highest job id so far (0 on an empty table)."""
-        with borrow(self._pool, "read the newest job id") as conn:
-            return testing.job_max_id(conn, ns=self._ns)
-
-    def jobs_after(self, after: int) -> list[JobRow]:
-        """Every job with an id above ``after``, oldest first."""
-        with borrow(self._pool, "list jobs") as conn:
-            return testing.job_list_after(conn, after, ns=self._ns)
-
-    def claim_after(
-        self, after: int, queues: Sequence[str] | None, limit: int, lease_seconds: float
-    ) -> list[JobRow]:
-        """Claim due jobs with ids above ``after`` (of ``queues`` if given), oldest due first."""
-        with borrow(self._pool, "claim jobs") as conn:
-            return testing.job_claim_after(conn, after, queues, limit, lease_seconds, ns=self._ns)

@@ -1,7 +1,8 @@
 """The ``drover`` command line (``python -m drover``, or the ``drover`` script).
 
-``app`` holds the typer application and the operator
-commands; ``run`` the ``worker``, ``demo`` and ``bench``
+``app`` holds the typer application and registers the
+commands; ``jobs``, ``queues`` and ``periodic`` the operator commands on
+jobs, queues and periodic jobs; ``run`` the ``worker``, ``demo`` and ``bench``
 commands, with the multi-process ``supervisor``;
 ``web`` the status page's server; ``common``
 and ``output`` what they share.

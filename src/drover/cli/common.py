@@ -19,11 +19,13 @@ from drover._db.conninfo import check_conninfo, describe_target
 from drover._db.errors import redact
 from drover._db.namespace import check_schema_name
 from drover.cli import output as out
+from drover.queues import check_queue_name
 
 __all__ = [
     "MAX_ID",
     "MIGRATE_COMMAND",
     "Globals",
+    "check_queue",
     "database_error",
     "database_of",
     "describe_object",
@@ -76,6 +78,15 @@ def parse_job_id(text: str) -> int:
     if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_ID:
         usage(f"invalid job id {text!r}: expected a whole number from 1 to {MAX_ID}")
     return int(value)
+
+
+def check_queue(queue: str, what: str = "--queue") -> None:
+    """A usage error (exit 2) unless ``queue`` is a valid queue name; ``what`` names the
+    argument in the message."""
+    try:
+        check_queue_name(queue)
+    except drover.InvalidInsertOpts as exc:
+        usage(str(exc).replace("queue name", what))
 
 
 def _module_hint(spec: str, module_name: str, attribute: str) -> str | None:
