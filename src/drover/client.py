@@ -5,7 +5,9 @@ pool or the application's), the metrics and the middleware chain, and starts
 and stops the engine and the ops server. It runs no SQL and no loops of its
 own: database work goes through its ``Store`` (inserts
 in the caller's transaction through ``drover._insert.tx``), background
-work through ``drover._runtime``.
+work through ``drover._runtime``. The insert methods live in
+``drover._client_inserts`` (a base class), reading a job and switching
+queues in ``drover._jobs_and_queues`` (shared with the Inspector).
 """
 
 from __future__ import annotations
@@ -15,30 +17,20 @@ import secrets
 import signal
 import threading
 import warnings
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Self, TypeVar, overload
 
 from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
+from drover._client_inserts import ClientInserts
 from drover._db.namespace import namespace_for
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
-from drover._insert import tx
 from drover._insert.combiner import Combiner
-from drover._insert.encode import encode_batch, encode_insert
-from drover._insert.graph import encode_dependent, encode_workflow, has_dependencies
-from drover._insert.identity import identity_of, needs_identity
-from drover._insert.tracing import (
-    insert_tracer_of,
-    stamp,
-    stamp_batch,
-    stamp_graph,
-    trace_members,
-)
+from drover._insert.tracing import insert_tracer_of
 from drover._jobs_and_queues import JobsAndQueues
-from drover._records import EncodedGraph
 from drover._runtime.aiochain import build_async_chain
 from drover._runtime.awaiter import Awaiter
 from drover._runtime.cancels import HardCancel
@@ -55,11 +47,10 @@ from drover.errors import (
     JobFailed,
     NotStarted,
 )
-from drover.job import InsertItem, InsertOpts, JobArgs, JobRow, JobState, check_job_id
+from drover.job import InsertItem, JobRow, JobState, check_job_id
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
 from drover.results import decode_result
-from drover.workflows import Chain, Group, InsertedWorkflow
 
 __all__ = ["Client", "InsertItem"]
 
@@ -81,7 +72,7 @@ class _Phase(enum.Enum):
     STOPPED = "stopped"
 
 
-class Client(JobsAndQueues):
+class Client(ClientInserts, JobsAndQueues):
     """drover's entry point: inserts jobs and, once started, runs them.
 
     ``pool_or_conninfo`` is either a ``psycopg_pool.ConnectionPool`` that the
@@ -207,255 +198,6 @@ class Client(JobsAndQueues):
     def pool(self) -> ConnectionPool[Any]:
         """The connection pool the client uses (its own, or the one it was given)."""
         return self._store.pool
-
-    @overload
-    def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
-    @overload
-    def insert(self, args: Chain | Group, opts: None = None) -> InsertedWorkflow: ...
-    def insert(
-        self, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
-    ) -> JobRow | InsertedWorkflow:
-        """Insert one job, committed when this returns, and return the stored row.
-
-        Given a workflow (``drover.chain``, ``drover.group``), inserts all of
-        its jobs in one transaction and returns a ``drover.InsertedWorkflow``
-        (see the "Workflows" guide). A job with ``InsertOpts.depends_on`` is
-        inserted ``pending`` in a transaction of its own, not combined with
-        other calls.
-
-        The database clock decides whether the job is ``available`` or
-        ``scheduled`` (see ``InsertOpts``). The job is committed, and so
-        visible to workers, when this returns.
-
-        Safe to call from many threads at once, and cheaper that way: calls
-        that arrive while another is in flight are combined into one
-        statement and one transaction, run by the first of them (no extra
-        thread). A combined call's job shares its transaction and
-        ``created_at`` with the others; a unique-key collision fails only its
-        own call; a database failure fails every call of the group. As with
-        any write whose reply is lost, an error does not prove the job was
-        not committed.
-
-        With ``config.notify`` a wake-up for the queue follows the commit: a
-        background thread sends it, shared with the other inserts of the same
-        moment, so concurrent inserts do not queue behind PostgreSQL's
-        notification lock.
-
-        With ``InsertOpts.unique``, ``debounce`` or ``throttle`` the call may
-        return the job that already holds the identity instead, with
-        ``row.duplicate`` True (nothing was inserted; a debounce has replaced
-        its args). Such calls are not combined with others: each runs its own
-        statement on a pool connection (see the "Uniqueness" guide).
-
-        Raises:
-            drover.InvalidJobArgs: ``args`` is not a JobArgs or cannot be encoded
-                (nothing was written).
-            drover.InvalidInsertOpts: ``Unique.by_args`` names a field the args
-                class does not have (nothing was written).
-            drover.DuplicateJob: the unique key is held by a waiting or running job.
-            drover.DatabaseError: the database refused or could not be reached.
-        """
-        tracer = self._tracer
-        if tracer is None:
-            return self._insert(args, opts, None)
-        with tracer.insert_span("insert") as span:
-            found = self._insert(args, opts, trace_members(span.carrier))
-            span.inserted(found.jobs if isinstance(found, InsertedWorkflow) else (found,))
-            return found
-
-    def _insert(
-        self, args: JobArgs | Chain | Group, opts: InsertOpts | None, members: str | None
-    ) -> JobRow | InsertedWorkflow:
-        # members: the trace context to stamp each job with (ADR 0042), or None.
-        if isinstance(args, Chain | Group):
-            if opts is not None:
-                raise InvalidArgument("insert options of a workflow go on its steps")
-            graph, last = encode_workflow(args)
-            if members:
-                graph = stamp_graph(graph, members)
-            return self._insert_workflow(graph, last)
-        if has_dependencies(opts):
-            graph = encode_dependent([(args, opts)])
-            if members:
-                graph = stamp_graph(graph, members)
-            rows, _ = self._store.insert_graph(graph, notify=self._config.notify)
-            self._nudge()
-            return rows[0]
-        params = encode_insert(args, opts)
-        if members:
-            params = stamp(params, members)
-        if needs_identity(opts):
-            assert opts is not None
-            row = self._store.insert_unique(params, identity_of(args, params, opts))
-            if not row.duplicate:
-                self._committed((row.queue,))
-            return row
-        row = self._combiner.insert(params)
-        self._committed((row.queue,))
-        return row
-
-    def _insert_workflow(self, graph: EncodedGraph, last: list[int]) -> InsertedWorkflow:
-        rows, workflow_id = self._store.insert_graph(graph, notify=self._config.notify)
-        self._nudge()
-        return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
-
-    @overload
-    def insert_tx(self, conn: object, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
-    @overload
-    def insert_tx(
-        self, conn: object, args: Chain | Group, opts: None = None
-    ) -> InsertedWorkflow: ...
-    def insert_tx(
-        self, conn: object, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
-    ) -> JobRow | InsertedWorkflow:
-        """Insert one job (or a workflow's jobs) inside the caller's open transaction.
-
-        The job exists if and only if that transaction commits; until then no
-        worker can see it. ``conn`` is a psycopg ``Connection`` or ``Cursor``, a
-        Django connection or cursor wrapper, or a SQLAlchemy ``Connection`` or
-        ``Session`` (``postgresql+psycopg://``). drover opens its own cursor,
-        never commits or rolls back, and changes no session settings. A
-        duplicate unique key raises ``drover.DuplicateJob`` and leaves the
-        caller's transaction usable.
-
-        Raises:
-            drover.InvalidJobArgs: bad args, checked before ``conn`` is used.
-            drover.NotInTransaction: the connection is in autocommit mode (for
-                Django: outside ``transaction.atomic()``), or its transaction
-                has already failed.
-            drover.UnsupportedConnection: ``conn`` is not one of the above.
-            drover.DuplicateJob: the unique key is held by a waiting or running job.
-            drover.DatabaseError: the statement failed; the caller's transaction
-                is then aborted, as with any failed statement.
-        """
-        tracer = self._tracer
-        if tracer is None:
-            return self._insert_tx(conn, args, opts, None)
-        with tracer.insert_span("insert_tx") as span:
-            found = self._insert_tx(conn, args, opts, trace_members(span.carrier))
-            span.inserted(found.jobs if isinstance(found, InsertedWorkflow) else (found,))
-            return found
-
-    def _insert_tx(
-        self,
-        conn: object,
-        args: JobArgs | Chain | Group,
-        opts: InsertOpts | None,
-        members: str | None,
-    ) -> JobRow | InsertedWorkflow:
-        notify = self._config.notify
-        if isinstance(args, Chain | Group):
-            if opts is not None:
-                raise InvalidArgument("insert options of a workflow go on its steps")
-            graph, last = encode_workflow(args)
-            if members:
-                graph = stamp_graph(graph, members)
-            rows, workflow_id = tx.insert_graph_tx(
-                tx.caller(conn), graph, notify=notify, ns=self._store.ns
-            )
-            return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
-        if has_dependencies(opts):
-            graph = encode_dependent([(args, opts)])
-            if members:
-                graph = stamp_graph(graph, members)
-            inserted, _ = tx.insert_graph_tx(
-                tx.caller(conn), graph, notify=notify, ns=self._store.ns
-            )
-            return inserted[0]
-        return tx.insert_tx(
-            tx.caller(conn), args, opts, notify=notify, members=members, ns=self._store.ns
-        )
-
-    def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
-        """Insert a batch atomically with COPY and return the rows in input order.
-
-        ``items`` holds ``JobArgs`` or ``(JobArgs, InsertOpts)`` pairs (any
-        iterable; it is read once). Every item is validated and encoded before
-        anything is sent; a bad item or a unique-key collision (with an
-        existing job, or between two items) writes nothing and consumes no
-        ids. An empty batch makes no round trip.
-
-        A batch without unique keys is copied straight into the table, four
-        round trips whatever its size; one with unique keys goes through a
-        staging table (a few more). One where an item uses
-        ``InsertOpts.unique``, ``debounce`` or ``throttle`` is inserted item by
-        item in one statement instead, and each such item's row may be the job
-        that holds its identity, flagged ``row.duplicate`` (an earlier item's
-        job included); it may use up ids of the jobs it did not insert. The
-        rows are committed when this returns, and each queue gets one wake-up
-        after the commit (as for ``insert``).
-        Safe to call from several threads; each call holds one pool
-        connection.
-
-        Raises:
-            drover.InvalidJobArgs: an item is invalid (the message names its index).
-            drover.DuplicateJob: an item's unique key is taken.
-            drover.DatabaseError: the database refused or could not be reached.
-        """
-        tracer = self._tracer
-        if tracer is None:
-            return self._insert_many(items, None)
-        with tracer.insert_span("insert_many") as span:
-            rows = self._insert_many(items, trace_members(span.carrier))
-            span.inserted(rows)
-            return rows
-
-    def _insert_many(self, items: Iterable[InsertItem], members: str | None) -> list[JobRow]:
-        listed, dependent = _split_dependent(items)
-        if dependent is not None:
-            graph = encode_dependent(dependent, "item")
-            if members:
-                graph = stamp_graph(graph, members)
-            found, _ = self._store.insert_graph(graph, notify=self._config.notify)
-            self._nudge()
-            return found
-        batch = encode_batch(listed)
-        if not batch.params:
-            return []
-        if members:
-            batch = stamp_batch(batch, members)
-        rows = self._store.insert_many(batch)
-        self._committed(batch.queues)
-        return rows
-
-    def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
-        """Insert a batch inside the caller's open transaction (see ``insert_tx``).
-
-        A batch with unique keys runs under a savepoint, so a collision writes
-        nothing and leaves the caller's transaction usable; a batch without
-        them cannot collide and needs no savepoint (a database error aborts the
-        caller's transaction, as any failed statement does). The wake-ups are
-        queued inside the transaction and delivered only if it commits.
-        Several calls in one transaction are fine.
-        """
-        tracer = self._tracer
-        if tracer is None:
-            return self._insert_many_tx(conn, items, None)
-        with tracer.insert_span("insert_many_tx") as span:
-            rows = self._insert_many_tx(conn, items, trace_members(span.carrier))
-            span.inserted(rows)
-            return rows
-
-    def _insert_many_tx(
-        self, conn: object, items: Iterable[InsertItem], members: str | None
-    ) -> list[JobRow]:
-        listed, dependent = _split_dependent(items)
-        notify = self._config.notify
-        if dependent is not None:
-            graph = encode_dependent(dependent, "item")
-            if members:
-                graph = stamp_graph(graph, members)
-            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify, ns=self._store.ns)[0]
-        return tx.insert_many_tx(
-            tx.caller(conn), listed, notify=notify, members=members, ns=self._store.ns
-        )
-
-    def _committed(self, queues: Collection[str]) -> None:
-        # Inserts the client commits itself are announced after the commit
-        # (see Notifier for why not inside the transaction).
-        if self._notifier is not None:
-            self._notifier.committed(queues)
-        self._nudge()
 
     def _nudge(self) -> None:
         # A job this client inserted itself can be claimed without waiting out
@@ -770,17 +512,3 @@ class Client(JobsAndQueues):
     def __repr__(self) -> str:
         owner = "own pool" if self._store.owned else "borrowed pool"
         return f"<drover.Client {self._id} {self._phase.value}, {owner}>"
-
-
-def _split_dependent(
-    items: object,
-) -> tuple[Any, list[tuple[JobArgs, InsertOpts | None]] | None]:
-    # insert_many's items read once, and as (args, opts) pairs when one of
-    # them waits for other jobs (the batch then goes in as a graph). Anything
-    # that is not a list of items is left for the encoder to name.
-    if isinstance(items, JobArgs | str | bytes) or not isinstance(items, Iterable):
-        return items, None
-    listed = items if isinstance(items, list) else list(items)
-    if not any(isinstance(i, tuple) and len(i) == 2 and has_dependencies(i[1]) for i in listed):
-        return listed, None
-    return listed, [(i, None) if not isinstance(i, tuple) else i for i in listed]

@@ -60,8 +60,10 @@ LAYERS: list[tuple[str, list[str]]] = [
         "facade",
         [
             "drover.client",
+            "drover._client_inserts",
             "drover.async_client",
             "drover.inspector",
+            "drover._operator_writes",
             "drover._jobs_and_queues",
             "drover.migrations",
         ],
