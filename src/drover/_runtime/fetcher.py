@@ -141,8 +141,9 @@ class Fetcher(ThreadService):
                 wanted = self._within_backlog(taken)
                 if wanted == 0:
                     # The database is behind on outcomes: wait for the completer.
+                    # The claim connection stays held: the wait is usually a
+                    # batch's commit, and the completer writes on its own.
                     self._slots.free(taken, unused=True)
-                    self._session.release()
                     self.held_back += 1
                     self._inflight.wait_unwritten(self._backlog, self._stopping)
                     continue
