@@ -36,7 +36,8 @@ RETURNING j.id;
 
 -- name: job_get_with_ledger
 -- One job and its ledger (Inspector.get_job): the job's columns, then the
--- ledger as text (NULL: no entry ever).
-SELECT {{job_columns}}, ledger::text
+-- ledger as text (NULL: no entry ever), then a pending cancel request
+-- (ADR 0030; NULL: none).
+SELECT {{job_columns}}, ledger::text, cancel_request::text
 FROM drover_jobs
 WHERE id = %(id)s;

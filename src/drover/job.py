@@ -28,6 +28,7 @@ from drover._job_args import MAX_KIND_LENGTH as MAX_KIND_LENGTH
 from drover._job_args import MAX_QUEUE_LENGTH as MAX_QUEUE_LENGTH
 from drover._job_args import _check_name as _check_name
 from drover._job_exec import Job
+from drover.cancel_request import CancelRequested
 from drover.errors import InvalidArgument, InvalidInsertOpts
 from drover.ledger import LedgerEntry
 from drover.progress import check_tags, encode_meta
@@ -179,6 +180,17 @@ class JobRow(NamedTuple):
         it).
         """
         return ()
+
+    @property
+    def cancel_request(self) -> CancelRequested | None:
+        """An operator's request to cancel this job while it ran (ADR 0030), or ``None``.
+
+        Read by ``Inspector.get_job`` and ``Client.get_job`` only (``None``
+        on the rows claims, inserts and listings return). While the job is
+        ``running`` it means a cancel is on its way to the worker; after the
+        attempt it says why it ended ``cancelled``. A redrive clears it.
+        """
+        return None
 
 
 NO_META = _NO_META

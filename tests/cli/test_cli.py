@@ -476,7 +476,12 @@ def test_jobs_get_shows_args_and_errors_with_tracebacks(db_url: str, conn: Conn)
     ]
 
     document = json.loads(ok(cli(db_url, "jobs", "get", str(job_id), "--json")))
-    assert document == {**expected_job(conn, job_id), "result": None, "ledger": []}
+    assert document == {
+        **expected_job(conn, job_id),
+        "result": None,
+        "cancel_request": None,
+        "ledger": [],
+    }
     assert document["errors"][0]["trace"] == TRACE
 
 

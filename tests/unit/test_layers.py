@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.context",
             "drover.unique",
             "drover.ledger",
+            "drover.cancel_request",
             "drover._job_args",
             "drover._job_exec",
             "drover.job",

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from clihelp import cli, ok
 from jobdb import table_snapshot
 from werkzeug.test import Client, TestResponse
 
@@ -106,3 +107,33 @@ def test_a_read_only_page_offers_no_cancel_and_refuses_the_post(
     response = _post(browser, f"/jobs/{job_id}/cancel", {"csrf": "x", "reason": "no"})
     assert response.status_code == 403
     assert table_snapshot(conn) == before
+
+
+def test_a_pending_cancel_request_shows_on_the_job_the_cli_and_the_page(
+    inspector: drover.Inspector, db_url: str
+) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        job_id = _running(inspector, conn)
+        idle = inspector.enqueue("report", "{}")
+        assert inspector.get_job(job_id).cancel_request is None
+        inspector.cancel_job(job_id, reason="wrong customer", hard=True, grace=5)
+        request = inspector.get_job(job_id).cancel_request
+        assert request is not None
+        assert (request.reason, request.hard, request.grace.total_seconds()) == (
+            "wrong customer",
+            True,
+            5.0,
+        )
+        assert request.requested_at is not None
+        assert inspector.get_job(idle.id).cancel_request is None
+        # Listings do not read it: only get_job does.
+        assert all(r.cancel_request is None for r in inspector.list_jobs())
+
+        text = ok(cli(db_url, "jobs", "get", str(job_id)))
+        assert "cancel requested at " in text and ": wrong customer (hard" in text
+        shown = ok(cli(db_url, "--json", "jobs", "get", str(job_id)))
+        assert '"reason": "wrong customer"' in shown
+        page = _get(Client(make_app(inspector)), f"/jobs/{job_id}").get_data(as_text=True)
+        assert 'id="cancel-request"' in page and "wrong customer" in page
+        plain = _get(Client(make_app(inspector)), f"/jobs/{idle.id}").get_data(as_text=True)
+        assert 'id="cancel-request"' not in plain

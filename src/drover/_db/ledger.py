@@ -20,6 +20,7 @@ from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import row_from_db
 from drover._records import Outcome, Recorded, WriteResult
+from drover.cancel_request import CancelRequested, parse_cancel_request
 from drover.job import JobRow, JobState
 from drover.ledger import HANDED_BACK, RESCUED, STALE_WRITE, LedgerEntry, parse_ledger
 
@@ -52,6 +53,12 @@ class LedgeredRow(JobRow):
     def ledger(self) -> tuple[LedgerEntry, ...]:
         """The job's duplicate ledger, oldest first, as read with the row."""
         found: tuple[LedgerEntry, ...] = self.__dict__.get("_ledger", ())
+        return found
+
+    @property
+    def cancel_request(self) -> CancelRequested | None:
+        """An operator's request to cancel the job while it ran, as read with the row."""
+        found: CancelRequested | None = self.__dict__.get("_cancel_request")
         return found
 
 
@@ -147,8 +154,9 @@ def job_get_with_ledger(
         found = cur.fetchone()
     if found is None:
         return None
-    row = LedgeredRow._make(row_from_db(found[:-1]))
-    row.__dict__["_ledger"] = parse_ledger(found[-1])
+    row = LedgeredRow._make(row_from_db(found[:-2]))
+    row.__dict__["_ledger"] = parse_ledger(found[-2])
+    row.__dict__["_cancel_request"] = parse_cancel_request(found[-1])
     return row
 
 

@@ -141,11 +141,15 @@ def jobs_get_command(ctx: typer.Context, job_id: str = typer.Argument(..., metav
             fail(str(exc))
     emit(
         g,
-        out.job_block(row, result) + out.identity_lines(identity) + out.ledger_lines(row),
+        out.job_block(row, result)
+        + out.identity_lines(identity)
+        + out.cancel_request_lines(row)
+        + out.ledger_lines(row),
         {
             **out.job_dict(row),
             "result": result,
             **out.identity_dict(identity),
+            "cancel_request": None if row.cancel_request is None else row.cancel_request.as_dict(),
             "ledger": out.ledger_list(row),
         },
     )

@@ -164,6 +164,12 @@ def ledger_lines(row: JobRow) -> str:
     return "\n".join(lines)
 
 
+def cancel_request_lines(row: JobRow) -> str:
+    """``drover jobs get``'s line for a pending or past cancel request (none: nothing)."""
+    request = row.cancel_request
+    return "" if request is None else f"\n{request.describe()}"
+
+
 def ledger_list(row: JobRow) -> list[dict[str, Any]]:
     """A job's duplicate ledger for ``--json``: one dict per entry, oldest first."""
     return [entry.as_dict() for entry in row.ledger]
