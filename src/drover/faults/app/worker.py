@@ -23,13 +23,12 @@ import os
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import typer
 
 import drover
-from drover.faults.suite.workload import HistoryFile
+from drover.faults.suite.workload import HistoryFile, QuickRetry, run_client
 
 __all__ = ["DATABASE_URL_ENV", "DRIVER_URL_ENV", "main", "outcome_of", "recorder"]
 
@@ -105,33 +104,6 @@ def recorder(history: HistoryFile) -> drover.Middleware:
     return drover.with_async_form(middleware, async_middleware)
 
 
-class _QuickRetry:
-    """Retries after a fifth of a second: the run measures faults, not back-off."""
-
-    def next_retry(self, job: drover.JobRow) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=0.2)
-
-
-_START_PATIENCE = 60.0
-
-
-def _run(dsn: str, config: drover.Config, history: HistoryFile) -> None:
-    """``Client.run`` until SIGTERM, starting again while the database is down at start."""
-    deadline = time.monotonic() + _START_PATIENCE
-    while True:
-        client = drover.Client(dsn, config)
-        try:
-            client.run()
-            return
-        except drover.DatabaseError:
-            if time.monotonic() > deadline:
-                raise
-            history.write(ev="process", pid=os.getpid(), t=time.time(), what="start failed")
-            time.sleep(0.2)
-        finally:
-            client.close()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the user's workers until SIGTERM; 0 after a complete drain, 3 after an incomplete one.
 
@@ -172,13 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         rescue_interval=options.rescue,
         poll_interval=options.poll,
         shutdown_timeout=options.shutdown_timeout,
-        retry_policy=_QuickRetry(),
+        retry_policy=QuickRetry(),
         middleware=[recorder(history)],
     )
     history.write(ev="process", pid=pid, t=time.time(), what="started")
     code = 0
     try:
-        _run(dsn, config, history)
+        run_client(dsn, config, history)
     except drover.DrainIncomplete:
         code = 3
     finally:

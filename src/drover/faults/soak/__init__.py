@@ -3,8 +3,8 @@
 ``python -m drover.faults soak`` runs it.
 
 ``run`` is the orchestrator, ``figures`` the pure arithmetic of slopes and
-bounds, ``gauges`` what is sampled, ``worker`` the worker process (the fault
-suite's workload with a short retention). See docs/reliability.md "Soak" and
+bounds, ``gauges`` what is sampled; the worker processes are the fault
+suite's workload with a short retention. See docs/reliability.md "Soak" and
 ADR 0041.
 """
 

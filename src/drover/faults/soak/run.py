@@ -126,7 +126,7 @@ class _SoakFleet(_Fleet):
     def spawn(self) -> _Worker:
         s = self._soak
         command = [
-            sys.executable, "-m", "drover.faults.soak.worker",
+            sys.executable, "-m", "drover.faults.suite.workload",
             "--dsn", self._dsn, "--effects-dsn", self._effects_dsn,
             "--history", str(self._history), "--concurrency", str(s.concurrency),
             "--lease", str(s.lease), "--heartbeat", str(s.lease / 4),

@@ -50,7 +50,9 @@ __all__ = [
     "FaultLimited",
     "FaultStep",
     "HistoryFile",
+    "QuickRetry",
     "main",
+    "run_client",
 ]
 
 WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited", "step")
@@ -129,8 +131,8 @@ class HistoryFile:
         os.close(self._fd)
 
 
-class _QuickRetry:
-    """Retries after a fifth of a second: the suite measures faults, not back-off."""
+class QuickRetry:
+    """Retries after a fifth of a second: a fault run measures faults, not back-off."""
 
     def next_retry(self, job: drover.JobRow) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=0.2)
@@ -278,7 +280,7 @@ _START_PATIENCE = 60.0
 """How long a worker keeps trying to start while the database is unreachable."""
 
 
-def _run(dsn: str, config: drover.Config, history: HistoryFile) -> None:
+def run_client(dsn: str, config: drover.Config, history: HistoryFile) -> None:
     """``Client.run`` until SIGTERM, starting again while the database is down at start.
 
     The nemesis may restart or crash the server while a replacement worker
@@ -315,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rescue", type=float, default=0.5)
     parser.add_argument("--poll", type=float, default=0.2)
     parser.add_argument("--shutdown-timeout", type=float, default=1.0)
+    parser.add_argument(
+        "--retention",
+        type=float,
+        help="seconds every finished job is kept (the soak: the table measures steady state); "
+        "default: drover's Retention()",
+    )
+    parser.add_argument("--prune-interval", type=float, default=60.0)
     options = parser.parse_args(argv)
 
     pid = os.getpid()
@@ -346,12 +355,18 @@ def main(argv: list[str] | None = None) -> int:
         rescue_interval=options.rescue,
         poll_interval=options.poll,
         shutdown_timeout=options.shutdown_timeout,
-        retry_policy=_QuickRetry(),
+        retry_policy=QuickRetry(),
+        prune_interval=options.prune_interval,
     )
+    if options.retention is not None:
+        keep = options.retention
+        config = config.replace(
+            retention=drover.Retention(completed=keep, cancelled=keep, dead=keep)
+        )
     history.write(ev="process", pid=pid, t=time.time(), what="started")
     code = 0
     try:
-        _run(options.dsn, config, history)
+        run_client(options.dsn, config, history)
     except drover.DrainIncomplete:
         code = 3
     finally:
