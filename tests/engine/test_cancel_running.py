@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from jobdb import Conn, Poll, observe
 
@@ -110,6 +111,26 @@ def _cancelled_with(inspector: drover.Inspector, job_id: int, reason: str | None
     assert inspector.get_result(job_id) is None
 
 
+def _listening(db_url: str, poll: Poll) -> None:
+    """Wait until a worker's listener has issued its LISTENs (the cancel channel first).
+
+    The listener connects on its own thread beside the fetcher, so a job can
+    start before it listens; a request sent in that gap reaches the handler
+    by the heartbeat instead, which is not what the test measures.
+    """
+
+    def listening() -> bool:
+        with psycopg.connect(db_url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name LIKE 'drover-listener%' AND query LIKE 'LISTEN drover%'"
+                " AND query NOT LIKE 'LISTEN drover_cancel%'"
+            ).fetchone()
+        return row is not None and row[0] > 0
+
+    poll(listening, timeout=30, message="the worker's listener never listened")
+
+
 def test_the_notification_reaches_the_handler_and_the_job_ends_cancelled(
     db_url: str, tmp_path: Path, spawn: Spawn, inspector: drover.Inspector, poll: Poll
 ) -> None:
@@ -117,6 +138,7 @@ def test_the_notification_reaches_the_handler_and_the_job_ends_cancelled(
     worker = spawn("cancel_app.py", db_url, "notify", "30")
     (job,) = _insert(db_url, cancel_app.Cooperative(dir=str(tmp_path)))
     _wait_file(poll, _file(tmp_path, job, 1, "started"))
+    _listening(db_url, poll)
     asked = time.time()
     row = inspector.cancel_job(job.id, reason="wrong customer")
     assert row.state is drover.JobState.RUNNING
