@@ -36,6 +36,9 @@ from drover.queues import caps_of, format_queues
 
 __all__ = ["Engine"]
 
+# How long start() waits for the listener's LISTEN before the fetcher starts.
+_LISTEN_BEFORE_CLAIMING = 2.0
+
 
 class Engine:
     """The machinery behind a started client.
@@ -43,7 +46,9 @@ class Engine:
     ``services`` lists the background loops in start order: the
     completer, the heartbeat, the rescuer, the stats refresher, the pruner,
     the health probe, the listener and the ticker (when configured), and
-    last the fetcher, so nothing is claimed before everything that handles a claim runs. The job
+    last the fetcher, so nothing is claimed before everything that handles a claim runs
+    (the fetcher also waits up to 2 s for the listener's LISTEN, so a cancel of a job
+    claimed at once is heard by notification). The job
     pool's ``concurrency`` threads start before them all. ``start``
     starts them in that order and, if one fails to start, stops those
     already running; ``stop`` stops them in reverse order, draining
@@ -191,6 +196,12 @@ class Engine:
                 # With async workers the threads start with the first sync job.
                 self.pool.start()
             for service in self.services:
+                if service is self.fetcher and self.listener is not None:
+                    # Listen before the first claim, so an operator's cancel of a
+                    # job claimed at once is heard by notification, not a heartbeat
+                    # later. Bounded: with the database slow, claiming starts anyway
+                    # and polling (and the heartbeat) cover the gap.
+                    self.listener.listening.wait(_LISTEN_BEFORE_CLAIMING)
                 service.start()
                 started.append(service)
         except BaseException:
