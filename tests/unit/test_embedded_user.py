@@ -79,7 +79,9 @@ def test_callers_racing_on_a_missing_user_create_it_once(tmp_path: Path) -> None
 def test_an_existing_user_is_not_created_again(tmp_path: Path) -> None:
     users = FakeUsers()
     users.users.add("pg_fake")
-    embedded.ensure_user("pg_fake", tmp_path / "user.lock", exists=users.exists, create=users.create)
+    embedded.ensure_user(
+        "pg_fake", tmp_path / "user.lock", exists=users.exists, create=users.create
+    )
     assert users.creations == 0
 
 
