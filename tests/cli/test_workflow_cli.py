@@ -198,7 +198,7 @@ def test_a_bad_id_is_a_usage_error(db_url: str, conn: Conn, bad: str) -> None:
 def test_an_unreachable_database_is_one_line_without_the_password() -> None:
     started = time.monotonic()
     result = cli(UNREACHABLE, "workflow", "show", "1")
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20  # not the pool's 30 s
     err = one_line(refused(result, 1))
     assert "127.0.0.1:1" in err
     assert PASSWORD not in result.output

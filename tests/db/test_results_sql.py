@@ -72,7 +72,7 @@ def test_only_awaited_jobs_are_announced_at_commit(db_url: str, conn: Conn) -> N
                 ),
             ],
         )
-        got = sorted(int(n.payload) for n in listener.notifies(timeout=2.0, stop_after=2))
+        got = sorted(int(n.payload) for n in listener.notifies(timeout=10.0, stop_after=2))
     assert got == [ids[0], ids[2]]
 
 
@@ -102,5 +102,5 @@ def test_awaiting_a_claimable_job_wakes_its_queue(db_url: str, conn: Conn) -> No
         job_mark_awaited(conn, scheduled)
         assert list(listener.notifies(timeout=0.3, stop_after=1)) == []
         job_mark_awaited(conn, claimable)
-        got = [n.payload for n in listener.notifies(timeout=2.0, stop_after=1)]
+        got = [n.payload for n in listener.notifies(timeout=10.0, stop_after=1)]
     assert got == ["default"]

@@ -21,7 +21,7 @@ def test_a_call_on_a_half_open_connection_fails_at_the_deadline_and_the_connecti
         with pytest.raises(psycopg.OperationalError), socket_deadline(conn, 0.3):
             conn.execute("SELECT 1")
         took = time.monotonic() - started
-        assert 0.25 <= took < 5.0, took
+        assert 0.25 <= took < 20.0, took  # without the deadline: never
         assert conn.closed  # a pool would discard it, never lend it out again
 
 

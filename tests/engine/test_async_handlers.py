@@ -342,7 +342,7 @@ def test_shutdown_out_of_budget_cancels_the_tasks_and_hands_the_jobs_back(
     started = time.monotonic()
     with pytest.raises(drover.DrainIncomplete) as caught:
         client.stop(timeout=0.3)
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < SAFETY / 2  # the handlers would sleep SAFETY
     assert sorted(caught.value.job_ids) == ids
     assert recorder.ended == dict.fromkeys(ids, "CancelledError(shutdown)")
     assert recorder.inside == 0
@@ -372,9 +372,9 @@ def test_shutdown_drains_async_jobs_within_the_budget(
     poll(lambda: len(inside) == 20, message="twenty async jobs running")
     gate.set()
     started = time.monotonic()
-    client.stop(timeout=5)  # no DrainIncomplete: every job finished
+    client.stop(timeout=SAFETY)  # no DrainIncomplete: every job finished within it
     elapsed = time.monotonic() - started
-    assert 0.3 < elapsed < 5.0, f"stop took {elapsed:.2f}s: it did not wait for the jobs"
+    assert elapsed > 0.3, f"stop took {elapsed:.2f}s: it did not wait for the jobs"
     states = {job_row(conn, i)["state"] for i in ids}
     assert states == {"completed"}
 

@@ -272,7 +272,7 @@ def test_a_hard_cancel_replaces_the_supervised_process_after_handing_back_its_ot
     _wait_file(poll, _file(tmp_path, stuck, 1, "seen"))
     poll(lambda: inspector.get_job(stuck.id).state is drover.JobState.CANCELLED, timeout=20)
     took = time.monotonic() - asked
-    assert 1.0 <= took < 10, took
+    assert 1.0 <= took < 20, took  # after the grace; a busy machine adds process start-up
     _cancelled_with(inspector, stuck.id, "runaway")
     for other in others:
         row = inspector.get_job(other.id)

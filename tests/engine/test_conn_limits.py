@@ -315,13 +315,14 @@ def test_an_insert_with_no_connection_fails_fast_with_the_servers_reason(
         assert message.startswith("insert job: cannot connect to the database at ")
         assert expected in message
         assert "s3cret" not in message
-        # Well inside the pool's 30 s timeout: the refusal is seen, not waited out.
-        assert took < 5, took
+        # Half the pool's 30 s timeout: the refusal is seen, not waited out (the
+        # margin is for a busy machine, not for the pool).
+        assert took < 15, took
         # And again, once the pool gave up its first attempt: still fast.
         started = time.monotonic()
         with pytest.raises(drover.DatabaseError, match="too many connections"):
             client.insert(Tick())
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 15
     finally:
         client.close()
     row = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
@@ -347,8 +348,8 @@ def test_an_async_insert_with_no_connection_fails_fast_with_the_servers_reason(
         return seen
 
     for took, message in asyncio.run(insert_twice()):
-        # Well inside the 10 s the pool is given to open: the refusal is seen.
-        assert took < 5, took
+        # Inside the 10 s the pool is given to open: the refusal is seen.
+        assert took < 8, took
         assert message.startswith("insert job: could not connect to the database at ")
         assert f'too many connections for role "{role.name}"' in message
         assert "s3cret" not in message

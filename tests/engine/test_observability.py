@@ -613,7 +613,9 @@ def test_configured_queues_publish_zeros_before_the_first_refresh(
         client.start()
         started = time.monotonic()
         scrape = _scrape(client)
-        assert time.monotonic() - started < 2.0, "a scrape must not wait for the database"
+        # A scrape that waited for the lock would wait until the block ends (the
+        # request's own timeout is 10 s); the margin is for a busy machine.
+        assert time.monotonic() - started < 8.0, "a scrape must not wait for the database"
         for queue in ("work", "idle"):
             assert scrape.depth(queue) == dict.fromkeys(STATES, 0), queue
             assert scrape.age(queue) == 0, queue
@@ -676,7 +678,8 @@ def test_a_scrape_never_touches_the_database(
         for _ in range(3):
             started = time.monotonic()
             scrape = _scrape(client)
-            assert time.monotonic() - started < 1.0, "a scrape must be a memory read"
+            # Reading the database would wait out the pool or fail the scrape.
+            assert time.monotonic() - started < 8.0, "a scrape must be a memory read"
             assert scrape.depth("work") == before.depth("work")
             assert scrape.depth("parked") == before.depth("parked")
     # The stats stay fresh for two intervals, but the loops that lost their
@@ -761,14 +764,14 @@ def test_readyz_reports_draining_during_a_held_stop(
 
     def stop() -> None:
         try:
-            client.stop(timeout=5)
+            client.stop(timeout=SAFETY)  # held open until the gate opens
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)
 
     stopper = threading.Thread(target=stop, name="test-stopper")
     stopper.start()
     try:
-        poll(lambda: _ready(client) == (503, "draining"), 5.0, message="/readyz draining")
+        poll(lambda: _ready(client) == (503, "draining"), 10.0, message="/readyz draining")
         assert _request(addr, "/healthz")[0] == 200
         status, body = _request(addr, "/metrics")
         assert status == 200
@@ -841,17 +844,18 @@ def test_a_database_outage_turns_readyz_stale_and_recovery_ready_again(
     # Cut just after a refresh finished, not in the middle of one.
     refresher = _refresher(client)
     last = refresher.last_success
-    poll(lambda: refresher.last_success != last, 5.0, message="a refresh completing")
+    poll(lambda: refresher.last_success != last, 10.0, message="a refresh completing")
 
     with _database_refusing(pg_server, conn):
         cut = time.monotonic()
         poll(lambda: _ready(client)[0] == 503, 10.0, message="/readyz turning not ready")
-        # Two intervals are 0.4 s; allow generously for scheduling, not for a wrong bound.
-        assert time.monotonic() - cut < 3.0
+        # Two intervals are 0.4 s; allow generously for a busy machine's scheduling,
+        # not for a wrong bound (the pool's 60 s timeout).
+        assert time.monotonic() - cut < 6.0
         assert _request(addr, "/healthz") == (200, "ok\n")
         started = time.monotonic()
         assert _scrape(client).depth("work") == dict.fromkeys(STATES, 0)
-        assert time.monotonic() - started < 1.0, "a scrape must not wait for the database"
+        assert time.monotonic() - started < 8.0, "a scrape must not wait for the database"
         # Stale stats, or (first) a loop that lost its connection (ADR 0044).
         status, reason = _ready(client)
         assert status == 503
@@ -891,7 +895,7 @@ def test_failed_refreshes_are_logged_and_retried_until_the_database_is_back(
         assert _request(addr, "/healthz")[0] == 200
         # Counted, and tried again on the next interval: more than one failure,
         # logged once for the whole episode (ADR 0044).
-        poll(lambda: refresh_failures() >= 2, 6.0, message="refresh failures counted")
+        poll(lambda: refresh_failures() >= 2, 15.0, message="refresh failures counted")
         assert _ready(client)[0] == 503
         warnings = [
             r for r in caplog.records if r.name == "drover" and r.levelno == logging.WARNING

@@ -23,8 +23,9 @@ SAFETY = 20.0
 IDLE_POLL = 30.0
 """A poll interval no wake-up test could mistake for a wake-up."""
 
-WAKE_BUDGET = 5.0
-"""How soon a woken fetcher must start the next job: far below ``IDLE_POLL``."""
+WAKE_BUDGET = 15.0
+"""How soon a woken fetcher must start the next job: half ``IDLE_POLL``, room for a busy
+machine but not for a missed wake-up."""
 
 
 class Image(drover.JobArgs, kind="qcaps_image", queue="images"):

@@ -209,7 +209,7 @@ def test_a_completion_wakes_every_waiter_at_once(
     for t in threads:
         t.join(15)
     assert results == [{"n": 5}] * 4
-    assert time.monotonic() - began < 10  # the re-read interval is 60 s
+    assert time.monotonic() - began < 30  # half the re-read interval (60 s)
 
 
 def test_a_timeout_raises_and_leaves_the_job_alone(

@@ -72,8 +72,13 @@ UNREACHABLE = f"postgresql://drover:{SENTINEL}@127.0.0.1:1/x"
 YEAR_10000_UTC = datetime.max.replace(tzinfo=timezone(timedelta(hours=-14)))
 """9999-12-31 23:59:59.999999 at UTC-14, i.e. after year 9999 in UTC."""
 
-DEFAULT_BUDGET = 10.0
-"""Seconds any one case may take: a hang is a defect too."""
+DEFAULT_BUDGET = 20.0
+"""Seconds any one case may take: a hang is a defect too (the margin is for a busy machine)."""
+FAST_BUDGET = 15.0
+"""A case that must fail fast: half the pool's 30 s timeout, which it must not wait out."""
+PROCESS_BUDGET = 25.0
+"""A case run as a real process: an interpreter's start-up on a busy machine takes seconds,
+and the pool's 30 s timeout is still not waited out."""
 
 
 # --- job args classes -----------------------------------------------------------------------------
@@ -1241,7 +1246,7 @@ API_CASES: list[Case] = [
         lambda env: env.client(UNREACHABLE).insert(Nothing()),
         drover.DatabaseError,
         says=("cannot connect to the database at 127.0.0.1:1/x",),
-        budget=5.0,
+        budget=FAST_BUDGET,
     ),
     Case(
         "client-wrong-database",
@@ -1249,7 +1254,7 @@ API_CASES: list[Case] = [
         lambda env: env.client(env.refusing_url()).insert(Nothing()),
         drover.DatabaseError,
         says=('database "drover_no_such_db" does not exist',),
-        budget=5.0,
+        budget=FAST_BUDGET,
     ),
     Case(
         "inspector-closed-port-fails-fast",
@@ -1257,7 +1262,7 @@ API_CASES: list[Case] = [
         lambda env: env.inspector(UNREACHABLE).stats(),
         drover.DatabaseError,
         says=("stats: cannot connect to the database at 127.0.0.1:1/x",),
-        budget=5.0,
+        budget=FAST_BUDGET,
     ),
     Case(
         "inspector-unparsable-uri",
@@ -1666,7 +1671,7 @@ CLI_CASES: list[CliCase] = [
         1,
         says=("127.0.0.1:1/x",),
         database=False,
-        budget=5.0,
+        budget=FAST_BUDGET,
     ),
     CliCase(
         "wrong-database",
@@ -1675,7 +1680,7 @@ CLI_CASES: list[CliCase] = [
         1,
         says=('database "drover_no_such_db" does not exist',),
         database=False,
-        budget=5.0,
+        budget=FAST_BUDGET,
     ),
     CliCase(
         "empty-database-flag",
@@ -1757,7 +1762,7 @@ CLI_CASES: list[CliCase] = [
         says=("127.0.0.1:1/x",),
         database=False,
         process=True,
-        budget=15.0,
+        budget=PROCESS_BUDGET,
     ),
     CliCase(
         "process-unparsable-url",
@@ -1767,7 +1772,7 @@ CLI_CASES: list[CliCase] = [
         says=("the database URL cannot be parsed",),
         database=False,
         process=True,
-        budget=15.0,
+        budget=PROCESS_BUDGET,
     ),
     CliCase(
         "process-retry-id-with-drop-table",
@@ -1777,7 +1782,7 @@ CLI_CASES: list[CliCase] = [
         says=("invalid job id",),
         setup=lambda env: env.put("dead"),
         process=True,
-        budget=15.0,
+        budget=PROCESS_BUDGET,
     ),
     CliCase(
         "process-enqueue-sql-kind-stored-verbatim",
@@ -1788,7 +1793,7 @@ CLI_CASES: list[CliCase] = [
         writes=ONE_JOB,
         check=stored("kind", SQLI),
         process=True,
-        budget=15.0,
+        budget=PROCESS_BUDGET,
     ),
     CliCase(
         "process-enqueue-args-nesting-10000-deep",
@@ -1798,7 +1803,7 @@ CLI_CASES: list[CliCase] = [
         says=("args",),
         fixed=DEFECT_DEEP_JSON,
         process=True,
-        budget=15.0,
+        budget=PROCESS_BUDGET,
     ),
 ]
 

@@ -185,7 +185,7 @@ def test_periodic_leader_holds_a_lease_row_and_hands_it_over(
     )
     assert not _ticker(second).leading
     first.stop(timeout=5)  # deletes the lease row: the other takes over on its next turn
-    poll(lambda: _ticker(second).leading, timeout=5, message="the second client takes over")
+    poll(lambda: _ticker(second).leading, message="the second client takes over")
     assert _lease(conn) == (second._id, True)
     with drover.Inspector(pgb_url) as inspector:
         listed = {p.id: p for p in inspector.periodic()}

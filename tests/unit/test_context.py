@@ -59,7 +59,7 @@ def test_deadline_cancels() -> None:
     assert ctx.deadline is not None
     started = time.monotonic()
     assert ctx.wait(30) is True  # returns at the deadline, not after 30 s
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15
     assert ctx.reason == "deadline exceeded"
     assert ctx.remaining() == 0.0
 

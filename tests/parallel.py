@@ -1,0 +1,142 @@
+"""How the suite runs in parallel: how many xdist workers, and in what order they take the tests.
+
+Hooks imported by ``conftest.py`` (ADR 0017):
+
+- **Workers sized to the machine.** ``addopts`` asks for ``-n auto``, and
+  `pytest_xdist_auto_num_workers` answers `WORKERS_PER_CPU` per usable CPU, at
+  least `MIN_WORKERS`, at most `MAX_WORKERS` and at most one per `MEMORY_PER_WORKER`
+  of available memory. ``-n N`` on the command line, or
+  ``PYTEST_XDIST_AUTO_NUM_WORKERS``, still decides.
+- **Longest first.** In the workers the collected tests are sorted by how long
+  each took last time (kept in pytest's cache under `DURATIONS_KEY`; a test never
+  timed counts as `GUESS_SLOW` seconds when marked ``slow``, else `GUESS`), and
+  ``--maxschedchunk 1`` has xdist hand them out one by one as workers free up, so
+  the long tests start first and the short ones fill in at the end instead of one
+  worker finishing a long test alone. A serial run keeps the files' order.
+- **Bytecode once.** With ``PYTHONDONTWRITEBYTECODE`` set, every worker and every
+  subprocess (the CLI, Django, worker processes: hundreds of them) compiled
+  drover's sources again; the controller compiles them once into ``__pycache__``.
+"""
+
+from __future__ import annotations
+
+import compileall
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import drover
+
+__all__ = [
+    "DURATIONS_KEY",
+    "GUESS",
+    "GUESS_SLOW",
+    "MAX_WORKERS",
+    "MEMORY_PER_WORKER",
+    "MIN_WORKERS",
+    "WORKERS_PER_CPU",
+    "compile_sources",
+    "pytest_collection_modifyitems",
+    "pytest_runtest_logreport",
+    "pytest_sessionfinish",
+    "pytest_xdist_auto_num_workers",
+    "workers_for",
+]
+
+WORKERS_PER_CPU = 3
+"""The tests mostly wait (on threads, subprocesses, deadlines), so several share a CPU."""
+MIN_WORKERS = 2
+MAX_WORKERS = 16
+MEMORY_PER_WORKER = 1024**3
+"""A worker's pytest, its server (on ``/dev/shm``) and the subprocesses its tests start."""
+
+DURATIONS_KEY = "drover/durations"
+GUESS = 1.0
+GUESS_SLOW = 30.0
+
+_measured: dict[str, float] = {}
+
+
+def workers_for(cpus: int, available_memory: int | None) -> int:
+    """How many xdist workers a machine with ``cpus`` usable CPUs and that much free memory gets."""
+    count = max(MIN_WORKERS, min(MAX_WORKERS, WORKERS_PER_CPU * cpus))
+    if available_memory is not None:
+        count = min(count, max(MIN_WORKERS, available_memory // MEMORY_PER_WORKER))
+    return count
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: `workers_for` this machine (``PYTEST_XDIST_AUTO_NUM_WORKERS`` wins)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    return workers_for(_usable_cpus(), _available_memory())
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """In xdist workers, the longest tests first (every worker sorts alike: xdist checks)."""
+    if not hasattr(config, "workerinput"):
+        return
+    known = _durations(config)
+
+    def cost(item: pytest.Item) -> float:
+        seconds = known.get(item.nodeid)
+        if seconds is None:
+            return GUESS_SLOW if item.get_closest_marker("slow") else GUESS
+        return seconds
+
+    order = {item.nodeid: n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (-cost(item), order[item.nodeid]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add up each test's setup, call and teardown (in the controller, or a serial run)."""
+    _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Keep this run's durations for the next run's order (the controller writes them)."""
+    config = session.config
+    if hasattr(config, "workerinput") or not _measured or config.cache is None:
+        return
+    durations = {**_durations(config), **{k: round(v, 2) for k, v in _measured.items()}}
+    config.cache.set(DURATIONS_KEY, durations)
+
+
+def _durations(config: pytest.Config) -> dict[str, float]:
+    if config.cache is None:
+        return {}
+    stored: Any = config.cache.get(DURATIONS_KEY, {})
+    if not isinstance(stored, dict):
+        return {}
+    return {str(k): float(v) for k, v in stored.items() if isinstance(v, int | float)}
+
+
+def compile_sources() -> None:
+    """Under ``PYTHONDONTWRITEBYTECODE``, compile drover's own sources once for everyone."""
+    if sys.dont_write_bytecode:
+        compileall.compile_dir(Path(drover.__file__).parent, quiet=2)
