@@ -121,16 +121,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Keep this run's durations for the next run's order (the controller writes them)."""
     config = session.config
-    if hasattr(config, "workerinput") or not _measured or config.cache is None:
+    cache = getattr(config, "cache", None)  # none with -p no:cacheprovider
+    if hasattr(config, "workerinput") or not _measured or cache is None:
         return
     durations = {**_durations(config), **{k: round(v, 2) for k, v in _measured.items()}}
-    config.cache.set(DURATIONS_KEY, durations)
+    cache.set(DURATIONS_KEY, durations)
 
 
 def _durations(config: pytest.Config) -> dict[str, float]:
-    if config.cache is None:
+    cache = getattr(config, "cache", None)
+    if cache is None:
         return {}
-    stored: Any = config.cache.get(DURATIONS_KEY, {})
+    stored: Any = cache.get(DURATIONS_KEY, {})
     if not isinstance(stored, dict):
         return {}
     return {str(k): float(v) for k, v in stored.items() if isinstance(v, int | float)}
