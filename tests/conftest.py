@@ -39,6 +39,7 @@ from parallel import (  # noqa: F401 - hooks, registered by being in this module
     pytest_runtest_logreport,
     pytest_sessionfinish,
     pytest_xdist_auto_num_workers,
+    pytest_xdist_make_scheduler,
 )
 from psycopg import sql
 
@@ -75,9 +76,8 @@ _DESCRIPTIONS = {
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """Without pytest-xdist (``-p no:xdist``, or not installed) accept ``addopts``' options.
 
-    ``addopts`` in pyproject.toml asks for ``-n auto --dist load --maxschedchunk 1``;
-    without the plugin pytest would refuse them as unknown. They are accepted here
-    and the run is serial.
+    ``addopts`` in pyproject.toml asks for ``-n auto --dist load``; without the plugin
+    pytest would refuse them as unknown. They are accepted here and the run is serial.
     """
     if pluginmanager.has_plugin("xdist"):
         return
@@ -85,7 +85,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     # A lowercase short option needs the underscored method, as xdist itself uses.
     group._addoption("-n", "--numprocesses", dest="numprocesses", default=None)
     group.addoption("--dist", dest="dist", default="no")
-    group.addoption("--maxschedchunk", dest="maxschedchunk", default=None)
 
 
 def worker_id(config: pytest.Config) -> str:

@@ -9,10 +9,19 @@ Hooks imported by ``conftest.py`` (ADR 0017):
   ``PYTEST_XDIST_AUTO_NUM_WORKERS``, still decides.
 - **Longest first.** In the workers the collected tests are sorted by how long
   each took last time (kept in pytest's cache under `DURATIONS_KEY`; a test never
-  timed counts as `GUESS_SLOW` seconds when marked ``slow``, else `GUESS`), and
-  ``--maxschedchunk 1`` has xdist hand them out one by one as workers free up, so
-  the long tests start first and the short ones fill in at the end instead of one
-  worker finishing a long test alone. A serial run keeps the files' order.
+  timed counts as `GUESS_SLOW` seconds when marked ``slow``, else `GUESS`). For
+  ``--dist load`` (``addopts``) `pytest_xdist_make_scheduler` hands out every test
+  as a unit of its own to the next free worker in that order (xdist's own ``load``
+  hands out consecutive chunks of a hundred), so the long tests start first and
+  the short ones fill in at the end, instead of one worker finishing a long test
+  alone.
+- **Timing-sensitive tests not side by side.** The fault suite, the soak and the
+  races between worker processes judge their own processes' timing (a drain's
+  deadline, a freed slot refilled within a poll); run all at once on two cores
+  they starved each other. The tests of each file of `TIMING_GROUPS` form one
+  unit with the other files of their group, run one after another on one worker,
+  and the groups are handed out first. (xdist's ``loadgroup`` cannot do it with
+  pytest 9: it renames the tests' ids through an attribute pytest no longer reads.)
 - **Bytecode once.** With ``PYTHONDONTWRITEBYTECODE`` set, every worker and every
   subprocess (the CLI, Django, worker processes: hundreds of them) compiled
   drover's sources again; the controller compiles them once into ``__pycache__``.
@@ -21,6 +30,7 @@ Hooks imported by ``conftest.py`` (ADR 0017):
 from __future__ import annotations
 
 import compileall
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -37,12 +47,15 @@ __all__ = [
     "MAX_WORKERS",
     "MEMORY_PER_WORKER",
     "MIN_WORKERS",
+    "TIMING_GROUPS",
     "WORKERS_PER_CPU",
     "compile_sources",
     "pytest_collection_modifyitems",
     "pytest_runtest_logreport",
     "pytest_sessionfinish",
     "pytest_xdist_auto_num_workers",
+    "pytest_xdist_make_scheduler",
+    "unit_of",
     "workers_for",
 ]
 
@@ -52,6 +65,16 @@ MIN_WORKERS = 2
 MAX_WORKERS = 16
 MEMORY_PER_WORKER = 1024**3
 """A worker's pytest, its server (on ``/dev/shm``) and the subprocesses its tests start."""
+
+TIMING_GROUPS = {
+    "tests/faults/test_fault_suite.py": "timing-1",
+    "tests/faults/test_fault_suite_workflows.py": "timing-1",
+    "tests/faults/test_soak.py": "timing-2",
+    "tests/faults/test_limit_races.py": "timing-2",
+    "tests/faults/test_workflow_races.py": "timing-2",
+}
+"""Test files whose tests must not run beside each other, by group (two groups, so
+that neither becomes the run's longest pole)."""
 
 DURATIONS_KEY = "drover/durations"
 GUESS = 1.0
@@ -115,6 +138,27 @@ def pytest_collection_modifyitems(
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Add up each test's setup, call and teardown (in the controller, or a serial run)."""
     _measured[report.nodeid] = _measured.get(report.nodeid, 0.0) + report.duration
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """For ``--dist load``: xdist's scope scheduler, each test a unit but for the groups.
+
+    The scope scheduler hands a free worker the next unit, the units in the
+    collection's order but the groups (units of several tests) first; a worker
+    gets another unit when two of its tests are left.
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    scheduling: Any = importlib.import_module("xdist.scheduler")
+    scheduler = scheduling.LoadScopeScheduling(config, log)
+    scheduler._split_scope = unit_of
+    return scheduler
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit a test is handed out in: its file's timing group, or itself."""
+    return TIMING_GROUPS.get(nodeid.split("::", 1)[0], nodeid)
 
 
 @pytest.hookimpl(trylast=True)

@@ -80,3 +80,14 @@ def test_a_serial_run_and_a_broken_cache_keep_or_guess_the_order() -> None:
     items = [_Item("a"), _Item("b", slow=True), _Item("c")]
     assert _order({"c": 50.0}, items, worker=False) == ["a", "b", "c"]
     assert _order("not a dict", items) == ["b", "a", "c"]
+
+
+def test_timing_sensitive_files_share_a_unit_and_every_other_test_is_its_own() -> None:
+    soak = "tests/faults/test_soak.py::test_a_small_soak_holds_its_bounds"
+    races = "tests/faults/test_limit_races.py::test_x[1]"
+    suite = "tests/faults/test_fault_suite.py::test_y"
+    assert parallel.unit_of(soak) == parallel.unit_of(races) != parallel.unit_of(suite)
+    other = "tests/db/test_fence.py::test_claim_limit_caps_the_batch"
+    assert parallel.unit_of(other) == other
+    for path in parallel.TIMING_GROUPS:
+        assert (parallel.Path(__file__).parents[2] / path).is_file(), path
