@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import parallel
@@ -90,4 +91,4 @@ def test_timing_sensitive_files_share_a_unit_and_every_other_test_is_its_own() -
     other = "tests/db/test_fence.py::test_claim_limit_caps_the_batch"
     assert parallel.unit_of(other) == other
     for path in parallel.TIMING_GROUPS:
-        assert (parallel.Path(__file__).parents[2] / path).is_file(), path
+        assert (Path(__file__).parents[2] / path).is_file(), path
