@@ -72,6 +72,8 @@ TIMING_GROUPS = {
     "tests/faults/test_soak.py": "timing-2",
     "tests/faults/test_limit_races.py": "timing-2",
     "tests/faults/test_workflow_races.py": "timing-2",
+    # Its faults wait a few seconds for a job in flight, then strike anyway.
+    "tests/faults/test_faults_app.py": "timing-2",
 }
 """Test files whose tests must not run beside each other, by group (two groups, so
 that neither becomes the run's longest pole)."""
