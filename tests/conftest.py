@@ -35,6 +35,7 @@ from bouncer import Bouncer, require_pgbouncer
 from jobdb import idle_workers
 from parallel import (  # noqa: F401 - hooks, registered by being in this module
     compile_sources,
+    keep_bytecode,
     pytest_collection_modifyitems,
     pytest_runtest_logreport,
     pytest_sessionfinish,
@@ -45,6 +46,9 @@ from psycopg import sql
 
 import drover
 from drover._db.embedded import embedded_postgres, ensure_service_user
+
+# Before any test module is imported: see parallel.py ("Bytecode once").
+keep_bytecode()
 
 
 def _docker_answers() -> bool:

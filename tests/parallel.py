@@ -22,9 +22,13 @@ Hooks imported by ``conftest.py`` (ADR 0017):
   unit with the other files of their group, run one after another on one worker,
   and the groups are handed out first. (xdist's ``loadgroup`` cannot do it with
   pytest 9: it renames the tests' ids through an attribute pytest no longer reads.)
-- **Bytecode once.** With ``PYTHONDONTWRITEBYTECODE`` set, every worker and every
-  subprocess (the CLI, Django, worker processes: hundreds of them) compiled
-  drover's sources again; the controller compiles them once into ``__pycache__``.
+- **Bytecode once.** With ``PYTHONDONTWRITEBYTECODE`` set (as on some shared and
+  CI machines), every worker compiled and rewrote the whole suite again (4 of its
+  6 s of collection), and every subprocess (the CLI, Django, worker processes:
+  hundreds of them) compiled drover's sources again. `keep_bytecode` has the
+  suite's own processes write their caches (``__pycache__``, ignored by git), and
+  the controller compiles drover's sources once for the subprocesses
+  (`compile_sources`), which still read them.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ __all__ = [
     "TIMING_GROUPS",
     "WORKERS_PER_CPU",
     "compile_sources",
+    "keep_bytecode",
     "pytest_collection_modifyitems",
     "pytest_runtest_logreport",
     "pytest_sessionfinish",
@@ -184,7 +189,14 @@ def _durations(config: pytest.Config) -> dict[str, float]:
     return {str(k): float(v) for k, v in stored.items() if isinstance(v, int | float)}
 
 
+def keep_bytecode() -> None:
+    """Let this process write bytecode caches whatever ``PYTHONDONTWRITEBYTECODE`` says.
+
+    Called by ``conftest.py`` as it is imported, before any test module is.
+    """
+    sys.dont_write_bytecode = False
+
+
 def compile_sources() -> None:
-    """Under ``PYTHONDONTWRITEBYTECODE``, compile drover's own sources once for everyone."""
-    if sys.dont_write_bytecode:
-        compileall.compile_dir(Path(drover.__file__).parent, quiet=2)
+    """Compile drover's own sources once, for the subprocesses (up to date ones are skipped)."""
+    compileall.compile_dir(Path(drover.__file__).parent, quiet=2)
