@@ -163,9 +163,14 @@ def run_tag(pytestconfig: pytest.Config) -> str:
 
 def _create_database(admin_url: str, name: str, template: str = "template0") -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
+        # A clone copies the template's files: cheaper than writing every page of
+        # it to the WAL (the default since PostgreSQL 15), about 8 ms of a test's 25.
+        copy = template != "template0" and conn.info.server_version >= 150000
         conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}{}").format(
+                sql.Identifier(name),
+                sql.Identifier(template),
+                sql.SQL(" STRATEGY FILE_COPY" if copy else ""),
             )
         )
 
