@@ -14,9 +14,9 @@ GIB = 1024**3
 @pytest.mark.parametrize(
     ("cpus", "memory", "workers"),
     [
-        (2, 20 * GIB, 6),  # the 2-core machine: three workers a CPU
-        (1, None, 3),
-        (4, 64 * GIB, 12),
+        (2, 20 * GIB, 4),  # the 2-core machine: two workers a CPU
+        (1, None, 2),
+        (4, 64 * GIB, 8),
         (64, 256 * GIB, 16),  # capped: each worker runs a server and collects the suite
         (8, 3 * GIB, 3),  # one worker a GiB of available memory
         (2, 0, 2),  # never fewer than two
