@@ -29,7 +29,7 @@ from drover.faults.suite.workload import LIMITED_CONCURRENCY
 pytestmark = pytest.mark.slow
 
 FAST_JOBS, FAST_FAULTS = 1500, 12
-# The fast tier runs beside the rest of the suite (-n 6 on two cores). A
+# The fast tier runs beside the rest of the suite (-n auto on two cores). A
 # drain's bound is SIGTERM to exit, interpreter exit included, and under that
 # load its exit alone took up to 1.5 s over the 1 s budget (2.1-2.5 s in all),
 # the same before and after a change (docs/reliability.md). The default slack
