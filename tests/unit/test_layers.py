@@ -50,10 +50,13 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.worker",
             "drover.log",
             "drover.health",
+            # The kernel's store protocol: what a store must do, no I/O (ADR 0045).
+            "drover._kernel.store",
         ],
     ),
     ("database", [r"drover\._db(\..+)?"]),
     ("insert side", [r"drover\._insert(\..+)?"]),
+    ("kernel", [r"drover\._kernel(?!\.store$)(\..+)?"]),
     ("configuration", ["drover.periodic", "drover.config"]),
     ("observability", [r"drover\.ops(\..+)?"]),
     ("engine", [r"drover\._runtime(\..+)?"]),

@@ -31,6 +31,7 @@ from psycopg_pool import ConnectionPool
 from drover._db import Connection, graph, insert, ticks, unique
 from drover._db.conninfo import describe_target
 from drover._db.held import HeldSession
+from drover._db.kernel import PgKernelStore
 from drover._db.migrator import require_current_schema
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.notify import Listening, notify_queues_now
@@ -94,6 +95,11 @@ class Store(OperatorOps, EngineOps):
     def ns(self) -> Namespace:
         """The schema of the installation this store works on."""
         return self._ns
+
+    @property
+    def kernel(self) -> PgKernelStore:
+        """The kernel's operations on this store's pool (``drover._kernel.store.KernelStore``)."""
+        return PgKernelStore(self._pool, self._ns)
 
     @property
     def pool(self) -> ConnectionPool[Any]:
