@@ -125,15 +125,14 @@ class KernelStore(Protocol):
         """Record shutdown's hand-back outcomes (``worker``: this client); their results."""
         ...
 
-    def complete_in_tx(
-        self, conn: object, job_id: int, attempt: int, result: str | None
-    ) -> None:
+    def complete_in_tx(self, conn: object, job_id: int, attempt: int, result: str | None) -> object:
         """Complete the claim in the caller's open transaction on ``conn``, fenced;
-        raise ``drover.LeaseLost`` when the claim is no longer current."""
+        raise ``drover.LeaseLost`` when the claim is no longer current. Returns the
+        transaction's handle, which ``transaction_open`` takes."""
         ...
 
     def transaction_open(self, conn: object) -> bool:
-        """True while ``conn`` (as given to ``complete_in_tx``) is inside a transaction."""
+        """True while ``conn`` (a handle ``complete_in_tx`` returned) is inside a transaction."""
         ...
 
     def insert(self, params: JobInsertParams) -> JobRow:
