@@ -14,7 +14,9 @@ from psycopg.rows import dict_row
 
 import drover
 from drover._db.store import Store
-from drover._runtime.inflight import InFlight, Slots
+from drover._kernel.claims import InFlight, Slots
+from drover._kernel.kit import Kit
+from drover._runtime.engine import settings_of
 from drover._runtime.wiring import Wiring
 from drover.ops.metrics import Metrics
 from drover.queues import caps_of
@@ -192,6 +194,23 @@ def wiring(source: drover.Client | Store, **fields: Any) -> Wiring:
         slots=Slots(config.concurrency),
         metrics=metrics,
         client_id="test",
+    )
+
+
+def kit(source: drover.Client | Store, **fields: Any) -> Kit:
+    """What a started client builds its kernel's services from, for one built alone in a test.
+
+    As ``wiring``: the kernel's store of ``source``, its settings from ``Config(**fields)``,
+    the metrics (on a registry of their own: ``kit.events.registry``) as its events.
+    """
+    wired = wiring(source, **fields)
+    return Kit(
+        store=wired.store.kernel,
+        settings=settings_of(wired.config),
+        inflight=wired.inflight,
+        slots=wired.slots,
+        client_id="test",
+        events=wired.metrics,
     )
 
 

@@ -41,3 +41,13 @@ WITH cancelled AS (
 SELECT {{job_columns}}, false FROM cancelled WHERE (SELECT count(*) FROM dependents) >= 0
 UNION ALL
 SELECT {{job_columns}}, true FROM requested;
+
+-- name: job_cancel_requests
+-- The operators' requests to cancel the given claims (ADR 0030): for a
+-- client that does not listen, read every heartbeat interval, and by one
+-- that does after each LISTEN starts. Only claims still current (same
+-- attempt, running) with a request come back.
+SELECT j.id, j.attempt, j.cancel_request
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+JOIN drover_jobs j ON j.id = h.id AND j.attempt = h.attempt
+WHERE j.id = ANY (%(ids)s::bigint[]) AND j.state = 'running' AND j.cancel_request IS NOT NULL;

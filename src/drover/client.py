@@ -31,12 +31,11 @@ from drover._durations import Duration, to_seconds
 from drover._insert.combiner import Combiner
 from drover._insert.tracing import insert_tracer_of
 from drover._jobs_and_queues import JobsAndQueues
-from drover._runtime.aiochain import build_async_chain
 from drover._runtime.awaiter import Awaiter
 from drover._runtime.cancels import HardCancel
+from drover._runtime.chain import build_chains
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
-from drover._runtime.runner import build_chain
 from drover.config import Config, declared_limits
 from drover.errors import (
     AlreadyStarted,
@@ -136,18 +135,13 @@ class Client(ClientInserts, JobsAndQueues):
             queues=list(config.queues),
             periodic_ids=[job.id for job in config.periodic_jobs],
         )
-        self._chain = build_chain(
+        # The async chain is None without async workers; ConfigError when a
+        # middleware has no async form.
+        self._chain, self._async_chain = build_chains(
             config.workers,
             config.middleware,
             config.logger,
             self._metrics.middleware,
-            config.max_result_bytes,
-        )
-        # None without async workers; ConfigError when a middleware has no async form.
-        self._async_chain = build_async_chain(
-            config.workers,
-            config.middleware,
-            config.logger,
             self._metrics.async_middleware,
             config.max_result_bytes,
         )

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import drover
-from drover._runtime.fetcher import Fetcher
-from drover._runtime.rescuer import Rescuer
-from drover._runtime.service import ThreadService
+from drover._kernel.fetcher import Fetcher
+from drover._kernel.rescuer import Rescuer
+from drover._kernel.service import ThreadService
 
 MakeClient = Callable[..., drover.Client]
 Poll = Callable[..., Any]
@@ -45,9 +45,9 @@ def test_a_service_that_fails_to_start_stops_the_ones_already_running(
         client.start()
     assert started == [
         "completer",
-        "progress",
         "heartbeat",
         "rescuer",
+        "progress",
         "refresher",
         "pruner",
         "health",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from psycopg.rows import tuple_row
 
 from drover._db import Connection
@@ -13,7 +16,7 @@ from drover._db.rows import JOB_COLUMNS, row_from_db
 from drover.errors import InvalidTransition, NotFound
 from drover.job import CANCELLABLE_STATES, JobRow, JobState
 
-__all__ = ["job_cancel_or_request"]
+__all__ = ["job_cancel_or_request", "job_cancel_requests"]
 
 _OPEN = frozenset((*CANCELLABLE_STATES, JobState.RUNNING))
 
@@ -52,3 +55,18 @@ def job_cancel_or_request(
             state=current.state,
         )
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def job_cancel_requests(
+    conn: Connection, held: Sequence[tuple[int, int]], *, ns: Namespace = DEFAULT
+) -> list[tuple[int, int, Any]]:
+    """``(id, attempt, request)`` of the ``(id, attempt)`` claims still running with an
+    operator's cancel request (one statement)."""
+    if not held:
+        return []
+    with translate("read cancel requests"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(
+            query("job_cancel_requests", ns),
+            {"ids": [i for i, _ in held], "attempts": [a for _, a in held]},
+        )
+        return [(int(i), int(a), r) for i, a, r in cur.fetchall()]

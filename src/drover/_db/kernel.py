@@ -104,9 +104,7 @@ class PgKernelStore:
         with borrow(self._pool, "return jobs to the queue") as conn, conn.transaction():
             return ledger.hand_back_and_record(conn, outcomes, worker=worker, ns=self._ns)
 
-    def complete_in_tx(
-        self, conn: object, job_id: int, attempt: int, result: str | None
-    ) -> object:
+    def complete_in_tx(self, conn: object, job_id: int, attempt: int, result: str | None) -> object:
         resolved = resolve_connection(
             conn, "complete_tx", "or let the handler return and drover completes the job"
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from drover._db import claims, clients, ledger, retention, testing
+from drover._db import cancels, claims, clients, ledger, retention, testing
 from drover._db.clients import ClientEntry
 from drover._db.deadline import socket_deadline
 from drover._db.namespace import Namespace
@@ -126,6 +126,11 @@ class EngineOps:
         in one transaction, as ``rescue``. Returns the writes' results."""
         with borrow(self._pool, "return jobs to the queue") as conn, conn.transaction():
             return ledger.hand_back_and_record(conn, outcomes, worker=worker, ns=self._ns)
+
+    def cancel_requests(self, held: Sequence[tuple[int, int]]) -> list[tuple[int, int, Any]]:
+        """The operators' cancel requests of those ``(id, attempt)`` claims still running."""
+        with borrow(self._pool, "read cancel requests") as conn:
+            return cancels.job_cancel_requests(conn, held, ns=self._ns)
 
     def append_ledger(self, notes: Sequence[ledger.LedgerNote]) -> set[int]:
         """Append entries to jobs' duplicate ledgers (rare paths only); the ids written."""

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from drover._db.caller import complete_claim, resolve_connection
-from drover._db.namespace import DEFAULT, Namespace
+from drover._kernel.store import KernelStore
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument
 from drover.job import JobRow
@@ -25,10 +24,10 @@ class _TxCompletion:
     leave every claim to the garbage collector instead of freeing it at once.
     """
 
-    __slots__ = ("attempt", "connection", "job_id", "ns")
+    __slots__ = ("attempt", "connection", "job_id", "store")
 
-    def __init__(self, job_id: int, attempt: int, ns: Namespace) -> None:
-        self.ns = ns
+    def __init__(self, job_id: int, attempt: int, store: KernelStore | None) -> None:
+        self.store = store
         self.job_id = job_id
         self.attempt = attempt
         self.connection: object = None
@@ -39,11 +38,11 @@ class _TxCompletion:
             raise InvalidArgument(
                 f"complete_tx was already called for job {self.job_id} attempt {self.attempt}"
             )
-        conn = resolve_connection(
-            target, "complete_tx", "or let the handler return and drover completes the job"
-        )
-        complete_claim(conn, self.job_id, self.attempt, result, ns=self.ns)
-        self.connection = conn
+        if self.store is None:
+            raise InvalidArgument(
+                "complete_tx needs a job claimed by a drover worker; this claim has no store"
+            )
+        self.connection = self.store.complete_in_tx(target, self.job_id, self.attempt, result)
 
 
 class Claim:
@@ -53,17 +52,20 @@ class Claim:
     handler sees (whose ``Lease`` is the read-only view of this
     claim), whether the handler has returned, the local lease deadline and the
     bookkeeping of a ``complete_tx``. Only drover's threads change it.
+
+    Features keep what they know of one execution in ``extras`` (made on
+    first use, ADR 0045); the kernel never reads it.
     """
 
     __slots__ = (
         "_tx",
-        "cancel_request",
         "context",
         "counted",
+        "extras",
         "finished",
-        "limited",
         "local_deadline",
         "row",
+        "wakes",
     )
 
     def __init__(
@@ -71,19 +73,20 @@ class Claim:
         row: JobRow,
         local_deadline: float | None = None,
         *,
-        limited: bool = False,
-        read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = None,
-        ns: Namespace = DEFAULT,
+        wakes: bool = False,
+        store: KernelStore | None = None,
+        context_args: Mapping[str, Any] | None = None,
     ) -> None:
         self.row = row
-        self.limited = limited
-        """Claimed under a cluster-wide concurrency limit: its outcome frees capacity."""
-        # complete_tx runs on the handler's connection, in the client's schema.
-        self._tx = _TxCompletion(row.id, row.attempt, ns)
+        self.wakes = wakes
+        """Its outcome frees capacity other clients wait for (a cluster-wide concurrency
+        limit): once written, the client wakes fetchers."""
+        # complete_tx runs on the handler's connection, through the store.
+        self._tx = _TxCompletion(row.id, row.attempt, store)
         self.context = JobContext(
             lease=Lease(row.id, row.attempt, row.leased_until),
             _complete_tx=self._tx,
-            _read_parents=read_parents,
+            **(context_args or {}),
         )
         self.context._meta = row.meta
         self.local_deadline = local_deadline
@@ -91,12 +94,22 @@ class Claim:
         renewal's send time plus a lease, so it never outlives the database's expiry."""
         self.finished = False
         """Set once the handler returned, so shutdown does not hand back a finished job."""
-        self.cancel_request: Any = None
-        """The operator's request to cancel the job, once delivered (a
-        ``drover._runtime.cancels.CancelRequest``, ADR 0030)."""
         self.counted = False
         """Counted in its queue's running jobs (``InFlight.running``): from when it is
         tracked until its handler returns or it is handed back, whichever is first."""
+        self.extras: dict[str, Any] | None = None
+        """What features know of this execution, by feature (``None`` until one writes)."""
+
+    def feature(self, key: str) -> Any:
+        """A feature's value for this execution (``None`` when it set none)."""
+        extras = self.extras
+        return None if extras is None else extras.get(key)
+
+    def set_feature(self, key: str, value: Any) -> None:
+        """Keep ``value`` for a feature; called by drover's threads only."""
+        if self.extras is None:
+            self.extras = {}
+        self.extras[key] = value
 
     @property
     def lease(self) -> Lease:
@@ -111,6 +124,11 @@ class Claim:
     def tx_connection(self) -> object:
         """The connection whose transaction carries that completion (``None`` before)."""
         return self._tx.connection
+
+    def tx_open(self) -> bool:
+        """True while the transaction of this claim's ``complete_tx`` is still open."""
+        store = self._tx.store
+        return store is not None and store.transaction_open(self._tx.connection)
 
     @property
     def settled(self) -> bool:
@@ -291,14 +309,14 @@ class InFlight:
                 self._cond.wait(0.5)
             return self._unwritten
 
-    def limited_queues(self, claims: Iterable[tuple[int, int]]) -> set[str]:
-        """The queues of those ``(id, attempt)`` still tracked that a concurrency limit held."""
+    def waking_queues(self, claims: Iterable[tuple[int, int]]) -> set[str]:
+        """The queues of those ``(id, attempt)`` still tracked whose outcome ``wakes``."""
         with self._cond:
             entries = self._entries
             found = set()
             for job_id, attempt in claims:
                 entry = entries.get(job_id)
-                if entry is not None and entry.limited and entry.row.attempt == attempt:
+                if entry is not None and entry.wakes and entry.row.attempt == attempt:
                     found.add(entry.row.queue)
             return found
 

@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from drover._db.errors import classify
-from drover._db.ledger import LedgerNote, stale_write_note, write_label
+from drover._kernel import disposition
+from drover._kernel.claims import Claim
+from drover._kernel.disposition import Decision
+from drover._kernel.kit import Kit, StaleWrite, run_hooks
+from drover._kernel.service import ThreadService
 from drover._records import Outcome, Recorded, WriteResult
-from drover._runtime import disposition
-from drover._runtime.cancels import log_cancelled
-from drover._runtime.disposition import Decision
-from drover._runtime.inflight import Claim
-from drover._runtime.ledger import record_notes
-from drover._runtime.progress import ProgressWriter
-from drover._runtime.service import ThreadService
-from drover._runtime.wiring import Wiring
 from drover.errors import DroverError
 from drover.job import JobState
-from drover.progress import ProgressSlot
 
 __all__ = ["Completer"]
 
@@ -40,6 +35,17 @@ _RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
 _WAITED_OUT = ("lock_timeout", "statement_timeout")
 
 
+def write_label(outcome: Outcome) -> str:
+    """What a write was, in the duplicate ledger's words: complete, fail, snooze or cancel."""
+    if outcome.state is JobState.COMPLETED:
+        return "complete"
+    if outcome.state is JobState.CANCELLED:
+        return "cancel"
+    if outcome.refund_attempt:
+        return "snooze"
+    return "fail"
+
+
 def _ids(batch: list[Outcome]) -> str:
     shown = ", ".join(str(o.id) for o in batch[:20])
     return shown if len(batch) <= 20 else f"{shown} and {len(batch) - 20} more"
@@ -51,9 +57,8 @@ class Completer(ThreadService):
     There is no artificial delay: while one batch is being written the next
     one builds up, so batches grow exactly when the database is the
     bottleneck. A refused write (the claim was superseded) is logged per job at
-    WARNING, counted, written in the job's duplicate ledger (ADR 0037: one
-    more statement, only for a batch with a refusal) and its outcome
-    discarded. A write that fails transiently (no
+    WARNING, counted, handed to the ``stale`` hooks (the duplicate ledger,
+    ADR 0037) and its outcome discarded. A write that fails transiently (no
     connection, the server's statement or lock timeout, a conflict) is
     retried until it lands or the fence refuses it, backing off up to 2 s,
     logged once per episode by ``trouble``; its claims stay tracked
@@ -67,33 +72,17 @@ class Completer(ThreadService):
 
     name = "completer"
 
-    def __init__(
-        self,
-        wiring: Wiring,
-        *,
-        released: Callable[[Collection[str]], None] | None = None,
-        progress: ProgressWriter | None = None,
-    ) -> None:
-        super().__init__(client_id=wiring.client_id, logger=wiring.log)
-        # Called with the queues of jobs a concurrency limit held once their
-        # outcomes are written: capacity freed, so fetchers (here and in
-        # other clients) should claim again without waiting out a poll.
-        self._released = released
-        self._store = wiring.store
-        self._inflight = wiring.inflight
-        self._on_refused = wiring.metrics.write_refused
-        self._on_stale = wiring.metrics.stale_write_refused
-        self._on_rerun = wiring.metrics.rerun
-        self._holder = wiring.holder
+    def __init__(self, kit: Kit) -> None:
+        super().__init__(client_id=kit.client_id, logger=kit.log)
+        self._store = kit.store
+        self._inflight = kit.inflight
+        self._events = kit.events
+        self._hooks = kit.hooks
+        self._holder = kit.holder
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._accepting = True
         self._accept_lock = threading.Lock()
-        self._session = wiring.store.held("record job outcomes")
-        # The last reports of finished handlers, written just before their
-        # outcomes (ADR 0032): queued before the outcome, so a batch's are
-        # always taken with it.
-        self._progress = progress
-        self._final_reports: queue.SimpleQueue[ProgressSlot] = queue.SimpleQueue()
+        self._session = kit.store.outcome_session()
 
     def settle(self, claim: Claim, decision: Decision) -> None:
         """Take a finished claim: queue its outcome for writing, or untrack it if there is none.
@@ -107,9 +96,6 @@ class Completer(ThreadService):
             return
         with self._accept_lock:
             if self._accepting:
-                slot = claim.context._progress
-                if slot is not None and slot.dirty:
-                    self._final_reports.put(slot)
                 self._queue.put(outcome)
                 return
         self._discarded(outcome, "client stopped")
@@ -129,11 +115,13 @@ class Completer(ThreadService):
         try:
             if not outcomes:
                 return []
-            # With a ledger entry per job (ADR 0037): its handler may still be running.
+            # The store may note each in its job's duplicate ledger (ADR 0037): its
+            # handler may still be running.
             results = self._store.hand_back(outcomes, worker=self._holder)
             for recorded in results:
                 if recorded.result is WriteResult.APPLIED and not recorded.cancelled:
-                    self._on_rerun("handed_back")
+                    self._events.rerun("handed_back")
+            run_hooks(self._log, self._hooks.written, results)
             return results
         except DroverError:
             self._log.error(
@@ -229,30 +217,13 @@ class Completer(ThreadService):
             self._session.release()
         return len(batch)
 
-    def _flush_reports(self) -> None:
-        """Write the last progress reports of the jobs whose outcomes are about to be."""
-        slots: list[ProgressSlot] = []
-        while True:
-            try:
-                slots.append(self._final_reports.get_nowait())
-            except queue.Empty:
-                break
-        if not slots or self._progress is None:
-            return
-        try:
-            self._progress.flush(slots, self._session.report_progress)
-        except Exception:
-            # A report is worth less than an outcome: log it and write the outcomes.
-            self._log.warning(
-                "writing the last progress of %d job(s) failed", len(slots), exc_info=True
-            )
-
     def _write(self, batch: list[Outcome]) -> None:
         attempt = 0
         while batch:
-            self._flush_reports()
+            if self._hooks.before_write:
+                run_hooks(self._log, self._hooks.before_write)
             try:
-                results = self._session.record_outcomes(batch)
+                results = self._session.record(batch)
             except DroverError as exc:
                 transient = self._failed(exc)
                 stopping = self._stopping.is_set()
@@ -300,7 +271,7 @@ class Completer(ThreadService):
         failed: list[Outcome] = []
         for outcome in batch:
             try:
-                results = self._session.record_outcomes([outcome])
+                results = self._session.record([outcome])
             except DroverError as exc:
                 self._failed(exc)
                 failed.append(outcome)
@@ -309,31 +280,32 @@ class Completer(ThreadService):
         return failed
 
     def _landed(self, batch: list[Outcome], results: list[Recorded]) -> None:
-        """Act on a written batch's results: report refusals, untrack, wake fetchers."""
+        """Act on a written batch's results: report refusals, untrack, run the hooks."""
         applied = []
-        notes: list[LedgerNote] = []
+        stale: list[StaleWrite] = []
         for recorded in results:
             if recorded.result is not WriteResult.APPLIED:
                 note = self._report(recorded)
                 if note is not None:
-                    notes.append(note)
+                    stale.append(note)
                 continue
             applied.append((recorded.outcome.id, recorded.outcome.attempt))
-            if recorded.cancelled:
-                log_cancelled(self._log, recorded.outcome.id, recorded.outcome.attempt)
             if recorded.outcome.settles_tx and recorded.outcome.error is not None:
                 self._tx_rolled_back(recorded.outcome)
-        released = self._inflight.limited_queues(applied) if self._released else None
+        hooks = self._hooks
+        # Read before the untrack: the claims' wakes flags go with them.
+        freed = self._inflight.waking_queues(applied) if hooks.capacity_freed else None
         self._untrack((o.id, o.attempt) for o in batch)
-        record_notes(self._log, self._session.append_ledger, notes)
-        if released and self._released is not None:
-            try:
-                self._released(released)
-            except Exception:  # a wake-up is an optimisation: the poll still finds the work
-                self._log.warning("waking fetchers after a release failed", exc_info=True)
+        if hooks.written:
+            run_hooks(self._log, hooks.written, results)
+        if stale and hooks.stale:
+            run_hooks(self._log, hooks.stale, stale)
+        if freed:
+            # A wake-up is an optimisation: the poll still finds the work.
+            run_hooks(self._log, hooks.capacity_freed, freed)
 
-    def _report(self, recorded: Recorded) -> LedgerNote | None:
-        """Log and count a refused write; the ledger entry to record for it, if any."""
+    def _report(self, recorded: Recorded) -> StaleWrite | None:
+        """Log and count a refused write; the stale write to report for it, if any."""
         outcome = recorded.outcome
         if (
             outcome.settles_tx
@@ -342,8 +314,8 @@ class Completer(ThreadService):
         ):
             return None  # complete_tx's transaction committed: the expected refusal
         write = write_label(outcome)
-        self._on_refused(recorded.result.value)
-        self._on_stale(recorded.result.value, write)
+        self._events.write_refused(recorded.result.value)
+        self._events.stale_write_refused(recorded.result.value, write)
         self._discarded(
             recorded.outcome,
             f"{recorded.result.value}; it is now {recorded.current_state}, "
@@ -354,14 +326,13 @@ class Completer(ThreadService):
         )
         if recorded.current_state is None:
             return None  # the job is gone: no ledger to write to
-        return stale_write_note(
+        return StaleWrite(
             outcome.id,
             outcome.attempt,
-            worker=self._holder,
-            write=write,
-            refused=recorded.result.value,
-            state=recorded.current_state,
-            state_attempt=recorded.current_attempt,
+            write,
+            recorded.result.value,
+            recorded.current_state,
+            recorded.current_attempt,
         )
 
     def _tx_rolled_back(self, outcome: Outcome) -> None:

@@ -14,9 +14,8 @@ import traceback
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from drover._db.caller import transaction_open
+from drover._kernel.claims import Claim
 from drover._records import Outcome
-from drover._runtime.inflight import Claim
 from drover.errors import ArgsDecodeError, Cancel, LeaseLost, Snooze
 from drover.errors import describe_failure as describe
 from drover.job import JobRow, JobState
@@ -262,7 +261,7 @@ def decide(
                 {"error": str(lost)},
             )
             return Decision(None, (note,))
-        if claim.completed_in_tx and transaction_open(claim.tx_connection):
+        if claim.completed_in_tx and claim.tx_open():
             return Decision(None, (_LEFT_OPEN,))
         decision = failed(row, exc, policy=policy)
         if claim.completed_in_tx and decision.outcome is not None:
@@ -270,7 +269,7 @@ def decide(
         return decision
     if not claim.completed_in_tx:
         return Decision(completed(row, claim.context._result_slot.text))
-    if transaction_open(claim.tx_connection):
+    if claim.tx_open():
         return Decision(None, (_LEFT_OPEN,))
     entry = error_entry(row, TX_NOT_COMMITTED, None)
     if row.attempt >= row.max_attempts:

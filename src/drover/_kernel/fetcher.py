@@ -6,10 +6,10 @@ import random
 import threading
 from collections.abc import Callable, Mapping
 
-from drover._runtime.inflight import Claim
-from drover._runtime.outage import Backoff
-from drover._runtime.service import ThreadService
-from drover._runtime.wiring import Wiring
+from drover._kernel.claims import Claim
+from drover._kernel.kit import Kit, run_hooks
+from drover._kernel.outage import Backoff
+from drover._kernel.service import ThreadService
 
 __all__ = ["Fetcher", "weighted_order"]
 
@@ -78,36 +78,38 @@ class Fetcher(ThreadService):
 
     def __init__(
         self,
-        wiring: Wiring,
+        kit: Kit,
         *,
         dispatch: Callable[[list[Claim]], None],
         rng: random.Random | None = None,
     ) -> None:
-        super().__init__(client_id=wiring.client_id, logger=wiring.log)
-        self._weights = {name: q.weight for name, q in wiring.config.queues.items()}
-        self._slots = wiring.slots
-        self._inflight = wiring.inflight
+        super().__init__(client_id=kit.client_id, logger=kit.log)
+        settings = kit.settings
+        self._weights = dict(settings.weights)
+        self._slots = kit.slots
+        self._inflight = kit.inflight
         self._dispatch = dispatch
-        self._poll = wiring.config.poll_interval.total_seconds()
+        self._poll = settings.poll_interval
         self._backoff = Backoff(self._poll, max(self._poll, _BACKOFF_CAP))
         self._failures = 0
-        self._lease_seconds = wiring.lease_seconds
+        self._lease_seconds = kit.lease_seconds
         # Outcomes written in batches let a slot take its next job before the
         # last one's outcome is written; this bounds how far ahead it may run
         # (ADR 0003 amendment): held claims stay under twice the concurrency,
         # so a crash re-runs at most that many jobs, however slow the writes.
-        self._backlog = wiring.config.concurrency
+        self._backlog = settings.concurrency
         self._rng = rng or random.Random()  # noqa: S311 - queue ordering, not security
         self._wakeup = threading.Event()
         # A capped queue with room again after a round skipped it: claim now,
         # not after the poll interval. (A free slot alone wakes take_all.)
         self._inflight.on_room(self._wakeup.set)
         # Kept while rounds keep finding work; returned before every sleep.
-        self._session = wiring.store.held("fetch jobs")
-        self._read_parents = wiring.store.parent_results
-        self._ns = wiring.store.ns
+        self._session = kit.store.claim_session()
+        self._store = kit.store
+        self._context_args = kit.context_args
+        self._claimed_hooks = kit.hooks.claimed
         # Written into each claimed row for operators (Inspector.lease_holder).
-        self._holder = wiring.holder
+        self._holder = kit.holder
         self.claims = 0
         """Claim round trips made (for tests and stats)."""
         self.held_back = 0
@@ -200,7 +202,7 @@ class Fetcher(ThreadService):
                     continue  # at its max_workers: the job that frees one wakes us
                 want = min(want, room)
             try:
-                rows, sent, limited = self._session.claim(
+                rows, sent, wakes = self._session.claim(
                     queue, want, self._lease_seconds, self._holder
                 )
                 self.claims += 1
@@ -215,16 +217,13 @@ class Fetcher(ThreadService):
                 return claimed, True
             self._ok()
             deadline = sent + self._lease_seconds
+            store, args = self._store, self._context_args
             claims = [
-                Claim(
-                    row,
-                    deadline,
-                    limited=row.id in limited,
-                    read_parents=self._read_parents,
-                    ns=self._ns,
-                )
+                Claim(row, deadline, wakes=row.id in wakes, store=store, context_args=args)
                 for row in rows
             ]
+            if self._claimed_hooks:
+                run_hooks(self._log, self._claimed_hooks, claims)
             # Tracked before they are handed to the pool threads, so the
             # heartbeat covers them and shutdown sees them.
             self._inflight.add_many(claims)

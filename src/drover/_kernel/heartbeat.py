@@ -5,12 +5,9 @@ from __future__ import annotations
 import logging
 import time
 
-from drover._db.ledger import LedgerNote, stale_write_note
-from drover._runtime.cancels import CancelRequest, Cancels
-from drover._runtime.inflight import Claim
-from drover._runtime.ledger import record_notes
-from drover._runtime.service import IntervalService
-from drover._runtime.wiring import Wiring
+from drover._kernel.claims import Claim
+from drover._kernel.kit import Kit, StaleWrite, run_hooks
+from drover._kernel.service import IntervalService
 from drover.log import JOB, log_job
 
 __all__ = ["Heartbeat"]
@@ -29,28 +26,22 @@ class Heartbeat(IntervalService):
     the job. A failed renewal is logged and retried next interval. It stops
     only after the pool drained, so a draining job never loses its lease.
 
-    Its answer also carries any operator's request to cancel a renewed job
-    (ADR 0030), which it hands to ``cancels``: how a client that does not
-    listen for notifications learns of it, within one interval.
-
     A renewal the database refused because the job moved on is a stale
-    write: it is counted and written in the job's duplicate ledger (ADR
-    0040), once per claim, in one more statement for the beats that find one.
+    write: it is counted and handed to the ``stale`` hooks (the duplicate
+    ledger, ADR 0037), once per claim.
     """
 
     name = "heartbeat"
     action = "extend job leases"
 
-    def __init__(self, wiring: Wiring, *, cancels: Cancels | None = None) -> None:
-        interval = wiring.config.heartbeat_interval.total_seconds()
-        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
-        self._store = wiring.store
-        self._inflight = wiring.inflight
-        self._lease_seconds = wiring.lease_seconds
-        self._on_lease_lost = wiring.metrics.lease_lost
-        self._on_stale = wiring.metrics.stale_write_refused
-        self._holder = wiring.holder
-        self._cancels = cancels
+    def __init__(self, kit: Kit) -> None:
+        interval = kit.settings.heartbeat_interval
+        super().__init__(interval=interval, client_id=kit.client_id, logger=kit.log)
+        self._store = kit.store
+        self._inflight = kit.inflight
+        self._lease_seconds = kit.lease_seconds
+        self._events = kit.events
+        self._stale_hooks = kit.hooks.stale
 
     def run_once(self) -> int:
         """Renew every held lease; return how many were renewed."""
@@ -78,7 +69,7 @@ class Heartbeat(IntervalService):
         )
         by_id = {c.row.id: c for c in held}
         renewed = 0
-        stale: list[LedgerNote] = []
+        stale: list[StaleWrite] = []
         for renewal in renewals:
             claim = by_id[renewal.id]
             if renewal.leased_until is not None:
@@ -89,32 +80,17 @@ class Heartbeat(IntervalService):
                 and not claim.settled
                 and self._lose(claim, "the job moved on: rescued, re-claimed or cancelled")
             ):
-                self._on_stale("lease lost", "heartbeat")
-                stale.append(
-                    stale_write_note(
-                        claim.row.id,
-                        claim.row.attempt,
-                        worker=self._holder,
-                        write="heartbeat",
-                        refused="lease lost",
-                    )
-                )
-            if renewal.cancel_request is not None and renewal.current and self._cancels:
-                # The fallback when no notification told us (ADR 0030).
-                self._cancels.deliver(
-                    CancelRequest.from_column(
-                        renewal.id, claim.row.attempt, renewal.cancel_request
-                    ),
-                    "heartbeat",
-                )
-        record_notes(self._log, self._store.append_ledger, stale)
+                self._events.stale_write_refused("lease lost", "heartbeat")
+                stale.append(StaleWrite(claim.row.id, claim.row.attempt, "heartbeat", "lease lost"))
+        if stale and self._stale_hooks:
+            run_hooks(self._log, self._stale_hooks, stale)
         return renewed
 
     def _lose(self, claim: Claim, reason: str) -> bool:
         """Mark the claim's lease lost; False when it already was."""
         if not claim.lose(reason):
             return False
-        self._on_lease_lost()
+        self._events.lease_lost()
         log_job(
             self._log,
             logging.WARNING,

@@ -18,7 +18,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from drover._runtime.inflight import Claim
+from drover._kernel.claims import Claim
 
 __all__ = ["JobPool"]
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 
+from drover._kernel import disposition
+from drover._kernel.disposition import Decision, Note
+from drover._kernel.kit import Kit, run_hooks
+from drover._kernel.service import IntervalService
 from drover._records import Outcome, WriteResult
-from drover._runtime import disposition
-from drover._runtime.cancels import log_cancelled as _log_cancelled
-from drover._runtime.disposition import Decision, Note
-from drover._runtime.service import IntervalService
-from drover._runtime.wiring import Wiring
 from drover.job import JobRow, JobState
 from drover.log import JOB
 
@@ -34,26 +33,25 @@ class Rescuer(IntervalService):
     statement. It never spends an attempt: the attempt that stranded the row
     was really used. At most ten rounds per sweep, so it cannot monopolise a
     connection. Recovery after a crash takes about lease + rescue interval.
-    A rescued job an operator asked to cancel while it ran ends ``cancelled``
-    (the statement sees to it, ADR 0030), never to run again.
-
-    Each rescue is written in the job's duplicate ledger in the same
-    transaction (ADR 0037): the attempt, the worker that held the lease, this
-    client, and the state the job moved to. One sent to run again counts in
-    ``drover_reruns_total{reason="lease_expired"}``.
+    The store may end a rescued job otherwise than decided (a job an
+    operator asked to cancel ends ``cancelled``, ADR 0030) and note each
+    rescue in the job's duplicate ledger in the same transaction (ADR
+    0037); the ``written`` hooks see every result. One sent to run again
+    counts in ``drover_reruns_total{reason="lease_expired"}``.
     """
 
     name = "rescuer"
     action = "rescue expired jobs"
 
-    def __init__(self, wiring: Wiring) -> None:
-        interval = wiring.config.rescue_interval.total_seconds()
-        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
-        self._store = wiring.store
-        self._lease_seconds = wiring.lease_seconds
-        self._policy = wiring.config.retry_policy
-        self._holder = wiring.holder
-        self._on_rerun = wiring.metrics.rerun
+    def __init__(self, kit: Kit) -> None:
+        interval = kit.settings.rescue_interval
+        super().__init__(interval=interval, client_id=kit.client_id, logger=kit.log)
+        self._store = kit.store
+        self._lease_seconds = kit.lease_seconds
+        self._policy = kit.settings.retry_policy
+        self._holder = kit.holder
+        self._events = kit.events
+        self._written = kit.hooks.written
 
     def _decide(self, row: JobRow) -> Outcome:
         decision = disposition.failed(
@@ -75,9 +73,9 @@ class Rescuer(IntervalService):
                     continue
                 moved += 1
                 if not recorded.cancelled and recorded.outcome.state in RERUN_STATES:
-                    self._on_rerun("lease_expired")
-                if recorded.cancelled:
-                    _log_cancelled(self._log, recorded.outcome.id, recorded.outcome.attempt)
+                    self._events.rerun("lease_expired")
+            if results and self._written:
+                run_hooks(self._log, self._written, results)
             if found < BATCH:
                 break
         return moved

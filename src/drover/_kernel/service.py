@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from drover._runtime.outage import Backoff, Trouble
+from drover._kernel.outage import Backoff, Trouble
 
 __all__ = ["IntervalService", "ThreadService"]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from drover._db.notify import Listening
 from drover._db.results import StoredResult
 from drover._db.store import Store
-from drover._runtime.service import ThreadService
+from drover._kernel.service import ThreadService
 from drover.errors import NotFound, ResultTimeout
 from drover.job import TERMINAL_STATES
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from drover._runtime.service import IntervalService
+from drover._kernel.service import IntervalService
 from drover._runtime.wiring import Wiring
 from drover.health import HealthReport, diagnose
 

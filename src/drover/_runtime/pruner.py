@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drover._runtime.service import IntervalService
+from drover._kernel.service import IntervalService
 from drover._runtime.wiring import Wiring
 
 __all__ = ["Pruner"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import time
 
+from drover._kernel.service import IntervalService
 from drover._records import QueueStats
-from drover._runtime.service import IntervalService
 from drover._runtime.wiring import Wiring
 
 __all__ = ["StatsRefresher"]

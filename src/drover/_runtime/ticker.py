@@ -9,7 +9,7 @@ from datetime import datetime
 from drover._db.store import Store
 from drover._db.ticks import Leadership, LeasedLeadership
 from drover._insert.encode import encode_insert
-from drover._runtime.service import ThreadService
+from drover._kernel.service import ThreadService
 from drover._runtime.wiring import Wiring
 from drover.errors import DroverError
 from drover.periodic import PeriodicJob, tick_key, tick_opts

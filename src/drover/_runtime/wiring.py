@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass
 
 from drover._db.store import Store
-from drover._runtime.inflight import InFlight, Slots
+from drover._kernel.claims import InFlight, Slots
 from drover.config import Config
 from drover.ops.metrics import Metrics
 

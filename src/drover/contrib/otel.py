@@ -26,7 +26,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any
 
 from drover._insert.tracing import TRACE_KEYS, InsertSpan
-from drover._runtime.disposition import find_signal
+from drover._kernel.disposition import find_signal
 from drover._version import VERSION
 from drover.context import JobContext
 from drover.errors import ArgsDecodeError, Cancel, InvalidArgument, Snooze
