@@ -264,3 +264,57 @@ def test_the_checker_sees_function_level_and_type_checking_imports(tmp_path: Pat
 )
 def test_the_cycle_finder(graph: dict[str, dict[str, int]], expected: list[list[str]]) -> None:
     assert _cycles(graph) == expected
+
+
+# --- the kernel (ADR 0045) ----------------------------------------------------------------------
+
+# The kernel: claim, dispatch, completion, lease renewal, rescue and hand-back,
+# and PostgreSQL's statements for them. It knows no feature: it imports its own
+# modules and these, and nothing else (not limits, results, workflows,
+# progress, cancels, the ledger, uniqueness, periodic jobs, retention, the
+# configuration, the metrics or the engine that attaches them).
+KERNEL = re.compile(r"drover\._kernel(\..+)?|drover\._db\.kernel")
+KERNEL_MAY_IMPORT = frozenset(
+    {
+        # the model it runs: rows, states, outcomes, errors, the handler's context
+        "drover.errors",
+        "drover.job",
+        "drover._records",
+        "drover.context",
+        "drover.retry",
+        "drover.log",
+        "drover.middleware",
+        "drover._durations",
+        # the database's plumbing: connections, errors, the SQL loader
+        "drover._db",
+        "drover._db.errors",
+        "drover._db.pool",
+        "drover._db.held",
+        "drover._db.claims",
+        "drover._db.caller",
+        "drover._db.deadline",
+        "drover._db.namespace",
+        "drover._db.queries",
+        "drover._db.rows",
+        "drover._db.insert",
+    }
+)
+
+
+def test_the_kernel_imports_no_feature() -> None:
+    kernel = [m for m in MODULES if KERNEL.fullmatch(m)]
+    assert "drover._kernel.engine" in kernel and "drover._db.kernel" in kernel
+    found = [
+        f"{module}:{line} imports {target}"
+        for module in kernel
+        for target, line in GRAPH[module].items()
+        if not KERNEL.fullmatch(target) and target not in KERNEL_MAY_IMPORT
+    ]
+    assert not found, "the kernel imports a feature (ADR 0045):\n" + "\n".join(found)
+
+
+def test_the_kernel_rule_sees_a_feature_import(tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text("from drover.limits import Limit\nfrom drover._kernel.kit import Kit\n")
+    targets = {t for t, _ in _imports("drover._kernel.probe", path)}
+    assert targets - KERNEL_MAY_IMPORT - {"drover._kernel.kit"} == {"drover.limits"}
