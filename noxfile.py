@@ -48,9 +48,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the package and the tests (tests/typing is the typed API contract)."""
+    """mypy --strict over the package, the tests (tests/typing is the typed API contract),
+    drover's own fault suite and soak (faults/) and the developer tools (tools/)."""
     session.install("-e", ".[dev]")
-    session.run("mypy", "--strict", "src", "tests")
+    session.run("mypy", "--strict", "src", "tests", "faults", "tools")
 
 
 @nox.session(python="3.11")
