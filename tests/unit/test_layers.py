@@ -229,17 +229,47 @@ def test_the_cli_loads_no_fault_harness_until_drover_faults_runs() -> None:
     assert loaded == "[]"
 
 
-def test_the_fault_harness_knows_nothing_of_drovers_own_suite() -> None:
+# drover's own fault suite and soak (faults/) and the developer tools (tools/)
+# live in the repository, outside the package and the wheel (ADR 0049).
+REPOSITORY_ONLY = ("faults", "tools")
+
+
+def _absolute_imports(path: Path) -> Iterator[tuple[str, int]]:
+    """``(module, line)`` for every absolute import in ``path``, wherever it is written."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, node.lineno
+
+
+def test_drover_never_imports_the_repositorys_own_suite_or_tools() -> None:
     # The harness is what a user's handlers can be run under; the suite is
-    # drover's own workload on top of it.
+    # drover's own workload on top of it, and it is not installed.
     leaks = [
-        f"{module}:{line} imports {target}"
-        for module, targets in GRAPH.items()
-        if module.startswith("drover.faults.harness")
-        for target, line in targets.items()
-        if target.startswith("drover.faults.suite")
+        f"{module}:{line} imports {name}"
+        for module, path in MODULES.items()
+        for name, line in _absolute_imports(path)
+        if name.split(".")[0] in REPOSITORY_ONLY
     ]
     assert not leaks, leaks
+
+
+def test_drovers_own_suite_uses_drover_as_any_program_would() -> None:
+    # The suite and the soak test the package as it ships: its public modules
+    # and the fault harness, never a private module (what a user cannot reach
+    # without reaching into drover's insides, the suite does not either).
+    root = SRC.parent / "faults"
+    found = sorted(root.rglob("*.py"))
+    assert found, f"no fault suite in {root}"
+    private = [
+        f"{path.relative_to(root.parent)}:{line} imports {name}"
+        for path in found
+        for name, line in _absolute_imports(path)
+        if name.split(".")[0] == "drover" and any(p.startswith("_") for p in name.split("."))
+    ]
+    assert not private, private
 
 
 def test_the_checker_sees_function_level_and_type_checking_imports(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 
 import drover
-from drover.faults.suite.workload import FaultJob
+from faults.suite.workload import FaultJob
 
 __all__ = ["probe_latencies", "snapshot"]
 

@@ -31,8 +31,8 @@ from typing import Any
 import psycopg
 
 import drover
-from drover.faults.suite.workload import FaultStep
 from drover.workflows import Step, flatten
+from faults.suite.workload import FaultStep
 
 __all__ = ["STEP_ATTEMPTS", "SuiteWorkflow", "build", "feed", "steps_of"]
 

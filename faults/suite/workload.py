@@ -1,6 +1,6 @@
 """The fault suite's worker process: a real drover client whose handlers record their own history.
 
-Run by the orchestrator as ``python -m drover.faults.suite.workload --dsn ... --history DIR``.
+Run by the orchestrator as ``python -m faults.suite.workload --dsn ... --history DIR``.
 Every handler appends a ``start`` record to this process's history file
 before it does anything and an ``end`` record as it returns or raises, and
 records its side effect (an ``effect`` row in the ``fault_effects`` table)
@@ -12,7 +12,7 @@ only when it succeeds, independently of drover:
 - mode ``tx``: the effect row and ``job.complete_tx`` share one transaction,
   so an effect exists only if the completion committed.
 
-Workflow steps (``FaultStep``, see ``drover.faults.suite.workflows``) also
+Workflow steps (``FaultStep``, see ``faults.suite.workflows``) also
 read their dependencies' results as they begin (``job.parent_results()``;
 every step returns its own job id as its result) and record what they read
 in their ``start`` record, so the checker can see a step that began before
@@ -20,26 +20,26 @@ a dependency completed.
 
 drover's own refusals of a stale claim's write (the ``outcome_discarded``
 and ``complete_tx_refused`` log events) are appended as ``refused`` records.
-One ``os.write`` per record to an ``O_APPEND`` file: a record written before a
-SIGKILL survives it.
+One ``os.write`` per record to an ``O_APPEND`` file (the harness's
+``HistoryFile``): a record written before a SIGKILL survives it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
 from psycopg_pool import ConnectionPool
 
 import drover
+from drover.faults.harness.jsonl import HistoryFile
+from drover.faults.harness.worker import QuickRetry, run_client
 
 __all__ = [
     "EFFECTS_DDL",
@@ -49,10 +49,7 @@ __all__ = [
     "FaultJob",
     "FaultLimited",
     "FaultStep",
-    "HistoryFile",
-    "QuickRetry",
     "main",
-    "run_client",
 ]
 
 WORKLOADS = ("fast", "slow", "flaky", "snooze", "cancel", "poison", "limited", "step")
@@ -114,28 +111,6 @@ class FaultStep(drover.JobArgs, kind="fault_step"):
     workload: str = "step"
     seconds: float = 0.0
     fail_times: int = 0
-
-
-class HistoryFile:
-    """An append-only JSON-lines file: one ``os.write`` per record, safe across SIGKILL."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def write(self, **record: Any) -> None:
-        """Append one record (a single write of one line)."""
-        os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-class QuickRetry:
-    """Retries after a fifth of a second: a fault run measures faults, not back-off."""
-
-    def next_retry(self, job: drover.JobRow) -> datetime:
-        return datetime.now(UTC) + timedelta(seconds=0.2)
 
 
 class _RefusalRecorder(logging.Handler):
@@ -276,37 +251,9 @@ def _configure_logging(history: HistoryFile, log_path: Path) -> None:
     logger.addHandler(to_file)
 
 
-_START_PATIENCE = 60.0
-"""How long a worker keeps trying to start while the database is unreachable."""
-
-
-def run_client(dsn: str, config: drover.Config, history: HistoryFile) -> None:
-    """``Client.run`` until SIGTERM, starting again while the database is down at start.
-
-    The nemesis may restart or crash the server while a replacement worker
-    is still importing; a worker that gave up then would leave the run a
-    worker short (its jobs rescued by nobody while another is paused), as a
-    process supervisor would not. Only ``start`` raises ``DatabaseError``
-    here: once started, a client rides out outages itself.
-    """
-    deadline = time.monotonic() + _START_PATIENCE
-    while True:
-        client = drover.Client(dsn, config)
-        try:
-            client.run()
-            return
-        except drover.DatabaseError:
-            if time.monotonic() > deadline:
-                raise
-            history.write(ev="process", pid=os.getpid(), t=time.time(), what="start failed")
-            time.sleep(0.2)
-        finally:
-            client.close()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one worker until SIGTERM; exit 0 after a complete drain, 3 after an incomplete one."""
-    parser = argparse.ArgumentParser(prog="python -m drover.faults.suite.workload")
+    parser = argparse.ArgumentParser(prog="python -m faults.suite.workload")
     parser.add_argument("--dsn", required=True, help="where drover connects (may be a proxy)")
     parser.add_argument("--effects-dsn", help="where effects are written (default: --dsn)")
     parser.add_argument("--history", type=Path, required=True, help="the history directory")

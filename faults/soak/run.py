@@ -1,4 +1,4 @@
-"""``python -m drover.faults soak``: many jobs through three workers under periodic faults.
+"""``python -m faults soak``: many jobs through three workers under periodic faults.
 
 The soak asks what the fault suite's short scenarios cannot: does anything
 grow with the jobs run? It feeds ``--jobs`` (default 1,000,000) jobs in COPY
@@ -38,13 +38,22 @@ from psycopg.conninfo import make_conninfo
 import drover
 from drover.faults.harness.checker import check
 from drover.faults.harness.cluster import Cluster
+from drover.faults.harness.fleet import (
+    FAULT_KINDS,
+    Fleet,
+    FleetSettings,
+    Nemesis,
+    Worker,
+    workdir,
+)
 from drover.faults.harness.history import Params, load_history
+from drover.faults.harness.jsonl import HistoryFile
 from drover.faults.harness.proxy import TcpProxy
-from drover.faults.soak import figures as fig
-from drover.faults.soak.gauges import ARCHIVE_DDL, Database, proc_status
-from drover.faults.soak.snapshot import probe_latencies, snapshot
-from drover.faults.suite.run import FAULT_KINDS, Scenario, _Fleet, _Nemesis, _workdir, _Worker
-from drover.faults.suite.workload import EFFECTS_DDL, FaultJob, HistoryFile
+from faults import worker_environment
+from faults.soak import figures as fig
+from faults.soak.gauges import ARCHIVE_DDL, Database, proc_status
+from faults.soak.snapshot import probe_latencies, snapshot
+from faults.suite.workload import EFFECTS_DDL, FaultJob
 
 __all__ = ["SOAK_KINDS", "Soak", "main", "run"]
 
@@ -110,44 +119,48 @@ class Soak:
     log: Callable[[str], None] = field(default=print, repr=False)
 
 
-class _SoakFleet(_Fleet):
-    """The fault suite's fleet, spawning soak workers, and sparing one observed worker.
+class _SoakFleet(Fleet):
+    """The harness's fleet, spawning the suite's workers for the soak, sparing one observed worker.
 
     The nemesis never picks the first worker for a per-process fault (kill,
     stop, drain), so its gauges cover the whole soak; it still lives through
     every database and network fault.
     """
 
-    def __init__(self, soak: Soak, scenario: Scenario, dsn: str, effects: str, history: Path):
-        super().__init__(scenario, dsn, effects, history)
+    def __init__(
+        self, soak: Soak, settings: FleetSettings, dsn: str, effects: str, history: Path
+    ) -> None:
+        super().__init__(settings, dsn, effects, history)
         self._soak = soak
-        self.observed: _Worker | None = None
+        self.observed: Worker | None = None
 
-    def spawn(self) -> _Worker:
+    def spawn(self) -> Worker:
         s = self._soak
         command = [
-            sys.executable, "-m", "drover.faults.suite.workload",
-            "--dsn", self._dsn, "--effects-dsn", self._effects_dsn,
-            "--history", str(self._history), "--concurrency", str(s.concurrency),
+            sys.executable, "-m", "faults.suite.workload",
+            "--dsn", self.dsn, "--effects-dsn", self.effects_dsn,
+            "--history", str(self.history), "--concurrency", str(s.concurrency),
             "--lease", str(s.lease), "--heartbeat", str(s.lease / 4),
             "--rescue", str(s.rescue), "--retention", str(s.retention),
             "--prune-interval", str(s.prune_interval),
         ]  # fmt: skip
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        worker = _Worker(proc, time.time())
+        proc = subprocess.Popen(
+            command, env=worker_environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        worker = Worker(proc, time.time())
         self.workers.append(worker)
         if self.observed is None:
             self.observed = worker
         return worker
 
-    def pick(self, rng: random.Random) -> _Worker:
+    def pick(self, rng: random.Random) -> Worker:
         return rng.choice([w for w in self.workers if w is not self.observed])
 
 
 class _FaultLoop:
     """The nemesis on a thread of its own: one fault, a pause, the next; errors are kept."""
 
-    def __init__(self, nemesis: _Nemesis, soak: Soak, rng: random.Random) -> None:
+    def __init__(self, nemesis: Nemesis, soak: Soak, rng: random.Random) -> None:
         self._nemesis = nemesis
         self._soak = soak
         self._rng = rng
@@ -290,14 +303,13 @@ def run(soak: Soak) -> tuple[bool, dict[str, Any]]:
         raise drover.ConfigError(f"Soak.workers must be 2 or more, not {soak.workers}")
     say = soak.log
     rng = random.Random(soak.seed)  # noqa: S311 - a seeded workload, not a secret
-    scenario = Scenario(
+    settings = FleetSettings(
         workers=soak.workers,
         lease=soak.lease,
         heartbeat=soak.lease / 4,
         rescue=soak.rescue,
-        drain_slack=soak.drain_slack,
     )
-    with _workdir(soak.out) as work, Cluster(max_connections=100) as cluster:
+    with workdir(soak.out) as work, Cluster(max_connections=100) as cluster:
         history_dir = work / "history"
         history_dir.mkdir(exist_ok=True)
         cluster.start()
@@ -320,7 +332,7 @@ def run(soak: Soak) -> tuple[bool, dict[str, Any]]:
         inserted = 0
         with TcpProxy(("127.0.0.1", cluster.port)) as proxy, contextlib.closing(feeder):
             route = proxy.via(dsn) if _PROXY_KINDS & set(soak.kinds) else dsn
-            fleet = _SoakFleet(soak, scenario, route, dsn, history_dir)
+            fleet = _SoakFleet(soak, settings, route, dsn, history_dir)
             with fleet:
                 for _ in range(soak.workers):
                     fleet.spawn()
@@ -333,7 +345,7 @@ def run(soak: Soak) -> tuple[bool, dict[str, Any]]:
                 start = fig.Latency.of(probe_latencies(feeder, dsn, soak.probes))
                 inserted += soak.probes
                 say(f"start probe: p50 {start.p50 * 1000:.2f} ms; feeding {soak.jobs} jobs")
-                nemesis = _Nemesis(scenario, fleet, cluster, proxy, dsn, orchestrator, rng)
+                nemesis = Nemesis(settings, fleet, cluster, proxy, dsn, orchestrator, rng)
                 faults = _FaultLoop(nemesis, soak, random.Random(f"{soak.seed}/faults"))  # noqa: S311
                 began = time.time()
                 faults.start()
@@ -378,8 +390,8 @@ def run(soak: Soak) -> tuple[bool, dict[str, Any]]:
         db.close()
         say("snapshot and check")
         snapshot(dsn, history_dir / "db.jsonl")
-        params = Params(lease=soak.lease, rescue_interval=scenario.rescue,
-                        heartbeat=scenario.heartbeat, poll_interval=scenario.poll,
+        params = Params(lease=soak.lease, rescue_interval=settings.rescue,
+                        heartbeat=settings.heartbeat, poll_interval=settings.poll,
                         drain_slack=soak.drain_slack)  # fmt: skip
         report = check(load_history(history_dir, params))
         extra = [
@@ -415,9 +427,9 @@ def run(soak: Soak) -> tuple[bool, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m drover.faults soak``: run a soak, print the table, write the JSON report."""
+    """``python -m faults soak``: run a soak, print the table, write the JSON report."""
     parser = argparse.ArgumentParser(
-        prog="python -m drover.faults soak",
+        prog="python -m faults soak",
         description="Run many jobs through drover under periodic faults and check nothing grows.",
     )
     defaults = Soak()

@@ -1,6 +1,6 @@
 """The orchestrator: a cluster, a workload, worker processes, a nemesis, then the checker.
 
-``python -m drover.faults --jobs 5000 --faults 30 --seed 1`` runs one scenario
+``python -m faults --jobs 5000 --faults 30 --seed 1`` runs one scenario
 end to end and prints the figures; ``--out DIR`` keeps the history, the
 server log and ``report.json`` for replay. Everything is seeded: the job mix,
 which fault comes when and which worker it hits.
@@ -11,18 +11,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -30,23 +27,25 @@ from psycopg.conninfo import make_conninfo
 import drover
 from drover.faults.harness.checker import Report, check
 from drover.faults.harness.cluster import Cluster
-from drover.faults.harness.history import Params, load_history
-from drover.faults.harness.proxy import Mode, TcpProxy
-from drover.faults.suite import workflows
-from drover.faults.suite.workload import (
-    EFFECTS_DDL,
-    LIMITED_PARTS,
-    FaultJob,
-    FaultLimited,
-    HistoryFile,
+from drover.faults.harness.fleet import (
+    FAULT_KINDS,
+    Fleet,
+    FleetSettings,
+    Nemesis,
+    Worker,
+    chunks,
+    feed,
+    schedule,
+    workdir,
 )
+from drover.faults.harness.history import Params, load_history
+from drover.faults.harness.jsonl import HistoryFile
+from drover.faults.harness.proxy import TcpProxy
+from faults import worker_environment
+from faults.suite import workflows
+from faults.suite.workload import EFFECTS_DDL, LIMITED_PARTS, FaultJob, FaultLimited
 
 __all__ = ["FAULT_KINDS", "Scenario", "main", "run"]
-
-FAULT_KINDS = (
-    "kill", "stop", "pg_restart", "pg_crash", "terminate", "drain", "proxy_cut",
-    "proxy_blackhole",
-)  # fmt: skip
 
 _MIX = (
     # workload, share of the jobs
@@ -61,26 +60,18 @@ _MIX = (
 
 
 @dataclass
-class Scenario:
-    """One run's knobs. The defaults are the fast tier's (small, a few minutes at most)."""
+class Scenario(FleetSettings):
+    """One run's knobs. The defaults are the fast tier's (small, a few minutes at most).
+
+    The processes' and the faults' own (``workers``, ``lease``, ``kinds``,
+    ...) are the harness's ``FleetSettings``; these are the suite's.
+    """
 
     jobs: int = 5000
-    faults: int = 30
-    seed: int = 1
-    workers: int = 3
-    concurrency: int = 4
     mode: str = "plain"
     """``plain`` (handlers return; drover completes) or ``tx`` (``job.complete_tx``)."""
-    kinds: tuple[str, ...] = FAULT_KINDS
-    lease: float = 2.0
-    heartbeat: float = 0.5
-    rescue: float = 0.5
-    poll: float = 0.2
-    drain_budget: float = 1.0
     drain_slack: float | None = None
     """Slack on each drain's budget (SIGTERM to exit); None: the checker's epsilon (1 s)."""
-    fault_every: float = 1.0
-    """Seconds between two faults (after the previous one healed)."""
     workflows: int | None = None
     """Chains and chords inserted beside the jobs (``workflows.py``); None: one per 40 jobs."""
     quiesce_timeout: float = 240.0
@@ -88,182 +79,30 @@ class Scenario:
     log: Callable[[str], None] = field(default=print, repr=False)
 
 
-@dataclass
-class _Worker:
-    proc: subprocess.Popen[bytes]
-    started: float
-
-
-class _Fleet:
-    """The worker processes: spawn, replace, and the signals the nemesis sends them."""
+class _SuiteFleet(Fleet):
+    """The harness's fleet running the suite's workload (``faults.suite.workload``)."""
 
     def __init__(self, scenario: Scenario, dsn: str, effects_dsn: str, history: Path) -> None:
-        self._s = scenario
-        self._dsn = dsn
-        self._effects_dsn = effects_dsn
-        self._history = history
-        self.workers: list[_Worker] = []
+        super().__init__(scenario, dsn, effects_dsn, history)
+        self._scenario = scenario
 
-    def spawn(self) -> _Worker:
-        s = self._s
+    def spawn(self) -> Worker:
+        s = self._scenario
         command = [
-            sys.executable, "-m", "drover.faults.suite.workload",
-            "--dsn", self._dsn, "--effects-dsn", self._effects_dsn,
-            "--history", str(self._history), "--mode", s.mode,
+            sys.executable, "-m", "faults.suite.workload",
+            "--dsn", self.dsn, "--effects-dsn", self.effects_dsn,
+            "--history", str(self.history), "--mode", s.mode,
             "--concurrency", str(s.concurrency), "--lease", str(s.lease),
             "--heartbeat", str(s.heartbeat), "--rescue", str(s.rescue), "--poll", str(s.poll),
             "--shutdown-timeout", str(s.drain_budget),
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+        env = worker_environment(PYTHONFAULTHANDLER="1")
         proc = subprocess.Popen(
             command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        worker = _Worker(proc, time.time())
+        worker = Worker(proc, time.time())
         self.workers.append(worker)
         return worker
-
-    def replace(self, worker: _Worker) -> None:
-        self.workers.remove(worker)
-        self.spawn()
-
-    def pick(self, rng: random.Random) -> _Worker:
-        return rng.choice(self.workers)
-
-    def __enter__(self) -> _Fleet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # Whatever ended the run (an error, a timeout, Ctrl-C mid-SIGSTOP), no
-        # worker outlives it: wake any paused one, then kill what is left.
-        for w in self.workers:
-            with contextlib.suppress(ProcessLookupError):
-                w.proc.send_signal(signal.SIGCONT)
-                w.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                w.proc.wait(10)
-        self.workers.clear()
-
-    def stop_all(self, timeout: float) -> list[int | None]:
-        for w in self.workers:
-            with contextlib.suppress(ProcessLookupError):
-                w.proc.send_signal(signal.SIGTERM)
-        codes: list[int | None] = []
-        for w in self.workers:
-            try:
-                codes.append(w.proc.wait(timeout))
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
-                codes.append(w.proc.wait())
-        self.workers.clear()
-        return codes
-
-
-class _Nemesis:
-    """Injects one fault at a time and records it (orchestrator history file)."""
-
-    def __init__(
-        self,
-        scenario: Scenario,
-        fleet: _Fleet,
-        cluster: Cluster,
-        proxy: TcpProxy,
-        admin_dsn: str,
-        history: HistoryFile,
-        rng: random.Random,
-    ) -> None:
-        self._s = scenario
-        self._fleet = fleet
-        self._cluster = cluster
-        self._proxy = proxy
-        self._admin = admin_dsn
-        self._history = history
-        self._rng = rng
-        self.counts: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
-
-    def _record(
-        self, kind: str, t_start: float, t_end: float, pid: int | None, **extra: Any
-    ) -> None:
-        self.counts[kind] += 1
-        self._history.write(ev="fault", kind=kind, t_start=t_start, t_end=t_end, pid=pid, **extra)
-
-    def inject(self, kind: str) -> None:
-        getattr(self, f"_{kind}")()
-
-    def _kill(self) -> None:
-        worker = self._fleet.pick(self._rng)
-        t = time.time()
-        worker.proc.send_signal(signal.SIGKILL)
-        worker.proc.wait()
-        self._record("kill", t, t, worker.proc.pid)
-        self._fleet.replace(worker)
-
-    def _stop(self) -> None:
-        # Paused past its lease: it is presumed dead, its jobs rescued and re-run;
-        # when it wakes, its handlers finish and its writes must be refused.
-        worker = self._fleet.pick(self._rng)
-        t = time.time()
-        worker.proc.send_signal(signal.SIGSTOP)
-        time.sleep(2 * self._s.lease + self._s.rescue + 0.5)
-        worker.proc.send_signal(signal.SIGCONT)
-        self._record("stop", t, time.time(), worker.proc.pid)
-
-    def _pg_restart(self) -> None:
-        t = time.time()
-        self._cluster.restart("fast")
-        self._record("pg_restart", t, time.time(), None)
-
-    def _pg_crash(self) -> None:
-        t = time.time()
-        self._cluster.restart("immediate")
-        self._record("pg_crash", t, time.time(), None)
-
-    def _terminate(self) -> None:
-        t = time.time()
-        with psycopg.connect(self._admin, autocommit=True) as conn:
-            killed = conn.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM ("
-                " SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'drover%%'"
-                " ORDER BY random() LIMIT 3) AS victims"
-            ).fetchone()
-        self._record("terminate", t, time.time(), None, backends=int(killed[0]) if killed else 0)
-
-    def _drain(self) -> None:
-        worker = self._fleet.pick(self._rng)
-        t = time.time()
-        worker.proc.send_signal(signal.SIGTERM)
-        try:
-            code: int | None = worker.proc.wait(self._s.drain_budget + 30)
-        except subprocess.TimeoutExpired:
-            worker.proc.kill()
-            worker.proc.wait()
-            code = None
-        self._record(
-            "drain", t, time.time(), worker.proc.pid, budget=self._s.drain_budget, exit_code=code
-        )
-        self._fleet.replace(worker)
-
-    def _proxy_cut(self) -> None:
-        t = time.time()
-        self._proxy.cut()
-        self._record("proxy_cut", t, t, None)
-
-    def _proxy_blackhole(self) -> None:
-        # Half-open for longer than a lease, then the middlebox gives up and
-        # resets the flows (the kernel's retransmission timeout would, in life).
-        t = time.time()
-        self._proxy.set_mode(Mode.BLACKHOLE)
-        time.sleep(self._s.lease * 1.5)
-        self._proxy.cut()
-        self._proxy.set_mode(Mode.PASS)
-        self._record("proxy_blackhole", t, time.time(), None)
-
-
-def _schedule(scenario: Scenario, rng: random.Random) -> list[str]:
-    """The faults in order: every kind once per round, each round shuffled (seeded)."""
-    order: list[str] = []
-    while len(order) < scenario.faults:
-        order += rng.sample(scenario.kinds, len(scenario.kinds))
-    return order[: scenario.faults]
 
 
 def _workload(scenario: Scenario, rng: random.Random) -> list[drover.InsertItem]:
@@ -288,48 +127,6 @@ def _workload(scenario: Scenario, rng: random.Random) -> list[drover.InsertItem]
             item = FaultJob(workload=workload)
         items.append(item)
     return items
-
-
-_T = TypeVar("_T")
-
-
-def _chunks(items: list[_T], parts: int) -> list[list[_T]]:
-    """``items`` in ``parts`` consecutive chunks of near-equal size (the first gets the rest)."""
-    size, extra = divmod(len(items), parts)
-    chunks, start = [], 0
-    for n in range(parts):
-        end = start + size + (extra if n == 0 else 0)
-        chunks.append(items[start:end])
-        start = end
-    return chunks
-
-
-def _feed(client: drover.Client, items: list[drover.InsertItem]) -> None:
-    """Insert ``items`` (COPY batches), retrying while the nemesis has the database down."""
-    for start in range(0, len(items), 1000):
-        batch = items[start : start + 1000]
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client.insert_many(batch)
-                break
-            except drover.DatabaseError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def _workdir(out: Path | None) -> Iterator[Path]:
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        yield out
-        return
-    path = Path(tempfile.mkdtemp(prefix="drover-faults-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _unsettled(conn: psycopg.Connection[Any]) -> int:
@@ -386,7 +183,7 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
     """Run ``scenario`` end to end; return the checker's report and the run's figures."""
     say = scenario.log
     rng = random.Random(scenario.seed)  # noqa: S311 - a seeded schedule, not a secret
-    with _workdir(scenario.out) as work, Cluster(max_connections=100) as cluster:
+    with workdir(scenario.out) as work, Cluster(max_connections=100) as cluster:
         history_dir = work / "history"
         history_dir.mkdir(exist_ok=True)
         cluster.start()
@@ -398,12 +195,12 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
             conn.execute(EFFECTS_DDL.encode())
         # The jobs arrive in rounds, one before each fault, so every fault lands
         # on a working system rather than on one that already drained.
-        rounds = _chunks(_workload(scenario, rng), scenario.faults + 1)
+        rounds = chunks(_workload(scenario, rng), scenario.faults + 1)
         # Workflows draw from a generator of their own, so a seed's job mix and
         # fault schedule stay what they were before workflows joined the suite.
         count = scenario.workflows if scenario.workflows is not None else scenario.jobs // 40
         flows = workflows.build(random.Random(f"{scenario.seed}/workflows"), count)  # noqa: S311
-        flow_rounds = _chunks(flows, scenario.faults + 1)
+        flow_rounds = chunks(flows, scenario.faults + 1)
         # Named apart from the workers' connections, so `terminate` never picks it.
         feeder = drover.Client(make_conninfo(dsn, application_name="fault-feeder"))
         orchestrator = HistoryFile(history_dir / "orchestrator.jsonl")
@@ -411,20 +208,20 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
         with (
             TcpProxy(("127.0.0.1", cluster.port)) as proxy,
             contextlib.closing(feeder),
-            _Fleet(scenario, proxy.via(dsn), dsn, history_dir) as fleet,
+            _SuiteFleet(scenario, proxy.via(dsn), dsn, history_dir) as fleet,
         ):
-            _feed(feeder, rounds[0])
+            feed(feeder, rounds[0])
             workflows.feed(feeder, dsn, flow_rounds[0])
             say(
                 f"{scenario.jobs} jobs and {count} workflows in {len(rounds)} rounds; "
                 f"{scenario.workers} workers"
             )
-            nemesis = _Nemesis(scenario, fleet, cluster, proxy, dsn, orchestrator, rng)
+            nemesis = Nemesis(scenario, fleet, cluster, proxy, dsn, orchestrator, rng)
             began = time.time()
             for _ in range(scenario.workers):
                 fleet.spawn()
-            for n, kind in enumerate(_schedule(scenario, rng)):
-                _feed(feeder, rounds[n + 1])
+            for n, kind in enumerate(schedule(scenario, rng)):
+                feed(feeder, rounds[n + 1])
                 workflows.feed(feeder, dsn, flow_rounds[n + 1])
                 time.sleep(scenario.fault_every)
                 nemesis.inject(kind)
@@ -472,9 +269,9 @@ def run(scenario: Scenario) -> tuple[Report, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m drover.faults``: run a scenario, print the figures, exit 1 on a violation."""
+    """``python -m faults``: run a scenario, print the figures, exit 1 on a violation."""
     parser = argparse.ArgumentParser(
-        prog="python -m drover.faults",
+        prog="python -m faults",
         description="Run drover under injected faults and check the history it leaves.",
     )
     parser.add_argument("--jobs", type=int, default=5000)

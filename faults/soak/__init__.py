@@ -1,6 +1,6 @@
 """The soak: a long run under periodic faults that checks nothing grows.
 
-``python -m drover.faults soak`` runs it.
+``python -m faults soak`` runs it, from the root of a clone.
 
 ``run`` is the orchestrator, ``figures`` the pure arithmetic of slopes and
 bounds, ``gauges`` what is sampled; the worker processes are the fault
