@@ -118,11 +118,13 @@ class Harness:
         return row
 
     def ends(self, job_id: int, state: JobState, timeout: float = 20.0) -> JobRow:
-        return poll(
-            lambda: (row := self.job(job_id)).state is state and row,
-            timeout=timeout,
-            message=f"job {job_id} ends {state.value}",
-        )
+        def ended() -> JobRow | None:
+            row = self.job(job_id)
+            return row if row.state is state else None
+
+        found = poll(ended, timeout=timeout, message=f"job {job_id} ends {state.value}")
+        assert found is not None
+        return found
 
 
 @pytest.fixture
