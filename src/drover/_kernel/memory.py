@@ -199,6 +199,15 @@ def _refusal(state: JobState | None) -> WriteResult:
     return WriteResult.LEASE_LOST
 
 
+def _plain_completion(o: Outcome) -> bool:
+    return (
+        o.state is JobState.COMPLETED
+        and o.error is None
+        and o.scheduled_at is None
+        and not o.refund_attempt
+    )
+
+
 def _aware(value: datetime, what: str) -> datetime:
     if value.utcoffset() is None:
         raise InvalidArgument(f"{what} must be a timezone-aware datetime, not {value!r}")
@@ -586,20 +595,33 @@ class MemoryStore:
             for o in outcomes
             if (job := self._jobs.get(o.id)) is not None
         }
+        applied = []
         written: set[int] = set()
-        recorded = []
         for o, error, when in zip(outcomes, errors, whens, strict=True):
             seen = before.get(o.id)
-            if seen is None or seen[0] is not _RUNNING or seen[1] != o.attempt:
-                state, attempt = seen if seen is not None else (None, None)
-                recorded.append(
-                    Recorded(o, _refusal(state), None if state is None else state.value, attempt)
-                )
-                continue
-            if o.id not in written:
+            fits = seen is not None and seen[0] is _RUNNING and seen[1] == o.attempt
+            applied.append(fits)
+            if fits and o.id not in written:
                 written.add(o.id)
                 self._write(self._jobs[o.id], o, error, when, now)
-            recorded.append(Recorded(o, WriteResult.APPLIED, None, None))
+        # Why a write was refused: PostgreSQL's general statement reports the rows
+        # as they were before it (one statement, one snapshot); its batch of plain
+        # completions looks them up afterwards, in a second statement. The two
+        # differ only for a batch carrying a stale and a current claim of one job.
+        if all(_plain_completion(o) for o in outcomes):
+            after = {o.id: (j.state, j.attempt) for o in outcomes if (j := self._jobs.get(o.id))}
+            seen_at = after
+        else:
+            seen_at = before
+        recorded = []
+        for o, fits in zip(outcomes, applied, strict=True):
+            if fits:
+                recorded.append(Recorded(o, WriteResult.APPLIED, None, None))
+                continue
+            state, attempt = seen_at.get(o.id, (None, None))
+            recorded.append(
+                Recorded(o, _refusal(state), None if state is None else state.value, attempt)
+            )
         return recorded
 
     def _write(
