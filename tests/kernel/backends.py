@@ -83,6 +83,10 @@ class Backend(Protocol):
         """A caller's transaction, open (closed by the backend at the test's end if left)."""
         ...
 
+    def lock_waiters(self) -> int:
+        """Writes waiting now for a transaction's row lock."""
+        ...
+
     def insert(self, p: JobInsertParams | None = None) -> JobRow:
         """Insert ``p`` (default: a plain job on ``default``)."""
         ...
@@ -144,6 +148,9 @@ class MemoryBackend(_Common):
         found = self.memory.hidden(job_id)
         assert found is not None, job_id
         return found
+
+    def lock_waiters(self) -> int:
+        return self.memory.lock_waiters
 
     def begin(self) -> Tx:
         tx = _MemoryTx(self.memory)
@@ -208,6 +215,14 @@ class PgBackend(_Common):
         ).fetchone()
         assert row is not None, job_id
         return HiddenColumns(*row)
+
+    def lock_waiters(self) -> int:
+        row = self._conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
 
     def begin(self) -> Tx:
         tx = _PgTx(self.db_url)

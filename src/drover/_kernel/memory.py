@@ -208,6 +208,18 @@ def _plain_completion(o: Outcome) -> bool:
     )
 
 
+def _prepare(outcomes: Sequence[Outcome]) -> list[tuple[str | None, datetime | None]]:
+    """Each outcome's error as JSON text and its time in UTC: everything that can fail
+    is checked before anything is written."""
+    prepared = []
+    for o in outcomes:
+        if o.result is not None:
+            _check_json(o.result, "the job's result")
+        when = None if o.scheduled_at is None else _aware(o.scheduled_at, "Outcome.scheduled_at")
+        prepared.append((None if o.error is None else json.dumps(o.error), when))
+    return prepared
+
+
 def _aware(value: datetime, what: str) -> datetime:
     if value.utcoffset() is None:
         raise InvalidArgument(f"{what} must be a timezone-aware datetime, not {value!r}")
@@ -330,6 +342,7 @@ class MemoryStore:
         self._keys: dict[tuple[str, str, str], int] = {}
         self._paused: dict[str, QueueState] = {}
         self._locks: dict[int, MemoryTransaction] = {}
+        self._lock_waiters = 0
 
     @property
     def clock(self) -> Clock:
@@ -404,9 +417,13 @@ class MemoryStore:
             until = now + timedelta(seconds=lease_seconds)
             rows = [replace(j, leased_until=until).row() for j in expired]
             outcomes = [decide(row) for row in rows]
+            prepared = _prepare(outcomes)
             for job in expired:
                 job.leased_until = until
-            return len(rows), self._apply(outcomes, now)
+            # The rows are the rescue's own (re-leased, unlocked), so nothing to wait for;
+            # an outcome ``decide`` made for another job is fenced like any other.
+            self._wait_unlocked(o.id for o in outcomes)
+            return len(rows), self._apply(outcomes, prepared, now, self._states(outcomes))
 
     def hand_back(self, outcomes: Sequence[Outcome], *, worker: str) -> list[Recorded]:
         """Record shutdown's outcomes, each fenced; their results. ``worker`` is unused
@@ -427,7 +444,7 @@ class MemoryStore:
             _check_json(result, "the job's result")
         with self._cond:
             while (holder := self._locks.get(job_id)) is not None and holder is not tx:
-                self._cond.wait()
+                self._wait_for_a_transaction()
             if not tx.open:
                 raise NotInTransaction("complete_tx was given a transaction that has ended")
             job = tx._staged.get(job_id) or self._jobs.get(job_id)
@@ -528,6 +545,12 @@ class MemoryStore:
         with self._cond:
             return self._paused.pop(name, None) is not None
 
+    @property
+    def lock_waiters(self) -> int:
+        """Calls waiting now for a transaction's row lock (for tests)."""
+        with self._cond:
+            return self._lock_waiters
+
     def hidden(self, job_id: int) -> HiddenColumns | None:
         """The committed job's columns that ``JobRow`` does not carry, or ``None``."""
         with self._cond:
@@ -570,55 +593,65 @@ class MemoryStore:
         if not outcomes:
             return []
         with self._cond:
+            # As one PostgreSQL statement: its clock and its snapshot are taken
+            # when it starts, before it waits for any row lock.
+            now = self._now()
+            snapshot = self._states(outcomes)
+            prepared = _prepare(outcomes)
             self._wait_unlocked(o.id for o in outcomes)
-            return self._apply(outcomes, self._now())
+            return self._apply(outcomes, prepared, now, snapshot)
 
     def _wait_unlocked(self, ids: Iterable[int]) -> None:
         wanted = set(ids)
         while not wanted.isdisjoint(self._locks):
-            self._cond.wait()
+            self._wait_for_a_transaction()
 
-    def _apply(self, outcomes: Sequence[Outcome], now: datetime) -> list[Recorded]:
-        """Write ``outcomes`` as one statement: every fence is judged on the rows as they
-        were before any of them is written. The caller holds the lock."""
-        # Everything that can fail is checked before anything is written.
-        errors = [None if o.error is None else json.dumps(o.error) for o in outcomes]
-        for o in outcomes:
-            if o.result is not None:
-                _check_json(o.result, "the job's result")
-        whens = [
-            None if o.scheduled_at is None else _aware(o.scheduled_at, "Outcome.scheduled_at")
-            for o in outcomes
-        ]
-        before = {
-            o.id: (job.state, job.attempt)
-            for o in outcomes
-            if (job := self._jobs.get(o.id)) is not None
-        }
+    def _wait_for_a_transaction(self) -> None:
+        self._lock_waiters += 1
+        try:
+            self._cond.wait()
+        finally:
+            self._lock_waiters -= 1
+
+    def _states(self, outcomes: Sequence[Outcome]) -> dict[int, tuple[JobState, int]]:
+        return {o.id: (j.state, j.attempt) for o in outcomes if (j := self._jobs.get(o.id))}
+
+    def _apply(
+        self,
+        outcomes: Sequence[Outcome],
+        prepared: list[tuple[str | None, datetime | None]],
+        now: datetime,
+        snapshot: dict[int, tuple[JobState, int]],
+    ) -> list[Recorded]:
+        """Write ``outcomes`` as one statement. The caller holds the lock.
+
+        Every fence is judged on the rows as they are now, before any of the
+        batch is written (so of a stale and a current claim of one job only
+        the current one applies, whatever their order).
+        """
+        now_seen = self._states(outcomes)
         applied = []
         written: set[int] = set()
-        for o, error, when in zip(outcomes, errors, whens, strict=True):
-            seen = before.get(o.id)
+        for o, (error, when) in zip(outcomes, prepared, strict=True):
+            seen = now_seen.get(o.id)
             fits = seen is not None and seen[0] is _RUNNING and seen[1] == o.attempt
             applied.append(fits)
             if fits and o.id not in written:
                 written.add(o.id)
                 self._write(self._jobs[o.id], o, error, when, now)
-        # Why a write was refused: PostgreSQL's general statement reports the rows
-        # as they were before it (one statement, one snapshot); its batch of plain
-        # completions looks them up afterwards, in a second statement. The two
-        # differ only for a batch carrying a stale and a current claim of one job.
-        if all(_plain_completion(o) for o in outcomes):
-            after = {o.id: (j.state, j.attempt) for o in outcomes if (j := self._jobs.get(o.id))}
-            seen_at = after
-        else:
-            seen_at = before
+        # Why a write was refused, as PostgreSQL reports it: its general
+        # statement reads the rows in its snapshot, taken when it started (before
+        # any wait for a row lock); its batch of plain completions reads them
+        # afterwards, in a second statement. They differ only for a batch with a
+        # stale and a current claim of one job, or a write that waited for
+        # another transaction's lock.
+        reported = self._states(outcomes) if all(map(_plain_completion, outcomes)) else snapshot
         recorded = []
         for o, fits in zip(outcomes, applied, strict=True):
             if fits:
                 recorded.append(Recorded(o, WriteResult.APPLIED, None, None))
                 continue
-            state, attempt = seen_at.get(o.id, (None, None))
+            state, attempt = reported.get(o.id, (None, None))
             recorded.append(
                 Recorded(o, _refusal(state), None if state is None else state.value, attempt)
             )
