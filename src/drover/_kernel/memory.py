@@ -44,6 +44,7 @@ What it deliberately does not do (the kernel's core only, no feature):
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 import threading
@@ -336,8 +337,13 @@ class MemoryStore:
         self._cond = threading.Condition(threading.RLock())
         self._jobs: dict[int, _Job] = {}
         self._ids = itertools.count(1)
-        # Ids of waiting jobs by queue: a claim reads only its queue's waiting jobs.
-        self._waiting: dict[str, set[int]] = {}
+        # The waiting jobs of each queue, in two heaps: not yet due by (scheduled_at,
+        # id), and due in claim order. A claim moves what came due from the first to
+        # the second, then pops the second: each job is sorted once, not per claim.
+        self._later: dict[str, list[tuple[datetime, int]]] = {}
+        self._due: dict[str, list[tuple[int, datetime, int]]] = {}
+        # Ids of running jobs: a rescue reads only these.
+        self._running: set[int] = set()
         # (queue, kind, unique_key) -> id of the job that last took the key.
         self._keys: dict[tuple[str, str, str], int] = {}
         self._paused: dict[str, QueueState] = {}
@@ -404,9 +410,8 @@ class MemoryStore:
             expired = sorted(
                 (
                     j
-                    for j in self._jobs.values()
-                    if j.state is _RUNNING
-                    and j.leased_until is not None
+                    for j in (self._jobs[i] for i in self._running)
+                    if j.leased_until is not None
                     and j.leased_until <= now
                     and j.id not in self._locks
                 ),
@@ -514,7 +519,7 @@ class MemoryStore:
                 tags=tuple(params.tags),
             )
             self._jobs[job.id] = job
-            self._waiting.setdefault(job.queue, set()).add(job.id)
+            self._enqueue(job)
             if key is not None:
                 self._keys[key] = job.id
             return job.row()
@@ -569,18 +574,10 @@ class MemoryStore:
             now = self._now()
             if queue in self._paused:
                 return Claimed([], sent)
-            jobs = self._jobs
-            due = [
-                job
-                for job in (jobs[i] for i in self._waiting.get(queue, ()))
-                if job.scheduled_at <= now
-            ]
-            due.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
-            picked = due[:limit]
+            picked = self._take_due(queue, limit, now)
             until = now + timedelta(seconds=lease_seconds)
-            waiting = self._waiting[queue] if picked else set()
             for job in picked:
-                waiting.discard(job.id)
+                self._running.add(job.id)
                 job.state = _RUNNING
                 job.attempt += 1
                 job.leased_until = until
@@ -588,6 +585,29 @@ class MemoryStore:
                 job.attempted_at = now
             picked.sort(key=lambda j: j.id)
             return Claimed([job.row() for job in picked], sent)
+
+    def _enqueue(self, job: _Job) -> None:
+        """File a job that has just become waiting (inserted, or back from a claim)."""
+        heapq.heappush(self._later.setdefault(job.queue, []), (job.scheduled_at, job.id))
+
+    def _take_due(self, queue: str, limit: int, now: datetime) -> list[_Job]:
+        """Pop up to ``limit`` due jobs of ``queue`` in claim order."""
+        later = self._later.get(queue)
+        due = self._due.setdefault(queue, [])
+        jobs = self._jobs
+        while later and later[0][0] <= now:
+            _, job_id = heapq.heappop(later)
+            job = jobs[job_id]
+            heapq.heappush(due, (-job.priority, job.scheduled_at, job_id))
+        picked: list[_Job] = []
+        while due and len(picked) < limit:
+            _, at, job_id = heapq.heappop(due)
+            job = jobs[job_id]
+            if at > now:  # a clock that went back: not due after all
+                self._enqueue(job)
+                continue
+            picked.append(job)
+        return picked
 
     def _record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         if not outcomes:
@@ -662,11 +682,13 @@ class MemoryStore:
     ) -> None:
         # The column effects of job_record_outcomes (without cancel requests).
         job.state = o.state
+        if o.state is not _RUNNING:
+            self._running.discard(job.id)
         if o.refund_attempt:
             job.attempt = max(job.attempt - 1, 0)
         if o.state in _WAITING:
             job.scheduled_at = now if when is None else when
-            self._waiting.setdefault(job.queue, set()).add(job.id)
+            self._enqueue(job)
         if error is not None:
             job.errors = (*job.errors, error)
         if o.state is JobState.COMPLETED:
@@ -697,6 +719,7 @@ class MemoryStore:
                 if commit:
                     # Nobody wrote the row while it was locked: the staged copy is the row.
                     self._jobs[job_id] = staged
+                    self._running.discard(job_id)
                 del self._locks[job_id]
             tx._staged.clear()
             self._cond.notify_all()
