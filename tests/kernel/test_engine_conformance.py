@@ -1,8 +1,9 @@
 """The kernel's services, run against every store: the behaviour at-least-once rests on.
 
 Each test builds a ``Kernel`` (fetcher, executor, completer, heartbeat,
-rescuer, shutdown) on the ``kernel_store`` fixture, which gives the
-in-memory store and PostgreSQL's in turn (``conftest.py``), and checks one
+rescuer, shutdown) on the ``engine_store`` fixture, which gives the
+in-memory store (on the real clock: the engine's threads let time pass) and
+PostgreSQL's in turn, and checks one
 behaviour the same way on both: a drain, retries, snoozes, cancels, dead
 jobs, lease renewal, the rescue of a dead worker's claim, the fence against
 a superseded run, and the shutdown drain with its hand-back. No feature is
@@ -23,12 +24,15 @@ import pytest
 from drover._kernel.claims import InFlight, Slots
 from drover._kernel.engine import Kernel
 from drover._kernel.kit import Hooks, Kit, Settings, StaleWrite
+from drover._kernel.memory import MemoryStore
 from drover._kernel.store import KernelStore
 from drover._records import JobInsertParams
 from drover.context import JobContext
 from drover.errors import Cancel, DrainIncomplete, Snooze
 from drover.job import JobRow, JobState
 from drover.retry import RetryPolicy
+
+from .backends import PgBackend
 
 T = TypeVar("T")
 
@@ -127,12 +131,25 @@ class Harness:
         return found
 
 
+@pytest.fixture(params=["memory", "postgres"])
+def engine_store(request: pytest.FixtureRequest) -> Iterator[KernelStore]:
+    """A store for a running kernel: ``MemoryStore`` on the real clock, then PostgreSQL's."""
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    backend = PgBackend(request.getfixturevalue("db_url"))
+    try:
+        yield backend.store
+    finally:
+        backend.close()
+
+
 @pytest.fixture
-def harness(kernel_store: KernelStore) -> Iterator[Callable[..., Harness]]:
+def harness(engine_store: KernelStore) -> Iterator[Callable[..., Harness]]:
     made: list[Harness] = []
 
     def make(**settings: Any) -> Harness:
-        h = Harness(kernel_store, **settings)
+        h = Harness(engine_store, **settings)
         made.append(h)
         return h
 

@@ -136,13 +136,14 @@ def job_record_outcomes(
     ):
         cur.execute(query("job_record_outcomes", ns), params)
         rows = cur.fetchall()
-    by_claim = {(o.id, o.attempt): o for o in outcomes}
+    # The statement's rows come in the join's order, not the input's: put them back
+    # in input order (the KernelStore rule), matched by claim.
+    by_claim = {(r[0], r[1]): r[2:] for r in rows}
     recorded = []
-    for id_, attempt, applied, state, current_attempt, cancelled in rows:
+    for o in outcomes:
+        applied, state, current_attempt, cancelled = by_claim[(o.id, o.attempt)]
         result = WriteResult.APPLIED if applied else _refusal(state)
-        recorded.append(
-            Recorded(by_claim[(id_, attempt)], result, state, current_attempt, cancelled)
-        )
+        recorded.append(Recorded(o, result, state, current_attempt, cancelled))
     return recorded
 
 

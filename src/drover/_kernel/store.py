@@ -18,25 +18,53 @@ The rules every implementation keeps (ADR 0002, ADR 0045):
   ``leased_until = now + lease`` on the store's clock, and ``leased_by`` the
   holder. Rows come back sorted by id. Two concurrent claims never return
   the same job.
+- **Insert.** ``insert`` stores the job ``available`` with ``scheduled_at``
+  now, or ``scheduled`` when its ``scheduled_at`` is later than the store's
+  clock (a past time means now); attempt 0, no errors, ``{}`` metadata,
+  ``created_at`` now. A ``unique_key`` held by an active job of the same
+  queue and kind raises ``drover.DuplicateJob`` and inserts nothing.
 - **Fence.** Every write made for a claim (``record``, ``extend_leases``,
   ``hand_back``, ``complete_in_tx``) applies only while the job is
   ``running`` with the claim's attempt; otherwise it changes nothing and
-  reports why (``WriteResult``: not found, not running, lease lost).
+  reports why (``WriteResult``: not found, not running, lease lost; the
+  state is checked before the attempt). A batch's fences are all judged
+  before any of it is written: of a stale and a current claim of one job in
+  one batch, only the current one applies. A refusal reports the row's
+  state and attempt as they were when the write began (its snapshot, taken
+  before any wait for a row lock), except a batch of plain completions
+  (no error, time or refund), which reports them as they are after it
+  (PostgreSQL's completion statement reads them in a second statement).
+  The two differ only for a stale and a current claim of one job in one
+  batch, or a write that waited for another transaction (see Row locks).
 - **Outcomes.** ``completed``, ``cancelled`` and ``dead`` are terminal
   (``finalized_at = now``); ``retryable`` and ``scheduled`` wait until their
   ``scheduled_at`` (``None``: now). An outcome's ``error`` is appended to the
   job's ``errors``; ``refund_attempt`` gives the claim's attempt back
-  (a snooze). ``leased_until`` is cleared.
+  (a snooze, never below 0). ``leased_until`` is cleared. A completion
+  stores its ``result`` (``None``: none). Results come back one per
+  outcome, in input order.
 - **Renewal.** ``extend_leases`` moves ``leased_until`` to now + lease for
   the claims still current and reports, per claim, the new expiry (``None``:
   not renewed this time) and whether the claim is still current. A row
-  another transaction holds locked may be skipped for one beat.
+  another transaction holds locked is skipped for that beat (reported
+  current, not renewed).
 - **Rescue.** ``rescue`` takes ``running`` jobs whose lease has passed
-  (oldest expiry first, at most ``limit``), re-leases them so no other sweep
-  takes them, and records ``decide(row)`` for each, fenced on the row's
-  attempt (a rescue never spends an attempt).
+  (oldest expiry first, at most ``limit``, skipping rows another
+  transaction holds locked), re-leases them so no other sweep takes them,
+  and records ``decide(row)`` for each, fenced on the row's attempt (a
+  rescue never spends an attempt). ``decide`` sees the re-leased row; if it
+  raises, nothing has changed.
 - **Hand-back.** ``hand_back`` records shutdown's outcomes, fenced like any
   other, for claims whose handler may still be running.
+- **Completion in the caller's transaction.** ``complete_in_tx`` writes the
+  completion in the caller's open transaction, visible to nobody else until
+  it commits and gone if it rolls back; its ``finalized_at`` is the
+  transaction's ``now()`` (when it began). A refused claim raises
+  ``drover.LeaseLost`` and leaves the transaction usable. Until the
+  transaction ends the row is locked: a claim or rescue skips it, a renewal
+  does not renew it, and ``record``, ``hand_back`` or another transaction's
+  ``complete_in_tx`` of the job waits for it to end and then finds what it
+  did (a transaction left open holds them as long).
 
 Times are the store's clock (PostgreSQL's ``now()``); the kernel sends
 durations, never instants, except the ``scheduled_at`` of a retry or snooze,
