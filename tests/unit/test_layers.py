@@ -54,7 +54,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     ("database", [r"drover\._db(\..+)?"]),
     ("insert side", [r"drover\._insert(\..+)?"]),
-    ("configuration", ["drover.periodic", "drover.config"]),
+    ("configuration", ["drover.periodic", "drover.plugins", "drover.config"]),
     ("observability", [r"drover\.ops(\..+)?"]),
     ("engine", [r"drover\._runtime(\..+)?"]),
     (

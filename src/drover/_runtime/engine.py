@@ -12,20 +12,17 @@ from drover._runtime.aioloop import EventLoop, LoopWatch
 from drover._runtime.cancels import Cancels, HardCancel, log_cancelled
 from drover._runtime.completer import Completer
 from drover._runtime.fetcher import Fetcher
-from drover._runtime.healthprobe import HealthProbe
 from drover._runtime.heartbeat import Heartbeat
 from drover._runtime.inflight import Claim, InFlight, Slots
 from drover._runtime.jobpool import JobPool
 from drover._runtime.listener import Listener
 from drover._runtime.outage import Trouble
+from drover._runtime.plugins import build_plugins
 from drover._runtime.progress import ProgressWriter
-from drover._runtime.pruner import Pruner
-from drover._runtime.refresher import StatsRefresher
 from drover._runtime.registry import Registry
 from drover._runtime.rescuer import Rescuer
 from drover._runtime.runner import Runner
 from drover._runtime.service import ThreadService
-from drover._runtime.ticker import Ticker
 from drover._runtime.wiring import Wiring
 from drover.config import Config
 from drover.errors import DrainIncomplete
@@ -44,11 +41,13 @@ class Engine:
     """The machinery behind a started client.
 
     ``services`` lists the background loops in start order: the
-    completer, the heartbeat, the rescuer, the stats refresher, the pruner,
-    the health probe, the listener and the ticker (when configured), and
-    last the fetcher, so nothing is claimed before everything that handles a claim runs
-    (the fetcher also waits up to 2 s for the listener's LISTEN, so a cancel of a job
-    claimed at once is heard by notification). The job
+    completer, the heartbeat, the rescuer, the plugins' services (the stats
+    refresher, the pruner, the health probe and the application's plugins,
+    when configured), the listener, the plugins' intake services (the
+    ticker), the registry, and last the fetcher, so nothing is claimed
+    before everything that handles a claim runs (the fetcher also waits up
+    to 2 s for the listener's LISTEN, so a cancel of a job claimed at once
+    is heard by notification). The job
     pool's ``concurrency`` threads start before them all. ``start``
     starts them in that order and, if one fails to start, stops those
     already running; ``stop`` stops them in reverse order, draining
@@ -124,10 +123,10 @@ class Engine:
         )
         self.heartbeat = Heartbeat(wiring, cancels=self.cancels)
         self.rescuer = Rescuer(wiring)
-        self.refresher = StatsRefresher(wiring)
-        retention = config.retention is not None and bool(config.retention.by_state())
-        self.pruner = Pruner(wiring) if retention else None
-        self.health = HealthProbe(wiring) if config.health_interval else None
+        # The plugins' services (ADR 0046): the stats refresher, the pruner, the
+        # health probe, the periodic ticker and the application's own, each
+        # only when configured (_runtime/plugins.py).
+        self.plugins = build_plugins(wiring)
         # Behind a transaction pooler a LISTEN needs Config.session_url; without
         # one the fetcher polls and the heartbeat delivers cancels (ADR 0040).
         listens = config.notify and store.has_sessions()
@@ -144,17 +143,18 @@ class Engine:
             if listens
             else None
         )
-        self.ticker = Ticker(wiring) if config.periodic_jobs else None
         self.registry = Registry(wiring)
-        optional = (self.pruner, self.health, self.listener, self.ticker)
         self.services: list[ThreadService] = [
             self.completer,
             *(s for s in (self.events, self.loopwatch) if s is not None),
             self.progress,
             self.heartbeat,
             self.rescuer,
-            self.refresher,
-            *(s for s in optional if s is not None),
+            # Plugins' services before the listener; those that bring work in
+            # (the ticker) after it, so they stop with the intake, before the drain.
+            *self.plugins.services(intake=False),
+            *(s for s in (self.listener,) if s is not None),
+            *self.plugins.services(intake=True),
             self.registry,
             self.fetcher,
         ]

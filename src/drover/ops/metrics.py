@@ -286,6 +286,11 @@ class Metrics:
         """Count one delivered request to cancel a running job (``via``: how it came)."""
         self._cancels.labels(via).inc()
 
+    def known_service(self, service: str) -> None:
+        """Publish ``drover_service_deaths_total{service}`` at 0 for a plugin's service, so an
+        alert on its increase sees the first death."""
+        self._deaths.labels(service)
+
     def service_died(self, service: str) -> None:
         """Count a background service whose thread ended on its own."""
         self._deaths.labels(service).inc()
