@@ -439,7 +439,7 @@ class Periodic(_BuiltIn):
     _jobs: tuple[PeriodicJob, ...]
 
     def __init__(self, *, jobs: Sequence[PeriodicJob] = ()) -> None:
-        self._set(jobs=check_periodic_jobs(jobs, "plugin 'periodic': jobs"), interval=None)
+        self._set(jobs=check_periodic_jobs(jobs, "plugin 'periodic': jobs", "jobs"), interval=None)
 
     @property
     def jobs(self) -> tuple[PeriodicJob, ...]:
@@ -450,9 +450,12 @@ class Periodic(_BuiltIn):
         return (("jobs", self.jobs),)
 
 
-def check_periodic_jobs(entries: object, label: str) -> tuple[PeriodicJob, ...]:
+def check_periodic_jobs(
+    entries: object, label: str, short: str | None = None
+) -> tuple[PeriodicJob, ...]:
     """``entries`` as a tuple of ``PeriodicJob`` with unique ids, or a ``ConfigError`` naming
-    ``label`` (``Config.periodic_jobs`` or the ``Periodic`` plugin's ``jobs``)."""
+    ``label`` (``Config.periodic_jobs`` or the ``Periodic`` plugin's ``jobs``; ``short``
+    names the earlier entry of a duplicate, ``label`` by default)."""
     if isinstance(entries, str) or not isinstance(entries, Sequence):
         raise ConfigError(
             f"{label} must be a list of drover.PeriodicJob, not {type(entries).__name__}"
@@ -463,7 +466,7 @@ def check_periodic_jobs(entries: object, label: str) -> tuple[PeriodicJob, ...]:
             raise ConfigError(f"{label}[{index}] must be a drover.PeriodicJob, not {entry!r}")
         if entry.id in seen:
             raise ConfigError(
-                f"{label}[{index}] duplicates id {entry.id!r} of {label}[{seen[entry.id]}]"
+                f"{label}[{index}] duplicates id {entry.id!r} of {short or label}[{seen[entry.id]}]"
             )
         seen[entry.id] = index
     return tuple(entries)
