@@ -102,10 +102,10 @@ def test_the_deprecated_fields_still_configure_the_probe(
     [
         (lambda: drover.plugins.HealthProbe(interval=-1), "plugin 'health': interval must not"),
         (
-            lambda: drover.plugins.HealthProbe(thresholds={"xmin_age": 1}),
+            lambda: drover.plugins.HealthProbe(thresholds={"xmin_age": 1}),  # type: ignore[arg-type]
             "plugin 'health': thresholds must be a drover.HealthThresholds",
         ),
-        (lambda: drover.plugins.HealthProbe(intervall=1), "did you mean 'interval'"),
+        (lambda: drover.plugins.HealthProbe(intervall=1), "did you mean 'interval'"),  # type: ignore[call-arg]
     ],
 )
 def test_bad_probe_settings_are_refused(build: Callable[[], object], named: str) -> None:

@@ -120,7 +120,7 @@ def test_plugins_are_values() -> None:
     [
         (lambda: Pruner(interval=0), "plugin 'pruner': interval must be positive, not 0s"),
         (
-            lambda: Pruner(interval="60"),
+            lambda: Pruner(interval="60"),  # type: ignore[arg-type]
             "plugin 'pruner': interval must be a timedelta or a number of seconds, not str",
         ),
         (lambda: Pruner(interval=True), "plugin 'pruner': interval must be a timedelta"),
@@ -128,15 +128,15 @@ def test_plugins_are_values() -> None:
             lambda: Pruner(interval=timedelta(days=4000)),
             "plugin 'pruner': interval must be at most 3650 days",
         ),
-        (lambda: Pruner(retention=7), "plugin 'pruner': retention must be a drover.Retention"),
-        (lambda: Pruner(retension=None), "plugin 'pruner' has no option 'retension' (did you mean"),
+        (lambda: Pruner(retention=7), "plugin 'pruner': retention must be a drover.Retention"),  # type: ignore[arg-type]
+        (lambda: Pruner(retension=None), "plugin 'pruner' has no option 'retension' (did you mean"),  # type: ignore[call-arg]
         (lambda: QueueStats(interval=-1), "plugin 'refresher': interval must be positive"),
         (lambda: HealthProbe(interval=-1), "plugin 'health': interval must not be negative"),
-        (lambda: Periodic(jobs="nightly"), "plugin 'periodic': jobs must be a list"),
-        (lambda: Periodic(job=[]), "plugin 'periodic' has no option 'job' (did you mean 'jobs'?)"),
+        (lambda: Periodic(jobs="nightly"), "plugin 'periodic': jobs must be a list"),  # type: ignore[arg-type]
+        (lambda: Periodic(job=[]), "plugin 'periodic' has no option 'job' (did you mean 'jobs'?)"),  # type: ignore[call-arg]
         (lambda: Audit(keep=0), "plugin 'audit': keep must be a positive int, not 0"),
         (lambda: Audit(interval=0), "plugin 'audit': interval must be positive, not 0s"),
-        (lambda: Audit(kept=3), "plugin 'audit' has no option 'kept' (did you mean 'keep'?)"),
+        (lambda: Audit(kept=3), "plugin 'audit' has no option 'kept' (did you mean 'keep'?)"),  # type: ignore[call-arg]
     ],
 )
 def test_a_bad_option_is_refused_when_the_plugin_is_built(build: Any, message: str) -> None:
