@@ -169,20 +169,22 @@ def _options_of(cls: type) -> tuple[set[str], bool]:
 class Plugin:
     """A background service a started client runs, with options of its own (ADR 0046).
 
-    Subclass it for a plugin of your own::
+    Subclass it for a plugin of your own:
 
-        class Audit(drover.Plugin):
-            name = "audit"
+    ```python
+    class Audit(drover.Plugin):
+        name = "audit"
 
-            def __init__(self, *, interval=300, keep=100):
-                super().__init__(interval=interval)
-                if not isinstance(keep, int) or keep < 1:
-                    raise self.option_error("keep", f"must be a positive int, not {keep!r}")
-                self.keep = keep
+        def __init__(self, *, interval=300, keep=100):
+            super().__init__(interval=interval)
+            if not isinstance(keep, int) or keep < 1:
+                raise self.option_error("keep", f"must be a positive int, not {keep!r}")
+            self.keep = keep
 
-            def run_once(self, context):
-                with context.connection() as conn:
-                    ...
+        def run_once(self, context):
+            with context.connection() as conn:
+                ...
+    ```
 
     - ``name`` (a class attribute): lowercase letters, digits, ``-`` and
       ``_``, at most 40, not one of drover's engine services
