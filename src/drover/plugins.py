@@ -67,11 +67,11 @@ _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 RESERVED_NAMES = frozenset(
     {
         "completer", "progress", "heartbeat", "rescuer", "listener", "registry", "fetcher",
-        "notifier", "eventloop", "loopwatch", "awaiter", "service",
+        "notifier", "eventloop", "loopwatch", "awaiter", "service", "job", "scheduler", "worker",
     }
 )  # fmt: skip
-"""The names of drover's own engine services: a plugin may not take one (a
-plugin's name is its thread's, its ``/readyz`` reason's and its metrics' label)."""
+"""The names of drover's own engine services and threads: a plugin may not take one
+(a plugin's name is its thread's, its ``/readyz`` reason's and its metrics' label)."""
 
 
 @dataclass(frozen=True, slots=True)

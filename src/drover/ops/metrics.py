@@ -108,7 +108,7 @@ class Metrics:
     sent to run again) and ``drover_stale_writes_refused_total{reason,write}``
     (this client's writes of claims that had moved on). With async workers, from the
     loop watch: ``drover_event_loop_lag_seconds``. From the health probe
-    (the queue doctor, every ``Config.health_interval``):
+    (the queue doctor, every ``drover.plugins.HealthProbe`` interval):
     ``drover_health_findings{code}`` (findings of each code, 0 for every code
     not found) and ``drover_health_checked_timestamp_seconds``. Job kind is
     never a label.
