@@ -46,8 +46,8 @@ def _default_logger() -> logging.Logger:
     return logging.getLogger("drover")
 
 
-G = TypeVar("G")
-S = TypeVar("S")
+_G = TypeVar("_G")
+_S = TypeVar("_S")
 
 
 class _Unset:
@@ -62,7 +62,7 @@ _QUIET: ContextVar[bool] = ContextVar("drover_config_quiet", default=False)
 """Set while ``Config.replace`` rebuilds: carried-over deprecated fields warned already."""
 
 
-class _Moved(Generic[G, S]):
+class _Moved(Generic[_G, _S]):
     """A Config field that moved into a plugin's options (ADR 0046).
 
     Still accepted, with a ``DeprecationWarning`` naming the replacement,
@@ -71,8 +71,9 @@ class _Moved(Generic[G, S]):
     apart, so ``replace`` carries it over unchanged.
     """
 
-    def __init__(self, plugin: str, option: str, read: Callable[[Config], G]) -> None:
-        self.plugin_class = plugin
+    def __init__(self, plugin: type[Plugin], option: str, read: Callable[[Config], _G]) -> None:
+        self.plugin_class = plugin.__name__
+        self.plugin_name = plugin.name
         self.option = option
         self._read = read
         self.field = "?"
@@ -82,18 +83,10 @@ class _Moved(Generic[G, S]):
         self.field = name
         self._attr = f"_given_{name}"
 
-    @property
-    def plugin_name(self) -> str:
-        plugin: type[Plugin] = {
-            "QueueStats": QueueStats, "Pruner": Pruner, "HealthProbe": HealthProbe,
-            "Periodic": Periodic,
-        }[self.plugin_class]  # fmt: skip
-        return plugin.name
-
     @overload
     def __get__(self, obj: None, owner: type | None = None) -> Any: ...
     @overload
-    def __get__(self, obj: object, owner: type | None = None) -> G: ...
+    def __get__(self, obj: object, owner: type | None = None) -> _G: ...
     def __get__(self, obj: object | None, owner: type | None = None) -> Any:
         if obj is None:
             return _UNSET  # what dataclasses reads as the field's default
@@ -106,7 +99,7 @@ class _Moved(Generic[G, S]):
         assert isinstance(obj, Config)
         return self._read(obj)
 
-    def __set__(self, obj: object, value: S) -> None:
+    def __set__(self, obj: object, value: _S) -> None:
         # Reached through object.__setattr__ in the frozen dataclass's __init__.
         obj.__dict__[self._attr] = value
 
@@ -198,17 +191,17 @@ class Config:
     serialises the commits of notifying transactions)."""
 
     stats_interval: _Moved[timedelta, Duration] = _Moved(
-        "QueueStats", "interval", lambda c: _interval_of(c, QueueStats.name)
+        QueueStats, "interval", lambda c: _interval_of(c, QueueStats.name)
     )
     """Deprecated: ``plugins=[drover.plugins.QueueStats(interval=...)]``."""
 
     health_interval: _Moved[timedelta, Duration] = _Moved(
-        "HealthProbe", "interval", lambda c: _interval_of(c, HealthProbe.name)
+        HealthProbe, "interval", lambda c: _interval_of(c, HealthProbe.name)
     )
     """Deprecated: ``plugins=[drover.plugins.HealthProbe(interval=...)]``."""
 
     health_thresholds: _Moved[HealthThresholds, HealthThresholds] = _Moved(
-        "HealthProbe", "thresholds", lambda c: _health(c).thresholds
+        HealthProbe, "thresholds", lambda c: _health(c).thresholds
     )
     """Deprecated: ``plugins=[drover.plugins.HealthProbe(thresholds=...)]``."""
 
@@ -222,17 +215,17 @@ class Config:
     ``start()``; empty means no listener and no thread."""
 
     retention: _Moved[Retention | None, Retention | None] = _Moved(
-        "Pruner", "retention", lambda c: _pruner(c).retention
+        Pruner, "retention", lambda c: _pruner(c).retention
     )
     """Deprecated: ``plugins=[drover.plugins.Pruner(retention=...)]``."""
 
     prune_interval: _Moved[timedelta, Duration] = _Moved(
-        "Pruner", "interval", lambda c: _interval_of(c, Pruner.name)
+        Pruner, "interval", lambda c: _interval_of(c, Pruner.name)
     )
     """Deprecated: ``plugins=[drover.plugins.Pruner(interval=...)]``."""
 
     periodic_jobs: _Moved[tuple[PeriodicJob, ...], Sequence[PeriodicJob]] = _Moved(
-        "Periodic", "jobs", lambda c: periodic_jobs_of(c)
+        Periodic, "jobs", lambda c: periodic_jobs_of(c)
     )
     """Deprecated: ``plugins=[drover.plugins.Periodic(jobs=[...])]``."""
 
@@ -480,6 +473,11 @@ class Config:
             return Config(**fields)
         finally:
             _QUIET.reset(token)
+
+    def __replace__(self, **changes: Any) -> Config:
+        # copy.replace (Python 3.13) goes through replace: a generated one would
+        # read the deprecated fields back (warning) and pass them on as given.
+        return self.replace(**changes)
 
     def __repr__(self) -> str:
         return (
