@@ -16,8 +16,10 @@ import drover
 from drover._db.store import Store
 from drover._kernel.claims import InFlight, Slots
 from drover._kernel.kit import Kit
+from drover._kernel.service import ThreadService
 from drover._runtime.engine import settings_of
 from drover._runtime.wiring import Wiring
+from drover.config import periodic_jobs_of
 from drover.ops.metrics import Metrics
 from drover.queues import caps_of
 
@@ -185,7 +187,7 @@ def wiring(source: drover.Client | Store, **fields: Any) -> Wiring:
         CollectorRegistry(),
         concurrency=config.concurrency,
         queues=list(config.queues),
-        periodic_ids=[job.id for job in config.periodic_jobs],
+        periodic_ids=[job.id for job in periodic_jobs_of(config)],
     )
     return Wiring(
         store=store,
@@ -212,6 +214,14 @@ def kit(source: drover.Client | Store, **fields: Any) -> Kit:
         client_id="test",
         events=wired.metrics,
     )
+
+
+def plugin_service(client: drover.Client, name: str) -> ThreadService | None:
+    """The running service of a started client's plugin, by name (``"periodic"``,
+    ``"pruner"``, ``"refresher"``, ``"health"``...), or None when it runs none."""
+    engine = client._engine
+    assert engine is not None, "the client is not started"
+    return engine.plugins.service(name)
 
 
 class _Idle(drover.JobArgs, kind="test_idle"):

@@ -251,6 +251,15 @@ def _configure_logging(history: HistoryFile, log_path: Path) -> None:
     logger.addHandler(to_file)
 
 
+def _pruner(keep: float | None, interval: float) -> drover.plugins.Pruner:
+    """The pruner plugin of ``--retention`` (every state kept that long; default
+    ``Retention()``) and ``--prune-interval``."""
+    if keep is None:
+        return drover.plugins.Pruner(interval=interval)
+    retention = drover.Retention(completed=keep, cancelled=keep, dead=keep)
+    return drover.plugins.Pruner(retention=retention, interval=interval)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one worker until SIGTERM; exit 0 after a complete drain, 3 after an incomplete one."""
     parser = argparse.ArgumentParser(prog="python -m faults.suite.workload")
@@ -303,13 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         poll_interval=options.poll,
         shutdown_timeout=options.shutdown_timeout,
         retry_policy=QuickRetry(),
-        prune_interval=options.prune_interval,
+        plugins=[_pruner(options.retention, options.prune_interval)],
     )
-    if options.retention is not None:
-        keep = options.retention
-        config = config.replace(
-            retention=drover.Retention(completed=keep, cancelled=keep, dead=keep)
-        )
     history.write(ev="process", pid=pid, t=time.time(), what="started")
     code = 0
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from drover import plugins as plugins  # the module: drover.plugins.Pruner(...)
 from drover._durations import Duration
 from drover._version import VERSION as __version__
 from drover.async_client import AsyncClient
@@ -74,6 +75,7 @@ from drover.migrations import (
     migration_status,
 )
 from drover.periodic import PeriodicInfo, PeriodicJob
+from drover.plugins import Plugin, PluginContext, PluginStatus
 from drover.queues import Queue, QueueState, QueueSummary
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
@@ -153,6 +155,9 @@ __all__ = [
     "PeriodicInfo",
     "PeriodicJob",
     "PermissionDenied",
+    "Plugin",
+    "PluginContext",
+    "PluginStatus",
     "Queue",
     "QueueAge",
     "QueueDepth",

@@ -36,7 +36,7 @@ from drover._runtime.cancels import HardCancel
 from drover._runtime.chain import build_chains
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
-from drover.config import Config, declared_limits
+from drover.config import Config, declared_limits, periodic_jobs_of
 from drover.errors import (
     AlreadyStarted,
     ConfigError,
@@ -100,9 +100,10 @@ class Client(ClientInserts, JobsAndQueues):
 
     Running jobs: ``start`` launches the job pool (``config.concurrency``
     threads) and the background services: the fetcher, the completer, the
-    heartbeat, the rescuer and the stats refresher, plus the listener
-    (``config.notify``), the pruner (``config.retention``) and the periodic
-    ticker (``config.periodic_jobs``) when configured, and the ops server
+    heartbeat and the rescuer, the listener (``config.notify``), the services
+    of ``config.effective_plugins`` (the stats refresher, the pruner, the
+    health probe, the periodic ticker and the application's own plugins,
+    each when configured), and the ops server
     (``config.ops_addr``); the first insert starts the notifier
     (``config.notify``). ``stop`` drains them. A running job holds no
     database connection, so the pool needs only a handful of connections
@@ -133,7 +134,7 @@ class Client(ClientInserts, JobsAndQueues):
             config.metrics_registry or CollectorRegistry(),
             concurrency=config.concurrency,
             queues=list(config.queues),
-            periodic_ids=[job.id for job in config.periodic_jobs],
+            periodic_ids=[job.id for job in periodic_jobs_of(config)],
         )
         # The async chain is None without async workers; ConfigError when a
         # middleware has no async form.
@@ -447,8 +448,10 @@ class Client(ClientInserts, JobsAndQueues):
 
         Ready means started, not draining, every background service's thread
         still running, and the last queue-stats refresh succeeded within two
-        ``stats_interval`` s (a database outage turns this false within two
-        intervals, and true again after recovery). A service thread that died
+        of ``drover.plugins.QueueStats``' intervals (a database outage turns
+        this false within two intervals, and true again after recovery), and
+        no other plugin says it is not ready (``Plugin.not_ready``, giving its
+        reason). A service thread that died
         makes it false for good, naming the service (``"service died:
         fetcher"``): the client no longer does all its work and should be
         restarted. While a background loop's latest database call failed
@@ -470,9 +473,10 @@ class Client(ClientInserts, JobsAndQueues):
         trouble = engine.trouble.not_ready()
         if trouble is not None:
             return False, trouble
-        bound = 2 * self._config.stats_interval.total_seconds()
-        if not engine.refresher.fresh(bound):
-            return False, "queue stats stale"
+        # The plugins' readiness: QueueStats' "queue stats stale" (ADR 0046).
+        reason = engine.plugins.not_ready()
+        if reason is not None:
+            return False, reason
         return True, "ok"
 
     @property

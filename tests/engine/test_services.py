@@ -77,7 +77,11 @@ def test_a_dead_service_thread_makes_the_client_unready_and_is_counted(
 
     monkeypatch.setattr(Rescuer, "run_once", run_once)
     registry = CollectorRegistry()
-    client = make_client(rescue_interval=0.05, stats_interval=0.1, metrics_registry=registry)
+    client = make_client(
+        rescue_interval=0.05,
+        plugins=[drover.plugins.QueueStats(interval=0.1)],
+        metrics_registry=registry,
+    )
     assert _deaths(registry, "rescuer") == 0.0
     client.start()
     poll(lambda: client.ready() == (True, "ok"), message="client ready before the death")

@@ -113,6 +113,48 @@ def running(url: str) -> None:
     drover.Config(concurrency="4")  # type: ignore[arg-type]
 
 
+class Housekeeping(drover.Plugin):
+    name = "housekeeping"
+
+    def __init__(self, *, interval: drover.Duration = 300, table: str = "sessions") -> None:
+        super().__init__(interval=interval)
+        self.table = table
+
+    def run_once(self, context: drover.PluginContext) -> int:
+        with context.connection(timeout=5) as conn:
+            cur = conn.execute("SELECT 1")
+        if context.stopped or context.wait(0.1):
+            return 0
+        context.logger.info("housekept for %s", context.client_id)
+        return cur.rowcount
+
+    def not_ready(self, status: drover.PluginStatus) -> str | None:
+        since: float | None = status.since_success
+        return None if since is None or since < 600 else "housekeeping stale"
+
+
+def plugins() -> None:
+    nightly = drover.PeriodicJob("nightly", "30 2 * * *", Resize(image_id=1))
+    config = drover.Config(
+        plugins=[
+            drover.plugins.Pruner(retention=drover.Retention(completed=3600), interval=60),
+            drover.plugins.HealthProbe(interval=0),
+            drover.plugins.QueueStats(interval=timedelta(seconds=30)),
+            drover.plugins.Periodic(jobs=[nightly]),
+            Housekeeping(interval=timedelta(minutes=10)),
+        ]
+    )
+    found: drover.Plugin | None = config.plugin("pruner")
+    every: tuple[drover.Plugin, ...] = config.effective_plugins
+    interval: timedelta | None = every[0].interval
+    print(found, interval)
+    drover.Config(plugins=drover.plugins.Pruner())  # type: ignore[arg-type]
+    drover.plugins.Pruner(retention=3600)  # type: ignore[arg-type]
+
+    class MyPruner(drover.plugins.Pruner):  # type: ignore[misc]
+        pass
+
+
 def signals(job: drover.Job[SendEmail]) -> None:
     if job.attempt > 3:
         raise drover.Cancel("gave up")

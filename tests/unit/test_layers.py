@@ -57,7 +57,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("database", [r"drover\._db(\..+)?"]),
     ("insert side", [r"drover\._insert(\..+)?"]),
     ("kernel", [r"drover\._kernel(?!\.store$)(\..+)?"]),
-    ("configuration", ["drover.periodic", "drover.config"]),
+    ("configuration", ["drover.periodic", "drover.plugins", "drover.config"]),
     ("observability", [r"drover\.ops(\..+)?"]),
     ("engine", [r"drover\._runtime(\..+)?"]),
     (

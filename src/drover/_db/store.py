@@ -24,6 +24,7 @@ manager on an application's pool). Thread-safe: the pool is.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from psycopg_pool import ConnectionPool
@@ -143,6 +144,17 @@ class Store(OperatorOps, EngineOps):
         """Whether session state (LISTEN, a session lock) can be kept: a ``session_url``,
         or no transaction pooler in the way."""
         return self._session_url is not None or not self.behind_pooler()
+
+    def lend(self, action: str, timeout: float | None = None) -> AbstractContextManager[Connection]:
+        """One pool connection for a plugin's own statements (``PluginContext.connection``).
+
+        The one place a connection leaves the Store for code that is not
+        drover's (ADR 0046): returned at the block's end (committed on
+        success, rolled back on an error, on a pool not in autocommit), and
+        a psycopg error inside the block re-raised as ``drover.DatabaseError``
+        naming ``action``. ``timeout`` bounds the wait for a connection.
+        """
+        return borrow(self._pool, action, timeout=timeout)
 
     def _session_connect(self, action: str, role: str) -> Connection:
         # A session of its own: on session_url when set, else the pool's conninfo.

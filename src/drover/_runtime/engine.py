@@ -5,10 +5,11 @@ renews, rescues and hands back, and knows no feature (ADR 0045). This
 module builds it from a ``Config`` and attaches what the configuration and
 drover's built-in features need:
 
-- services (plugins of the kernel, started after its own and stopped
-  before them): the progress writer, the stats refresher, the pruner, the
-  health probe, the listener (or, without one, the cancel poller), the
-  ticker, the registry and the event loop's lag watch;
+- services (started after the kernel's own, stopped before them): the
+  progress writer, the plugins' services (the stats refresher, the pruner,
+  the health probe, the periodic ticker and the application's own, ADR
+  0046), the listener (or, without one, the cancel poller), the registry
+  and the event loop's lag watch;
 - hooks: the progress writer before outcomes are written, the duplicate
   ledger for stale writes, the cancel log for jobs that ended cancelled on
   request, and the wake-up of fetchers when a cluster-wide concurrency
@@ -27,15 +28,12 @@ from drover._kernel.engine import Kernel
 from drover._kernel.kit import Hooks, Kit, Settings
 from drover._kernel.service import ThreadService
 from drover._runtime.cancels import CancelPoller, Cancels, HardCancel
-from drover._runtime.healthprobe import HealthProbe
 from drover._runtime.ledger import stale_writes_hook
 from drover._runtime.listener import Listener
 from drover._runtime.loopwatch import LoopWatch
+from drover._runtime.plugins import build_plugins
 from drover._runtime.progress import ProgressWriter
-from drover._runtime.pruner import Pruner
-from drover._runtime.refresher import StatsRefresher
 from drover._runtime.registry import Registry
-from drover._runtime.ticker import Ticker
 from drover._runtime.wiring import Wiring
 from drover.config import Config
 from drover.errors import DrainIncomplete
@@ -128,10 +126,10 @@ class Engine:
         if released is not None:
             hooks.capacity_freed.append(released)
 
-        self.refresher = StatsRefresher(wiring)
-        retention = config.retention is not None and bool(config.retention.by_state())
-        self.pruner = Pruner(wiring) if retention else None
-        self.health = HealthProbe(wiring) if config.health_interval else None
+        # The plugins' services (ADR 0046): the stats refresher, the pruner, the
+        # health probe, the periodic ticker and the application's own, each
+        # only when configured (_runtime/plugins.py).
+        self.plugins = build_plugins(wiring)
         # Behind a transaction pooler a LISTEN needs Config.session_url; without
         # one the fetcher polls and the cancel poller reads requests (ADR 0040).
         listens = config.notify and store.has_sessions()
@@ -161,16 +159,14 @@ class Engine:
                 client_id=client_id,
                 logger=self._log,
             )
-        self.ticker = Ticker(wiring) if config.periodic_jobs else None
         self.registry = Registry(wiring)
         plugins: list[ThreadService] = [
             self.progress,
-            self.refresher,
-            *(
-                s
-                for s in (self.pruner, self.health, self.listener, self.cancel_poller, self.ticker)
-                if s is not None
-            ),
+            # Plugins' services before the listener; those that bring work in
+            # (the ticker) after it, so they stop with the intake, before the drain.
+            *self.plugins.services(intake=False),
+            *(s for s in (self.listener, self.cancel_poller) if s is not None),
+            *self.plugins.services(intake=True),
             self.registry,
         ]
         listener = self.listener

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 
 from drover._kernel.service import IntervalService
 from drover._records import QueueStats
@@ -13,7 +14,9 @@ __all__ = ["StatsRefresher"]
 
 
 class StatsRefresher(IntervalService):
-    """Reads depth and oldest age once at start, then every ``stats_interval``.
+    """Reads depth and oldest age once at start, then every interval.
+
+    Built by the ``drover.plugins.QueueStats`` plugin, with its interval.
 
     Scrapes only read the published snapshot, so scrape rate never adds
     database load. A failed refresh changes nothing and is logged at WARNING
@@ -26,9 +29,10 @@ class StatsRefresher(IntervalService):
     action = "refresh queue stats"
     failure_level = logging.WARNING
 
-    def __init__(self, wiring: Wiring) -> None:
-        interval = wiring.config.stats_interval.total_seconds()
-        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
+    def __init__(self, wiring: Wiring, *, interval: timedelta) -> None:
+        super().__init__(
+            interval=interval.total_seconds(), client_id=wiring.client_id, logger=wiring.log
+        )
         self._store = wiring.store
         self._metrics = wiring.metrics
         self.last_success: float | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from datetime import datetime
 
 from drover._db.store import Store
@@ -21,6 +22,8 @@ ENQUEUED, DUPLICATE, FAILED = "enqueued", "duplicate", "failed"
 
 class Ticker(ThreadService):
     """Competes for leadership and, while it leads, inserts each periodic job's ticks.
+
+    Built by the ``drover.plugins.Periodic`` plugin, with its jobs.
 
     Leadership is a session advisory lock held on a connection of this
     service's own. Every turn (at most one ``poll_interval`` apart) the
@@ -46,10 +49,10 @@ class Ticker(ThreadService):
     name = "periodic"
     intake = True  # inserts work: stops before the drain, like the fetcher
 
-    def __init__(self, wiring: Wiring) -> None:
+    def __init__(self, wiring: Wiring, *, jobs: Sequence[PeriodicJob]) -> None:
         super().__init__(client_id=wiring.client_id, logger=wiring.log)
         self._store: Store = wiring.store
-        self._jobs = tuple(wiring.config.periodic_jobs)
+        self._jobs = tuple(jobs)
         self._poll = wiring.config.poll_interval.total_seconds()
         self._count = wiring.metrics.periodic_tick
         self._leading_hook = wiring.metrics.periodic_leading
