@@ -6,8 +6,9 @@ and stops the engine and the ops server. It runs no SQL and no loops of its
 own: database work goes through its ``Store`` (inserts
 in the caller's transaction through ``drover._insert.tx``), background
 work through ``drover._runtime``. The insert methods live in
-``drover._client_inserts`` (a base class), reading a job and switching
-queues in ``drover._jobs_and_queues`` (shared with the Inspector).
+``drover._client_inserts`` (a base class); reading a job and switching
+queues are delegated to a ``drover._jobs_and_queues.JobsAndQueues`` the
+client holds (the Inspector holds one too).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from drover.errors import (
 from drover.job import InsertItem, JobRow, JobState, check_job_id
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
+from drover.queues import QueueState
 from drover.results import decode_result
 
 __all__ = ["Client", "InsertItem"]
@@ -71,7 +73,7 @@ class _Phase(enum.Enum):
     STOPPED = "stopped"
 
 
-class Client(ClientInserts, JobsAndQueues):
+class Client(ClientInserts):
     """drover's entry point: inserts jobs and, once started, runs them.
 
     ``pool_or_conninfo`` is either a ``psycopg_pool.ConnectionPool`` that the
@@ -167,6 +169,9 @@ class Client(ClientInserts, JobsAndQueues):
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
         self._combiner = Combiner(self._store)
+        # Job reads and queue switches, shared with the Inspector; a resume
+        # wakes this client's fetcher.
+        self._jobs = JobsAndQueues(self._store.operator, on_resume=self._nudge)
         # None unless a Config.middleware entry also traces inserts (ADR 0042).
         self._tracer = insert_tracer_of(config.middleware)
         # Wake-ups for the client's own inserts, sent after they commit.
@@ -185,14 +190,100 @@ class Client(ClientInserts, JobsAndQueues):
         """The validated configuration this client runs with."""
         return self._config
 
-    def _resumed(self) -> None:
-        # Jobs that waited in the resumed queue start without a poll's wait.
-        self._nudge()
-
     @property
     def pool(self) -> ConnectionPool[Any]:
-        """The connection pool the client uses (its own, or the one it was given)."""
+        """Deprecated: the connection pool the client uses (its own, or the one it was given).
+
+        Warns (``DeprecationWarning``). An application that passes its own
+        ``psycopg_pool.ConnectionPool`` to ``Client`` keeps its own reference
+        to it (accepting a pool is not deprecated); a pool the client opened
+        from a URL is the client's to manage, and its connections are not
+        the application's to borrow.
+        """
+        warnings.warn(
+            "Client.pool is deprecated: keep a reference to the psycopg_pool.ConnectionPool "
+            "you pass to drover.Client; a pool the client opened from a URL is its own",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self._store.pool
+
+    def _target(self) -> str:
+        """``host:port/dbname`` of the client's database (never the password), for messages."""
+        return self._store.target
+
+    def _derive(
+        self,
+        config: Config,
+        *,
+        max_jobs: int | None = None,
+        hard_cancel: Callable[[HardCancel], None] | None = None,
+    ) -> Client:
+        """A new client on this client's connections with ``config`` (the CLI's overrides).
+
+        The new client borrows this one's pool, never closes it, and must be
+        closed before this one (which closes a pool it opened). For
+        ``drover worker``'s option overrides and its supervised children;
+        nothing outside drover's own surfaces calls it.
+        """
+        return Client(self._store.pool, config, max_jobs=max_jobs, hard_cancel=hard_cancel)
+
+    # --- reading a job, switching queues (delegated to JobsAndQueues) -----------------------
+
+    def get_job(self, job_id: int) -> JobRow:
+        """The job's current row, read now (a snapshot; it does not follow the job).
+
+        Raises:
+            drover.NotFound: no job has that id (it never existed, or retention
+                deleted it).
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        return self._jobs.get_job(job_id)
+
+    def get_result(self, job_id: int) -> Any:
+        """The result stored for the job, read now, without waiting (``None``: none yet).
+
+        A job has a result once it completed and its handler returned
+        something other than ``None`` (parsed JSON: a model comes back as a
+        dict). To wait for a job's end, use ``Client.result``.
+
+        Raises:
+            drover.NotFound: no job has that id.
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        return self._jobs.get_result(job_id)
+
+    def pause_queue(self, name: str) -> QueueState:
+        """Stop every client from claiming jobs from ``name``, until ``resume_queue``.
+
+        Persisted in the database (``drover_queues``), so it applies to all
+        clients on this database, including ones started later, from their next
+        claim (within one poll interval). Jobs already running finish normally;
+        inserts into a paused queue are accepted and wait. Idempotent: pausing
+        a paused queue keeps its first ``paused_at``. Returns the queue's state.
+
+        Raises:
+            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
+        """
+        return self._jobs.pause_queue(name)
+
+    def resume_queue(self, name: str) -> bool:
+        """Let clients claim from ``name`` again; False if it was not paused (a no-op).
+
+        Listening clients (``Config.notify``) are woken at once by a
+        notification on the queue; others pick the queue up within one poll
+        interval. A started client's own fetcher is woken at once.
+
+        Raises:
+            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
+        """
+        return self._jobs.resume_queue(name)
+
+    def queue_states(self) -> list[QueueState]:
+        """Every queue ever paused, by name; ``QueueState.paused`` tells whether it still is."""
+        return self._jobs.queue_states()
 
     def _nudge(self) -> None:
         # A job this client inserted itself can be claimed without waiting out
@@ -304,7 +395,7 @@ class Client(ClientInserts, JobsAndQueues):
                 # thread starts.
                 self._store.require_current_schema("start")
                 # This code's limits hold for every client from its next claim.
-                self._store.declare_limits(declared_limits(self._config))
+                self._store.operator.declare_limits(declared_limits(self._config))
                 # Built and launched under the lock, so a stop() racing this start
                 # either sees NEW (and refuses) or a fully running engine.
                 engine = Engine(

@@ -114,7 +114,7 @@ def test_a_rescue_names_the_lease_holder_the_rescuer_and_the_next_state(
 
         found, [recorded] = store.rescue(10, 30.0, decide, by="R (pid 2 on h)")
         assert (found, recorded.result) == (1, WriteResult.APPLIED)
-        row = store.get_job(job_id)
+        row = store.operator.get_job(job_id)
     finally:
         store.close()
     assert row is not None and row.state is JobState.RETRYABLE

@@ -203,10 +203,10 @@ class PgBackend(_Common):
             time.sleep(0.01)
 
     def pause(self, queue: str) -> None:
-        self._store.pause_queue(queue)
+        self._store.operator.pause_queue(queue)
 
     def resume(self, queue: str) -> None:
-        self._store.resume_queue(queue)
+        self._store.operator.resume_queue(queue)
 
     def hidden(self, job_id: int) -> HiddenColumns:
         row = self._conn.execute(

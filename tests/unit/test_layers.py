@@ -203,6 +203,71 @@ def test_no_layer_imports_a_higher_one() -> None:
     assert not upward, "imports against the layering:\n" + "\n".join(upward)
 
 
+# The surfaces reach the database through the facade (Client, Inspector) and
+# the Store, never a pool (ADR 0048): no import of drover._db.pool (its
+# borrow, its dedicated connections), and no `.pool` or `._pool` of a
+# Client, an Inspector or a Store. The source is read, not the objects, so any
+# attribute of that name counts; an application's own pool, built from
+# psycopg_pool, is not drover's and may be named anything else.
+_POOL_MODULE = "drover._db.pool"
+_POOL_ATTRIBUTES = frozenset({"pool", "_pool"})
+
+
+def _is_surface(module: str) -> bool:
+    return LAYERS[_layer(module)][0] == "surfaces"
+
+
+def _pool_uses(module: str, path: Path) -> Iterator[str]:
+    """``"<module>:<line> ..."`` for each use of a pool in ``path``: the import or the attribute."""
+    for target, line in _imports(module, path):
+        if target == _POOL_MODULE:
+            yield f"{module}:{line} imports {_POOL_MODULE}"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in _POOL_ATTRIBUTES:
+            yield f"{module}:{node.lineno} uses .{node.attr}"
+
+
+def test_no_surface_touches_a_pool() -> None:
+    uses = [
+        use
+        for module, path in MODULES.items()
+        if _is_surface(module)
+        for use in _pool_uses(module, path)
+    ]
+    assert not uses, (
+        "a surface reaches for a pool; go through the Client, the Inspector or the "
+        "Store (Store.operator) instead:\n" + "\n".join(uses)
+    )
+
+
+def test_the_pool_rule_finds_a_planted_use(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from drover._db.pool import borrow\n"
+        "from drover._db import pool\n"
+        "def f(client, store):\n"
+        "    target = client.pool.conninfo\n"
+        "    with borrow(store._pool, 'x') as conn:\n"
+        "        return target, conn\n"
+    )
+    assert sorted(_pool_uses("drover.cli.planted", planted)) == [
+        "drover.cli.planted:1 imports drover._db.pool",
+        "drover.cli.planted:2 imports drover._db.pool",
+        "drover.cli.planted:4 uses .pool",
+        "drover.cli.planted:5 uses ._pool",
+    ]
+    clean = tmp_path / "clean.py"
+    clean.write_text(
+        "import logging\n"
+        "from drover._db.store import Store\n"
+        "logging.getLogger('psycopg.pool')\n"
+        "def f(store: Store):\n    return store.operator.job_counts()\n"
+    )
+    assert list(_pool_uses("drover.cli.clean", clean)) == []
+    assert _is_surface("drover.cli.planted") and _is_surface("drover.web.app")
+    assert not _is_surface("drover.client")
+
+
 # `drover faults --app` is the command that runs a user's handlers under the
 # harness (ADR 0039): its module is the one door, and it imports the harness
 # inside the command only, so `import drover.cli` still loads none of it.

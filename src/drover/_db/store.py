@@ -11,10 +11,10 @@ Work inside a caller's transaction is not the Store's: see
 ``drover._db.caller``.
 
 This module keeps the pool, the sessions, the connections services keep
-and the inserts; the reads and operator actions are in
-``drover._db.store_operator``, the engine's writes and sweeps in
-``drover._db.store_engine``, mixed into ``Store`` so its callers see one
-class.
+and the inserts. The reads and operator actions are an object the Store
+holds, ``Store.operator`` (``drover._db.store_operator.OperatorStore``, on
+the same pool and namespace); the engine's writes and sweeps are in
+``drover._db.store_engine``, mixed into ``Store``.
 
 Every one-shot operation borrows one connection for its statements and
 returns it at once (committed by autocommit, or by the pool's context
@@ -38,7 +38,7 @@ from drover._db.namespace import DEFAULT, Namespace
 from drover._db.notify import Listening, notify_queues_now
 from drover._db.pool import OwnedPool, behind_pooler, borrow, dedicated_connect, pool_from
 from drover._db.store_engine import EngineOps
-from drover._db.store_operator import OperatorOps
+from drover._db.store_operator import OperatorStore
 from drover._records import EncodedBatch, EncodedGraph, Identity, JobInsertParams
 from drover.job import JobRow
 from drover.workflows import WorkflowJob
@@ -46,12 +46,13 @@ from drover.workflows import WorkflowJob
 __all__ = ["Store"]
 
 
-class Store(OperatorOps, EngineOps):
+class Store(EngineOps):
     """drover's database operations on one pool (see the module docstring).
 
-    The operator-side reads and actions come from ``OperatorOps``
-    (``_db/store_operator.py``), the engine's writes and sweeps and the
-    test helpers' reads from ``EngineOps`` (``_db/store_engine.py``).
+    The operator-side reads and actions are ``Store.operator``, an
+    ``OperatorStore`` (``_db/store_operator.py``) on this store's pool; the
+    engine's writes and sweeps and the test helpers' reads come from
+    ``EngineOps`` (``_db/store_engine.py``).
     """
 
     def __init__(
@@ -68,6 +69,7 @@ class Store(OperatorOps, EngineOps):
         self._pooled = pgbouncer
         self._session_url = session_url
         self._ns = ns
+        self._operator = OperatorStore(pool, ns)
 
     @classmethod
     def open(
@@ -101,6 +103,11 @@ class Store(OperatorOps, EngineOps):
     def kernel(self) -> PgKernelStore:
         """The kernel's operations on this store's pool (``drover._kernel.store.KernelStore``)."""
         return PgKernelStore(self._pool, self._ns)
+
+    @property
+    def operator(self) -> OperatorStore:
+        """The reads and operator actions on this store's pool: jobs, queues, limits, stats."""
+        return self._operator
 
     @property
     def pool(self) -> ConnectionPool[Any]:

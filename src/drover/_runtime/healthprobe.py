@@ -43,6 +43,6 @@ class HealthProbe(IntervalService):
 
     def run_once(self) -> HealthReport:
         """Examine and publish once; raises on failure (the loop logs it)."""
-        report = diagnose(self._store.health_facts(self._thresholds), self._thresholds)
+        report = diagnose(self._store.operator.health_facts(self._thresholds), self._thresholds)
         self._metrics.publish_health(report.codes(), time.time())
         return report

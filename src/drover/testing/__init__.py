@@ -204,7 +204,7 @@ class Jobs:
         if outcome is not None and not outcome.settles_tx:
             error = outcome.error.get("error") if outcome.error else None
             return outcome.state, error
-        current = self._store.get_job(row.id)
+        current = self._store.operator.get_job(row.id)
         errors = current.errors if current is not None else ()
         state = current.state if current is not None else JobState.RUNNING
         error = errors[-1].get("error") if errors and state is not JobState.COMPLETED else None
