@@ -227,7 +227,7 @@ def test_insert_many_copies_a_large_batch(
             chunks.append(chunk.count("\n"))
             yield chunk
 
-    monkeypatch.setattr("drover._db.aio.copy_chunks", spy)
+    monkeypatch.setattr("drover._db.insert.copy_chunks", spy)
     later = datetime.now(UTC) + timedelta(days=1)
 
     async def go() -> tuple[list[drover.JobRow], list[drover.JobRow]]:
