@@ -55,6 +55,7 @@ from drover.inspector import (
     Throughput,
     WorkerInfo,
 )
+from drover.insert_middleware import InsertBatch, InsertMiddleware, InsertParams
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 from drover.log import JobLogFilter, Logging
@@ -116,8 +117,11 @@ __all__ = [
     "HealthFinding",
     "HealthReport",
     "HealthThresholds",
+    "InsertBatch",
     "InsertItem",
+    "InsertMiddleware",
     "InsertOpts",
+    "InsertParams",
     "InsertedWorkflow",
     "Inspector",
     "InvalidArgument",

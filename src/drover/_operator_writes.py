@@ -19,8 +19,10 @@ import pydantic
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
+from drover._insert.funnel import Prepared, prepare_params, through
 from drover._records import JobInsertParams
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
+from drover.insert_middleware import InsertMiddleware
 from drover.job import (
     DEFAULT_PRIORITY,
     MAX_KIND_LENGTH,
@@ -79,6 +81,7 @@ class OperatorWrites:
 
     _store: Store
     _workers: Workers | None
+    _insert_chain: tuple[InsertMiddleware, ...]
 
     @staticmethod
     def validate_enqueue(kind: object, args_json: object) -> tuple[str, str]:
@@ -123,7 +126,9 @@ class OperatorWrites:
         accepted, with queue ``default``, 25 attempts and priority 0. Honours
         ``opts`` (queue, time, unique key, attempts, priority, tags, metadata) and wakes
         listening workers; ``opts`` with ``unique``, ``debounce`` or
-        ``throttle`` is refused (``drover.InvalidInsertOpts``).
+        ``throttle`` is refused (``drover.InvalidInsertOpts``). The job goes
+        through the Inspector's insert middleware (``operation``
+        ``enqueue``).
         """
         checked_kind, canonical = self.validate_enqueue(kind, args_json)
         if opts is not None and not isinstance(opts, InsertOpts):
@@ -149,7 +154,13 @@ class OperatorWrites:
                 tags=tuple(opts.tags),
                 meta=None if opts.meta is None else _meta_json(opts.meta),
             )
-        return self._store.insert(params, notify=True)
+        # Through the insert funnel (ADR 0047): the Inspector's insert
+        # middleware, then one statement that wakes listeners at its commit.
+        prepared = prepare_params(params, "enqueue")
+        return through(self._insert_chain, prepared, self._write_enqueued)[0]
+
+    def _write_enqueued(self, prepared: Prepared) -> list[JobRow]:
+        return [self._store.insert(prepared.payload, notify=True)]
 
     def cancel_job(
         self,

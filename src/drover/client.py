@@ -3,8 +3,8 @@
 The client validates input and configuration, builds its store (on its own
 pool or the application's), the metrics and the middleware chain, and starts
 and stops the engine and the ops server. It runs no SQL and no loops of its
-own: database work goes through its ``Store`` (inserts
-in the caller's transaction through ``drover._insert.tx``), background
+own: database work goes through its ``Store`` (inserts through the
+insert funnel, ``drover._insert.funnel``), background
 work through ``drover._runtime``. The insert methods live in
 ``drover._client_inserts`` (a base class), reading a job and switching
 queues in ``drover._jobs_and_queues`` (shared with the Inspector).
@@ -29,7 +29,6 @@ from drover._db.namespace import namespace_for
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.combiner import Combiner
-from drover._insert.tracing import insert_tracer_of
 from drover._jobs_and_queues import JobsAndQueues
 from drover._runtime.aiochain import build_async_chain
 from drover._runtime.awaiter import Awaiter
@@ -47,7 +46,9 @@ from drover.errors import (
     JobFailed,
     NotStarted,
 )
+from drover.insert_middleware import insert_chain
 from drover.job import InsertItem, JobRow, JobState, check_job_id
+from drover.middleware import execution_chain
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
 from drover.results import decode_result
@@ -138,7 +139,7 @@ class Client(ClientInserts, JobsAndQueues):
         )
         self._chain = build_chain(
             config.workers,
-            config.middleware,
+            execution_chain(config.middleware),
             config.logger,
             self._metrics.middleware,
             config.max_result_bytes,
@@ -146,7 +147,7 @@ class Client(ClientInserts, JobsAndQueues):
         # None without async workers; ConfigError when a middleware has no async form.
         self._async_chain = build_async_chain(
             config.workers,
-            config.middleware,
+            execution_chain(config.middleware),
             config.logger,
             self._metrics.async_middleware,
             config.max_result_bytes,
@@ -172,8 +173,9 @@ class Client(ClientInserts, JobsAndQueues):
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
         self._combiner = Combiner(self._store)
-        # None unless a Config.middleware entry also traces inserts (ADR 0042).
-        self._tracer = insert_tracer_of(config.middleware)
+        # The insert middleware among Config.middleware (ADR 0047): empty
+        # unless an entry has around_insert, and then the funnel costs nothing.
+        self._insert_chain = insert_chain(config.middleware)
         # Wake-ups for the client's own inserts, sent after they commit.
         self._notifier = (
             Notifier(store=self._store, client_id=self._id, logger=config.logger)

@@ -33,7 +33,7 @@ from drover._db.errors import redact, translate
 from drover._db.graph import GRAPH_ACTION, graph_plan
 from drover._db.insert import insert_statement, inserted_row, many_action, many_plan
 from drover._db.namespace import DEFAULT, Namespace
-from drover._db.plans import ALL, ONE, Atomic, Copy, Execute, Plan
+from drover._db.plans import ALL, ONE, Atomic, Copy, Execute, Plan, atomic
 from drover._db.queries import query
 from drover._db.unique import unique_one_plan
 from drover._records import EncodedBatch, EncodedGraph, Identity, JobInsertParams
@@ -356,14 +356,7 @@ async def aio_insert_graph(
     run in a transaction of their own; otherwise in the caller's.
     """
     plan = graph_plan(graph, notify=notify, ns=ns)
-    if own_transaction:
-        return await arun(conn, _atomic(plan), GRAPH_ACTION)
-    return await arun(conn, plan, GRAPH_ACTION)
-
-
-def _atomic(plan: Plan[T]) -> Plan[T]:
-    result: T = yield Atomic(plan)
-    return result
+    return await arun(conn, atomic(plan) if own_transaction else plan, GRAPH_ACTION)
 
 
 async def arun(conn: AsyncConnection, plan: Plan[T], action: str) -> T:

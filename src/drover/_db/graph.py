@@ -11,7 +11,7 @@ from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.insert import decoration
 from drover._db.namespace import DEFAULT, Namespace
-from drover._db.plans import ALL, Execute, Plan, run
+from drover._db.plans import ALL, Execute, Plan, atomic, run
 from drover._db.queries import query
 from drover._db.rows import decode_json, new_row, row_from_db
 from drover._records import EncodedGraph
@@ -36,15 +36,22 @@ def _json_string(text: str) -> str:
 
 
 def job_insert_graph(
-    conn: Connection, graph: EncodedGraph, *, notify: bool, ns: Namespace = DEFAULT
+    conn: Connection,
+    graph: EncodedGraph,
+    *,
+    notify: bool,
+    own_transaction: bool = False,
+    ns: Namespace = DEFAULT,
 ) -> tuple[list[JobRow], int | None]:
-    """Insert ``graph`` on ``conn``, inside its open transaction; rows in input order.
+    """Insert ``graph`` on ``conn``, inside its open transaction (or, with
+    ``own_transaction``, one of its own); rows in input order.
 
     ``graph_plan`` carried out on ``conn`` (``drover._db.aio`` carries out the
     same plan on an async connection). Returns the rows and the workflow id
     (``None`` when ``graph.workflow`` is false).
     """
-    return run(conn, graph_plan(graph, notify=notify, ns=ns), GRAPH_ACTION)
+    plan = graph_plan(graph, notify=notify, ns=ns)
+    return run(conn, atomic(plan) if own_transaction else plan, GRAPH_ACTION)
 
 
 GRAPH_ACTION = "insert jobs with dependencies"

@@ -27,7 +27,7 @@ from psycopg.rows import tuple_row
 from drover._db import Connection
 from drover._db.errors import translate
 
-__all__ = ["ALL", "NONE", "ONE", "Atomic", "Copy", "Execute", "Plan", "Step", "run"]
+__all__ = ["ALL", "NONE", "ONE", "Atomic", "Copy", "Execute", "Plan", "Step", "atomic", "run"]
 
 T = TypeVar("T")
 
@@ -62,6 +62,12 @@ class Atomic(NamedTuple):
 Step: TypeAlias = Execute | Copy | Atomic
 Plan: TypeAlias = Generator[Step, Any, T]
 """A write: yields steps, receives their answers, returns the result."""
+
+
+def atomic(plan: Plan[T]) -> Plan[T]:
+    """``plan`` inside one ``Atomic`` step: in a transaction (or savepoint) of its own."""
+    result: T = yield Atomic(plan)
+    return result
 
 
 def run(conn: Connection, plan: Plan[T], action: str) -> T:
