@@ -46,6 +46,7 @@ from drover.errors import (
     UnsupportedConnection,
 )
 from drover.health import HealthFinding, HealthReport, HealthThresholds
+from drover.insert_middleware import InsertBatch, InsertMiddleware, InsertParams
 from drover.inspector import (
     Inspector,
     KindStats,
@@ -55,7 +56,6 @@ from drover.inspector import (
     Throughput,
     WorkerInfo,
 )
-from drover.insert_middleware import InsertBatch, InsertMiddleware, InsertParams
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 from drover.log import JobLogFilter, Logging

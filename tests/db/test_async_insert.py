@@ -111,16 +111,15 @@ def test_bad_input_is_refused_before_any_connection(db_url: str, conn: Conn) -> 
         client = drover.AsyncClient(db_url)
         errors = []
         for bad in (
-            lambda: client.insert({"to": "x"}),  # type: ignore[arg-type]
+            lambda: client.insert({"to": "x"}),  # type: ignore[call-overload]
             lambda: client.insert_many([Email(to="ok"), "nope"]),  # type: ignore[list-item]
         ):
             with pytest.raises(drover.InvalidJobArgs) as info:
                 await bad()
             errors.append(str(info.value))
         with pytest.raises(drover.InvalidArgument, match="options of a workflow"):
-            await client.insert(
-                drover.chain(Email(to="a"), Email(to="b")),
-                drover.InsertOpts(),  # type: ignore[arg-type]
+            await client.insert(  # type: ignore[call-overload]
+                drover.chain(Email(to="a"), Email(to="b")), drover.InsertOpts()
             )
         untouched = client.pool.closed
         await client.close()

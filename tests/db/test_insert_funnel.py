@@ -257,9 +257,7 @@ class Refusing:
         yield
 
 
-def test_a_middleware_that_raises_before_the_write_writes_nothing(
-    db_url: str, conn: Conn
-) -> None:
+def test_a_middleware_that_raises_before_the_write_writes_nothing(db_url: str, conn: Conn) -> None:
     outer = Recorder("outer")
     with inserting(db_url, drover.Config(middleware=[outer, Refusing()])) as client:
         with pytest.raises(drover.InvalidArgument, match="forbidden"):
@@ -290,9 +288,11 @@ def test_bad_changes_are_refused_naming_the_field(db_url: str, conn: Conn) -> No
         (lambda b: b.add_meta({"x": {1, 2}}), drover.InvalidInsertOpts, "not JSON"),
     ]
     for change, error, match in cases:
-        with inserting(db_url, drover.Config(middleware=[Bad(change)])) as client:
-            with pytest.raises(error, match=match):
-                client.insert(Mail())
+        with (
+            inserting(db_url, drover.Config(middleware=[Bad(change)])) as client,
+            pytest.raises(error, match=match),
+        ):
+            client.insert(Mail())
     found = conn.execute("SELECT count(*) FROM drover_jobs").fetchone()
     assert found == (0,)
 
@@ -334,7 +334,7 @@ def test_middleware_nest_outermost_first(db_url: str) -> None:
     assert log == ["a enter", "b enter", "b exit", "a exit"]
 
 
-# --- a feature nobody uses costs nothing -----------------------------------------------------------
+# --- a feature nobody uses costs nothing ---------------------------------------------------
 
 
 class Recording(psycopg.Cursor[Any]):
@@ -342,11 +342,11 @@ class Recording(psycopg.Cursor[Any]):
 
     sent: list[str] = []  # noqa: RUF012 - one list for the test, cleared by it
 
-    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
         Recording.sent.append(str(query))
         return super().execute(query, params, **kwargs)
 
-    def copy(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+    def copy(self, statement: Any, params: Any = None, **kwargs: Any) -> Any:
         Recording.sent.append(str(statement))
         return super().copy(statement, params, **kwargs)
 
@@ -371,7 +371,8 @@ def test_without_options_an_insert_sends_the_statements_it_always_sent(
         assert Recording.sent == [query("job_insert_now")]
         Recording.sent.clear()
         client.insert_many([Mail(to=str(i)) for i in range(5)])
-        assert Recording.sent == [query("job_insert_batch_reserve"), query("job_insert_batch_direct")]
+        direct = [query("job_insert_batch_reserve"), query("job_insert_batch_direct")]
+        assert Recording.sent == direct
         Recording.sent.clear()
         client.insert(Mail(), drover.InsertOpts(unique=drover.Unique()))
         assert Recording.sent == [query("job_insert_identified_now")]
@@ -436,10 +437,12 @@ def test_async_workflows_and_dependents_commit_with_the_callers_transaction(
     async def go() -> tuple[drover.InsertedWorkflow, drover.JobRow]:
         async with drover.AsyncClient(db_url) as client:
             with contextlib.suppress(Rollback):
-                async with await psycopg.AsyncConnection.connect(db_url) as tx_conn:
-                    async with tx_conn.transaction():
-                        await client.insert_tx(tx_conn, drover.chain(Mail(), Mail()))
-                        raise Rollback
+                async with (
+                    await psycopg.AsyncConnection.connect(db_url) as tx_conn,
+                    tx_conn.transaction(),
+                ):
+                    await client.insert_tx(tx_conn, drover.chain(Mail(), Mail()))
+                    raise Rollback
             base = await client.insert(Mail(to="base"))
             async with await psycopg.AsyncConnection.connect(db_url) as tx_conn:
                 flow = await client.insert_tx(tx_conn, drover.chain(Mail(to="x"), Other(n=3)))
@@ -464,9 +467,7 @@ def test_async_workflows_and_dependents_commit_with_the_callers_transaction(
     assert found[1][2] == found[2][2] == flow.id
 
 
-def test_async_dependencies_are_checked_before_anything_is_written(
-    db_url: str, conn: Conn
-) -> None:
+def test_async_dependencies_are_checked_before_anything_is_written(db_url: str, conn: Conn) -> None:
     async def go() -> None:
         async with drover.AsyncClient(db_url) as client:
             with pytest.raises(drover.InvalidInsertOpts, match="does not exist"):
