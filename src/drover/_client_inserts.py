@@ -45,7 +45,10 @@ class ClientInserts:
 
     Only ``drover.Client`` derives from it, and its ``__init__`` sets the
     attributes declared here. Thread-safety, timeouts and shutdown are
-    described on each method (and on ``drover.Client``).
+    described on each method (and on ``drover.Client``). Every call goes
+    through the insert middleware of ``config.middleware``
+    (``drover.InsertMiddleware``), on the calling thread, its
+    ``InsertBatch.operation`` the method's name.
     """
 
     _store: Store
@@ -106,7 +109,9 @@ class ClientInserts:
             drover.DatabaseError: the database refused or could not be reached.
         """
         prepared = prepare_one(args, opts, "insert")
-        return single_result(prepared, through(self._insert_chain, prepared, self._write))
+        chain = self._insert_chain
+        rows = through(chain, prepared, self._write) if chain else self._write(prepared)
+        return rows[0] if prepared.last is None else single_result(prepared, rows)
 
     def _write(self, prepared: Prepared) -> list[JobRow]:
         # The funnel's writer for the client's own transactions.

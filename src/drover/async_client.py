@@ -152,7 +152,9 @@ class AsyncClient:
             drover.DatabaseError: the database refused or could not be reached.
         """
         prepared = prepare_one(args, opts, "insert")
-        return single_result(prepared, await athrough(self._insert_chain, prepared, self._write))
+        chain = self._insert_chain
+        rows = await (athrough(chain, prepared, self._write) if chain else self._write(prepared))
+        return rows[0] if prepared.last is None else single_result(prepared, rows)
 
     async def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.

@@ -91,7 +91,11 @@ def prepare_one(
     if opts is not None and needs_identity(opts):
         assert isinstance(args, JobArgs)
         return Prepared(operation, UNIQUE, (params, identity_of(args, params, opts)))
-    return Prepared(operation, ONE, params)
+    # Positional, past the named tuple's __new__: the one per-call object.
+    return _new(Prepared, (operation, ONE, params, None))
+
+
+_new = tuple.__new__
 
 
 def prepare_many(items: Iterable[InsertItem], operation: str) -> Prepared:
