@@ -166,9 +166,7 @@ class InsertBatch(Sequence[InsertParams]):
         return self._params[index]
 
     def __iter__(self) -> Iterator[InsertParams]:
-        params = self._params
-        for index in range(len(params)):
-            yield params[index]
+        return iter(self._params)
 
     def __repr__(self) -> str:
         return f"<drover.InsertBatch {self._operation}, {len(self._params)} job(s)>"

@@ -297,6 +297,22 @@ def test_bad_changes_are_refused_naming_the_field(db_url: str, conn: Conn) -> No
     assert found == (0,)
 
 
+def test_an_around_insert_that_returns_no_context_manager_is_named(db_url: str, conn: Conn) -> None:
+    class Broken:
+        def around_insert(self, batch: drover.InsertBatch) -> None:
+            return None
+
+        def __repr__(self) -> str:
+            return "Broken()"
+
+    outer = Recorder()
+    config = drover.Config(middleware=[outer, Broken()])  # type: ignore[list-item]
+    with inserting(db_url, config) as client, pytest.raises(drover.ConfigError, match="Broken"):
+        client.insert(Mail())
+    assert isinstance(outer.errors[0], drover.ConfigError)
+    assert conn.execute("SELECT count(*) FROM drover_jobs").fetchone() == (0,)
+
+
 def test_the_write_error_reaches_each_middleware_and_cannot_be_swallowed(
     db_url: str, conn: Conn
 ) -> None:

@@ -35,7 +35,7 @@ from drover._insert.encode import encode_batch, encode_insert
 from drover._insert.graph import encode_dependent, encode_workflow, has_dependencies
 from drover._insert.identity import identity_of, needs_identity
 from drover._records import EncodedBatch, EncodedGraph, Identity, InsertParams, UniformBatch
-from drover.errors import InvalidArgument
+from drover.errors import ConfigError, InvalidArgument
 from drover.insert_middleware import InsertBatch, InsertMiddleware
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 from drover.workflows import Chain, Group, InsertedWorkflow
@@ -193,8 +193,14 @@ def _enter(
     try:
         for middleware in chain:
             scope = middleware.around_insert(batch)
-            exit_ = type(scope).__exit__
-            type(scope).__enter__(scope)
+            try:
+                enter, exit_ = type(scope).__enter__, type(scope).__exit__
+            except AttributeError:
+                raise ConfigError(
+                    f"{middleware!r}.around_insert returned {scope!r}, not a context manager "
+                    "(see drover.InsertMiddleware)"
+                ) from None
+            enter(scope)
             scopes.append((scope, exit_))
     except BaseException as exc:
         _raise_from_exit(scopes, exc)
