@@ -165,11 +165,13 @@ class ClientInserts:
                 is then aborted, as with any failed statement.
         """
         prepared = prepare_one(args, opts, "insert_tx")
-        rows = through(self._insert_chain, prepared, self._caller_writer(conn))
-        return single_result(prepared, rows)
+        writer = self._caller_writer(conn)
+        chain = self._insert_chain
+        rows = through(chain, prepared, writer) if chain else writer(prepared)
+        return rows[0] if prepared.last is None else single_result(prepared, rows)
 
     def _caller_writer(self, conn: object) -> tx.CallerWriter:
-        return tx.CallerWriter(tx.caller(conn), notify=self._config.notify, ns=self._store.ns)
+        return tx.CallerWriter(conn=conn, notify=self._config.notify, ns=self._store.ns)
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.

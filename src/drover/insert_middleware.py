@@ -61,7 +61,9 @@ class InsertMiddleware(Protocol):
     exception once the rows are in ``batch.rows``, or with the write's
     exception, which goes on to the caller whatever ``__exit__`` returns (a
     middleware cannot swallow it). An exception raised by the middleware
-    itself before the write fails the call and writes nothing.
+    itself before the write fails the call and writes nothing; one raised
+    by ``__exit__`` after a successful write reaches the caller although
+    the jobs were written (committed, for the client's own transactions).
 
     Concurrency: one instance serves every thread and task of every client
     it is configured on; keep per-call state in the context manager.

@@ -51,15 +51,28 @@ class CallerWriter:
     fails the same way whatever the batch holds).
     """
 
-    __slots__ = ("_notify", "_ns", "_resolve")
+    __slots__ = ("_conn", "_notify", "_ns", "_resolve")
 
-    def __init__(self, resolve: Resolve, *, notify: bool, ns: Namespace = DEFAULT) -> None:
+    def __init__(
+        self,
+        resolve: Resolve | None = None,
+        *,
+        conn: object = None,
+        notify: bool,
+        ns: Namespace = DEFAULT,
+    ) -> None:
+        # Either resolve, or conn: what was handed to insert_tx (the common
+        # case, resolved without a closure per call).
         self._resolve = resolve
+        self._conn = conn
         self._notify = notify
         self._ns = ns
 
     def __call__(self, prepared: Prepared) -> list[JobRow]:
-        conn, in_callers_tx = self._resolve()
+        if self._resolve is None:
+            conn, in_callers_tx = resolve_connection(self._conn, "insert_tx"), True
+        else:
+            conn, in_callers_tx = self._resolve()
         route, payload, notify, ns = prepared.route, prepared.payload, self._notify, self._ns
         if route == ONE:
             return [job_insert(conn, payload, notify=notify, ns=ns)]

@@ -1,8 +1,10 @@
 """The insert funnel in a started client (ADR 0047): periodic ticks go through the insert
-middleware, and an insert-only middleware stays out of the execution chain."""
+middleware, an insert-only middleware stays out of the execution chain, and a workflow an
+``AsyncClient`` inserted runs in order."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
@@ -100,3 +102,43 @@ def test_an_insert_only_middleware_is_not_an_execution_middleware(
     client.stop()
     assert ran.is_set() and done is None
     assert [operation for operation, _, _ in recorder.seen] == ["insert"]
+
+
+class Step(drover.JobArgs, kind="funnel_step"):
+    name: str
+
+
+def test_a_workflow_an_async_client_inserted_runs_in_order(
+    make_client: MakeClient, db_url: str
+) -> None:
+    order: list[str] = []
+    lock = threading.Lock()
+    workers = drover.Workers()
+
+    @workers.register
+    def step(job: drover.Job[Step]) -> str:
+        with lock:
+            order.append(job.args.name)
+        return job.args.name
+
+    async def insert() -> tuple[drover.InsertedWorkflow, drover.JobRow]:
+        async with (
+            drover.AsyncClient(db_url) as producer,
+            await psycopg.AsyncConnection.connect(db_url) as conn,
+        ):
+            flow = await producer.insert_tx(
+                conn, drover.chain(Step(name="a"), drover.group(Step(name="b1"), Step(name="b2")))
+            )
+            await conn.commit()
+            after = await producer.insert(
+                Step(name="c"), drover.InsertOpts(depends_on=list(flow.last))
+            )
+            return flow, after
+
+    flow, after = asyncio.run(insert())
+    client = make_client(workers=workers, poll_interval=0.1)
+    client.start()
+    assert client.result(after, timeout=20) == "c"
+    client.stop()
+    assert order[0] == "a" and sorted(order[1:3]) == ["b1", "b2"] and order[3] == "c"
+    assert len(flow.jobs) == 3
