@@ -24,7 +24,14 @@ Each trial reports jobs per second (wall clock, first call to last return)
 and the child's CPU time per job (every thread of the process, measured with
 ``time.process_time``), after a warm-up of 200 calls. The table gives the
 median of each over the rounds and the median of the per-round ratios
-funnel / base. See docs/benchmarks.md, "The insert funnel".
+funnel / base.
+
+``--stubbed`` measures instead, without a database, the Python each insert
+path costs the caller: the statements are replaced by stubs that return the
+row (a sleep of 50-80 us stands in for the round trip under the 8 threads),
+and each figure is the best of several repetitions, in microseconds per job.
+The stubs patch each build's private modules, so they know both layouts.
+See docs/benchmarks.md, "The insert funnel".
 """
 
 from __future__ import annotations
@@ -113,6 +120,109 @@ def child(scenario: str, url: str, count: int) -> dict[str, Any]:
     return {"module": drover.__file__, "wall": wall, "cpu": used, "jobs": count}
 
 
+def stubbed() -> dict[str, Any]:
+    """The Python cost per job of each insert path, the database replaced by stubs."""
+    import importlib.util
+    import timeit
+
+    import drover
+    import drover._insert.tx as txmod
+    from drover._db.rows import new_row
+
+    class Ping(drover.JobArgs, kind="funnel_bench_ping"):
+        n: int
+        account: str = "acct-0001"
+
+    funnel = importlib.util.find_spec("drover._insert.funnel") is not None
+    client = drover.Client("host=/nonexistent dbname=none")
+    client._notifier = None
+    store = client._combiner._store
+
+    def one(params: Any, notify: bool = False) -> Any:
+        return new_row(params, 1, None)
+
+    client._combiner.insert = one  # type: ignore[method-assign]
+    store.insert_many = lambda batch: []  # type: ignore[method-assign]
+    txmod.job_insert = lambda conn, params, **kw: new_row(params, 1, None)  # type: ignore[assignment]
+    txmod.resolve_connection = lambda obj, api: obj  # type: ignore[assignment]
+    args = Ping(n=1)
+    items = [Ping(n=i) for i in range(1000)]
+
+    def best(fn: Any, number: int, repeat: int = 15) -> float:
+        return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+
+    found = {
+        "insert": best(lambda: client.insert(args), 10_000),
+        "insert_tx": best(lambda: client.insert_tx(object(), args), 10_000),
+        "insert_many": best(lambda: client.insert_many(items), 50) / len(items),
+    }
+
+    class Borrowed:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        async def __aenter__(self) -> None:
+            return None
+
+        async def __aexit__(self, *exc: Any) -> None:
+            return None
+
+    async def aio_one(conn: Any, params: Any, **kwargs: Any) -> Any:
+        return new_row(params, 1, None)
+
+    async def ready(action: str) -> None:
+        return None
+
+    aclient = drover.AsyncClient("host=/nonexistent dbname=none")
+    aclient._ready = ready  # type: ignore[method-assign,assignment]
+    aclient._notifier = None
+    module: Any = importlib.import_module(
+        "drover._insert.aio_tx" if funnel else "drover.async_client"
+    )
+    module.aio_borrow, module.aio_insert = Borrowed, aio_one
+    if funnel:
+        aclient._write._pool = ready  # type: ignore[attr-defined]
+
+    async def inserts(count: int) -> None:
+        for _ in range(count):
+            await aclient.insert(args)
+
+    found["async"] = (
+        min(timeit.repeat(lambda: asyncio.run(inserts(10_000)), number=1, repeat=7)) / 10_000 * 1e6
+    )
+
+    def slow_one(params: Any, notify: bool = False) -> Any:
+        time.sleep(0.00005)
+        return new_row(params, 1, None)
+
+    def slow_rows(batch: Any) -> Any:
+        time.sleep(0.00008)
+        return [new_row(p, 1, None) for p in batch]
+
+    del client._combiner.insert  # back to the real combiner, on stubbed statements
+    store.insert, store.insert_rows = slow_one, slow_rows  # type: ignore[method-assign]
+
+    def concurrent(threads: int = 8, share: int = 2000) -> float:
+        start = threading.Barrier(threads + 1)
+
+        def insert() -> None:
+            start.wait()
+            for n in range(share):
+                client.insert(Ping(n=n))
+
+        workers = [threading.Thread(target=insert) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        cpu = time.process_time()
+        start.wait()
+        for worker in workers:
+            worker.join()
+        return (time.process_time() - cpu) / (threads * share) * 1e6
+
+    found["single-c8 CPU"] = min(concurrent() for _ in range(5))
+    return {"module": drover.__file__, **found}
+
+
 def reset(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE drover_jobs CASCADE")
@@ -151,11 +261,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--flush", action="store_true", help="keep synchronous_commit on")
     parser.add_argument("--database", help="a server URL (default: an embedded PostgreSQL)")
     parser.add_argument("--json", help="write every trial's figures here")
+    parser.add_argument("--stubbed", action="store_true", help="Python only, no database")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         scenario, url, count = args.child
-        print(json.dumps(child(scenario, url, int(count))))
+        found = stubbed() if scenario == "stubbed" else child(scenario, url, int(count))
+        print(json.dumps(found))
         return
     if not args.base:
         parser.error("--base is required")
@@ -167,6 +279,9 @@ def main(argv: list[str] | None = None) -> None:
         "base": (args.base_python, base_src, base_src.parent),
         "funnel": (sys.executable, HERE.parent / "src", HERE.parent),
     }
+    if args.stubbed:
+        stubbed_rounds(builds, args.rounds)
+        return
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     trials: list[dict[str, Any]] = []
     with (
@@ -213,6 +328,25 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.json:
         Path(args.json).write_text(json.dumps(trials, indent=2))
+
+
+def stubbed_rounds(builds: dict[str, tuple[str, Path, Path]], rounds: int) -> None:
+    found: dict[str, list[dict[str, Any]]] = {build: [] for build in builds}
+    for round_ in range(rounds):
+        order = ["base", "funnel"] if round_ % 2 == 0 else ["funnel", "base"]
+        for build in order:
+            python, src, cwd = builds[build]
+            result = run_child(python, src, "stubbed", "", 0, cwd)
+            found[build].append(result)
+            shown = ", ".join(f"{k} {v:.2f}" for k, v in result.items() if k != "module")
+            print(f"round {round_ + 1} {build:>6}: {shown} (us per job)", flush=True)
+    print()
+    print("| path | base µs/job (best round) | funnel µs/job (best round) | funnel - base |")
+    print("|---|---|---|---|")
+    for key in (k for k in found["base"][0] if k != "module"):
+        base = min(r[key] for r in found["base"])
+        funnel = min(r[key] for r in found["funnel"])
+        print(f"| {key} | {base:.2f} | {funnel:.2f} | {funnel - base:+.2f} |")
 
 
 if __name__ == "__main__":
