@@ -100,7 +100,7 @@ def checked_insert_chain(middleware: object, what: str) -> tuple[InsertMiddlewar
     return insert_chain(middleware)
 
 
-# Fields of InsertParams that replace() may change, and the InsertOpts field that checks each.
+# The fields of InsertParams replace() may change; the InsertOpts field of each name checks it.
 _CHANGEABLE = ("queue", "scheduled_at", "max_attempts", "priority", "tags", "meta")
 
 
