@@ -47,6 +47,7 @@ from drover.errors import (
     UnsupportedConnection,
 )
 from drover.health import HealthFinding, HealthReport, HealthThresholds
+from drover.insert_middleware import InsertBatch, InsertMiddleware, InsertParams
 from drover.inspector import (
     Inspector,
     KindStats,
@@ -118,8 +119,11 @@ __all__ = [
     "HealthFinding",
     "HealthReport",
     "HealthThresholds",
+    "InsertBatch",
     "InsertItem",
+    "InsertMiddleware",
     "InsertOpts",
+    "InsertParams",
     "InsertedWorkflow",
     "Inspector",
     "InvalidArgument",

@@ -20,8 +20,10 @@ import pydantic
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.encode import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, encode_insert
+from drover._insert.funnel import Prepared, prepare_params, through
 from drover._records import JobInsertParams
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
+from drover.insert_middleware import InsertMiddleware
 from drover.job import (
     DEFAULT_PRIORITY,
     MAX_KIND_LENGTH,
@@ -101,12 +103,19 @@ class OperatorWrites:
     the same moment either wins or is refused.
     """
 
-    def __init__(self, store: Store, workers: Workers | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        workers: Workers | None,
+        insert_chain: tuple[InsertMiddleware, ...] = (),
+    ) -> None:
         self._store = store
         self._workers = workers
+        self._insert_chain = insert_chain
 
     def enqueue(self, kind: str, args_json: str, opts: InsertOpts | None = None) -> JobRow:
-        """Validate, then insert a job by kind (see ``Inspector.enqueue``)."""
+        """Validate, then insert a job by kind through the Inspector's insert middleware
+        (see ``Inspector.enqueue``)."""
         checked_kind, canonical = validate_enqueue(kind, args_json)
         if opts is not None and not isinstance(opts, InsertOpts):
             raise InvalidJobArgs(f"opts must be a drover.InsertOpts, not {type(opts).__name__}")
@@ -131,7 +140,13 @@ class OperatorWrites:
                 tags=tuple(opts.tags),
                 meta=None if opts.meta is None else _meta_json(opts.meta),
             )
-        return self._store.insert(params, notify=True)
+        # Through the insert funnel (ADR 0047): the Inspector's insert
+        # middleware, then one statement that wakes listeners at its commit.
+        prepared = prepare_params(params, "enqueue")
+        return through(self._insert_chain, prepared, self._write_enqueued)[0]
+
+    def _write_enqueued(self, prepared: Prepared) -> list[JobRow]:
+        return [self._store.insert(prepared.payload, notify=True)]
 
     def cancel_job(
         self,

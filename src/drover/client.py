@@ -3,8 +3,8 @@
 The client validates input and configuration, builds its store (on its own
 pool or the application's), the metrics and the middleware chain, and starts
 and stops the engine and the ops server. It runs no SQL and no loops of its
-own: database work goes through its ``Store`` (inserts
-in the caller's transaction through ``drover._insert.tx``), background
+own: database work goes through its ``Store`` (inserts through the
+insert funnel, ``drover._insert.funnel``), background
 work through ``drover._runtime``. The insert methods live in
 ``drover._client_inserts`` (a base class); reading a job and switching
 queues are delegated to a ``drover._jobs_and_queues.JobsAndQueues`` the
@@ -30,7 +30,6 @@ from drover._db.namespace import namespace_for
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.combiner import Combiner
-from drover._insert.tracing import insert_tracer_of
 from drover._jobs_and_queues import JobsAndQueues
 from drover._runtime.awaiter import Awaiter
 from drover._runtime.cancels import HardCancel
@@ -47,7 +46,9 @@ from drover.errors import (
     JobFailed,
     NotStarted,
 )
+from drover.insert_middleware import insert_chain
 from drover.job import InsertItem, JobRow, JobState, check_job_id
+from drover.middleware import execution_chain
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
 from drover.queues import QueueState
@@ -142,7 +143,7 @@ class Client(ClientInserts):
         # middleware has no async form.
         self._chain, self._async_chain = build_chains(
             config.workers,
-            config.middleware,
+            execution_chain(config.middleware),
             config.logger,
             self._metrics.middleware,
             self._metrics.async_middleware,
@@ -172,8 +173,9 @@ class Client(ClientInserts):
         # Job reads and queue switches, shared with the Inspector; a resume
         # wakes this client's fetcher.
         self._jobs = JobsAndQueues(self._store.operator, on_resume=self._nudge)
-        # None unless a Config.middleware entry also traces inserts (ADR 0042).
-        self._tracer = insert_tracer_of(config.middleware)
+        # The insert middleware among Config.middleware (ADR 0047): empty
+        # unless an entry has around_insert, and then the funnel costs nothing.
+        self._insert_chain = insert_chain(config.middleware)
         # Wake-ups for the client's own inserts, sent after they commit.
         self._notifier = (
             Notifier(store=self._store, client_id=self._id, logger=config.logger)

@@ -19,6 +19,7 @@ from drover._db.namespace import check_schema_name
 from drover._durations import MAX_DURATION, Duration, DurationField, to_seconds
 from drover.errors import ConfigError, InvalidArgument
 from drover.health import HealthThresholds
+from drover.insert_middleware import InsertMiddleware, is_insert_middleware
 from drover.limits import Limit, LimitKey
 from drover.middleware import Middleware
 from drover.periodic import PeriodicJob
@@ -166,9 +167,14 @@ class Config:
     retry_policy: RetryPolicy = dataclasses.field(default_factory=ExponentialRetryPolicy)
     """When a failed attempt runs again (``drover.ExponentialRetryPolicy``)."""
 
-    middleware: Sequence[Middleware] = ()
-    """Wraps every execution, outermost first. Copied into a tuple when the
-    Config is built and composed once per client."""
+    middleware: Sequence[Middleware | InsertMiddleware] = ()
+    """Wraps every execution and every insert, outermost first. An entry is
+    an execution middleware (a callable, see ``drover.Middleware``), an
+    insert middleware (an object with an ``around_insert`` method, see
+    ``drover.InsertMiddleware``: it sees every batch a ``Client``,
+    ``AsyncClient`` or the client's periodic scheduler inserts), or both
+    (``drover.contrib.otel.TracingMiddleware``). Copied into a tuple when the
+    Config is built; each chain is composed once per client."""
 
     logger: logging.Logger = dataclasses.field(default_factory=_default_logger)
     """Where drover logs (the ``drover`` logger by default)."""
@@ -622,7 +628,7 @@ def _interval_of(config: Config, name: str) -> timedelta:
     return timedelta(0) if interval is None else interval
 
 
-def _middleware(middleware: object) -> tuple[Middleware, ...]:
+def _middleware(middleware: object) -> tuple[Middleware | InsertMiddleware, ...]:
     if isinstance(middleware, str) or not isinstance(middleware, Sequence):
         raise ConfigError(
             f"Config.middleware must be a list of middleware, not {type(middleware).__name__}"
@@ -630,8 +636,11 @@ def _middleware(middleware: object) -> tuple[Middleware, ...]:
     # Copy now: later changes to the caller's list must not change the chain.
     chain = tuple(middleware)
     for index, item in enumerate(chain):
-        if item is None or not callable(item):
-            raise ConfigError(f"Config.middleware[{index}] is {item!r}, not a callable")
+        if item is None or not (callable(item) or is_insert_middleware(item)):
+            raise ConfigError(
+                f"Config.middleware[{index}] is {item!r}, neither a callable (an execution "
+                "middleware) nor an object with an around_insert method (an insert middleware)"
+            )
     return chain
 
 

@@ -28,6 +28,7 @@ from drover._operator_writes import DEFAULT_CANCEL_GRACE, OperatorWrites, valida
 from drover._records import KindStats, PeriodicInfo, WorkerInfo
 from drover.errors import InvalidArgument, NotFound
 from drover.health import HealthReport, HealthThresholds, diagnose
+from drover.insert_middleware import InsertMiddleware, checked_insert_chain
 from drover.job import (
     MAX_KIND_LENGTH,
     PUBLISHED_STATES,
@@ -38,6 +39,7 @@ from drover.job import (
     check_job_id,
 )
 from drover.limits import LimitKey, LimitState, Period, check_override, parse_limit_key
+from drover.middleware import Middleware
 from drover.progress import check_tags
 from drover.queues import QueueState, QueueSummary
 from drover.unique import UniqueIdentity
@@ -125,6 +127,9 @@ class Inspector:
     ``enqueue`` then validates args of a known kind against its class
     and applies the class's defaults. ``schema`` is the PostgreSQL schema of
     the installation to inspect (``Config.schema``; ``None`` is the default).
+    ``middleware``: the insert middleware ``enqueue`` goes through
+    (``drover.InsertMiddleware``; a ``Config.middleware`` list may be passed
+    as is, its execution middleware are left out).
     Thread-safe. Operator writes are conditioned on the job's state, so they
     are safe against a worker finishing the same job at the same moment: one
     of the two wins and the other is refused.
@@ -136,15 +141,18 @@ class Inspector:
         *,
         workers: Workers | None = None,
         schema: str | None = None,
+        middleware: Sequence[Middleware | InsertMiddleware] = (),
     ) -> None:
         if workers is not None and not isinstance(workers, Workers):
             raise InvalidArgument(
                 f"Inspector workers must be a drover.Workers, not {type(workers).__name__}"
             )
         ns = namespace_for(schema, "Inspector schema")
+        # Checked before the pool opens: bad input changes nothing.
+        chain = checked_insert_chain(middleware, "Inspector middleware")
         self._store = Store.open(pool_or_conninfo, who="Inspector", max_size=2, ns=ns)
         self._jobs = JobsAndQueues(self._store.operator)
-        self._writes = OperatorWrites(self._store, workers)
+        self._writes = OperatorWrites(self._store, workers, chain)
 
     # --- reading a job, switching queues (delegated to JobsAndQueues) -----------------------
 

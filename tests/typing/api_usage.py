@@ -6,6 +6,8 @@ mypy fails if one of them ever stops being an error.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -159,3 +161,36 @@ def signals(job: drover.Job[SendEmail]) -> None:
     if job.attempt > 3:
         raise drover.Cancel("gave up")
     raise drover.Snooze(timedelta(minutes=5))
+
+
+class Tenant:
+    """An insert middleware (ADR 0047): an object with ``around_insert``."""
+
+    @contextlib.contextmanager
+    def around_insert(self, batch: drover.InsertBatch) -> Iterator[None]:
+        operation: str = batch.operation
+        first: drover.InsertParams = batch[0]
+        queue: str = first.queue
+        batch.add_meta({"tenant": operation, "queue": queue})
+        batch.add_tags("tenant")
+        batch.replace(0, priority=5)
+        yield
+        rows: Sequence[drover.JobRow] = batch.rows
+        print(len(rows))
+
+
+async def insert_middleware(url: str, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+    middleware: drover.InsertMiddleware = Tenant()
+    config = drover.Config(middleware=[audit, middleware])
+    async with drover.AsyncClient(url, config) as client:
+        row: drover.JobRow = await client.insert(SendEmail(to="a"))
+        flow: drover.InsertedWorkflow = await client.insert(
+            drover.chain(SendEmail(to="b"), Resize(image_id=1))
+        )
+        in_tx: drover.InsertedWorkflow = await client.insert_tx(
+            conn, drover.group(SendEmail(to="c"))
+        )
+        print(row, flow.id, in_tx.last)
+    with drover.Inspector(url, middleware=[middleware]) as inspector:
+        inspector.enqueue("send_email", '{"to": "d"}')
+    drover.Config(middleware=[object()])  # type: ignore[list-item]

@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.limits",
             "drover.results",
             "drover.progress",
+            "drover.insert_middleware",
             "drover.workflows",
             "drover.schedule",
             "drover.retry",

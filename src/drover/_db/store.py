@@ -237,8 +237,10 @@ class Store(EngineOps):
         self, encoded: EncodedGraph, *, notify: bool
     ) -> tuple[list[JobRow], int | None]:
         """Insert jobs with dependencies in one transaction of their own (``_db.graph``)."""
-        with borrow(self._pool, "insert jobs with dependencies") as conn, conn.transaction():
-            return graph.job_insert_graph(conn, encoded, notify=notify, ns=self._ns)
+        with borrow(self._pool, "insert jobs with dependencies") as conn:
+            return graph.job_insert_graph(
+                conn, encoded, notify=notify, own_transaction=True, ns=self._ns
+            )
 
     def parent_results(self, job_id: int) -> list[graph.ParentResult]:
         """The dependencies of a job that still exist, with their results, in id order."""

@@ -10,9 +10,11 @@ from datetime import datetime
 from drover._db.store import Store
 from drover._db.ticks import Leadership, LeasedLeadership
 from drover._insert.encode import encode_insert
+from drover._insert.ticks import insert_tick
 from drover._kernel.service import ThreadService
 from drover._runtime.wiring import Wiring
 from drover.errors import DroverError
+from drover.insert_middleware import insert_chain
 from drover.periodic import PeriodicJob, tick_key, tick_opts
 
 __all__ = ["Ticker"]
@@ -53,6 +55,7 @@ class Ticker(ThreadService):
         super().__init__(client_id=wiring.client_id, logger=wiring.log)
         self._store: Store = wiring.store
         self._jobs = tuple(jobs)
+        self._insert_chain = insert_chain(wiring.config.middleware)
         self._poll = wiring.config.poll_interval.total_seconds()
         self._count = wiring.metrics.periodic_tick
         self._leading_hook = wiring.metrics.periodic_leading
@@ -113,9 +116,15 @@ class Ticker(ThreadService):
         # leader, or one that was stalled, fires a missed period once.
         following = job.schedule.next(now)
         try:
-            params = encode_insert(job.args, tick_opts(job, fire))
-            tick = conn.fire_tick(
-                params, periodic_id=job.id, fire=fire, upto=now, next_fire=following
+            tick = insert_tick(
+                self._insert_chain,
+                conn,
+                job.args,
+                tick_opts(job, fire),
+                periodic_id=job.id,
+                fire=fire,
+                upto=now,
+                next_fire=following,
             )
         except DroverError as exc:
             self._count(job.id, FAILED)
