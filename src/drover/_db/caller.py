@@ -16,10 +16,14 @@ from psycopg import pq
 from psycopg.rows import tuple_row
 
 from drover._db import Connection
+from drover._db.completion import record_watched
+from drover._db.doors import WatchedWrite
 from drover._db.errors import translate
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
+from drover._records import Outcome, WriteResult
 from drover.errors import LeaseLost, NotInTransaction, UnsupportedConnection
+from drover.job import JobState
 
 __all__ = [
     "Connection",
@@ -138,31 +142,42 @@ def complete_claim(
     result: str | None = None,
     *,
     ns: Namespace = DEFAULT,
+    watched: WatchedWrite = record_watched,
 ) -> None:
     """Complete the claim ``(job_id, attempt)`` in ``conn``'s open transaction, or raise LeaseLost.
 
     ``result`` is the job's result as JSON text (``None``: no result).
 
-    The completer's own completion statement, fenced on ``(id, attempt,
-    state = 'running')``; when it is refused, a second statement reads why
-    (for the message). Neither fails the caller's transaction, so the caller
-    decides: LeaseLost is meant to propagate and roll it back. The row stays
-    locked until that transaction ends.
+    The kernel's completion statement (``job_complete``), fenced on ``(id,
+    attempt, state = 'running')`` and on no feature watching the job. A claim
+    it refused whose row still runs with its attempt (a feature watches the
+    job), and a completion with a result, go through ``watched`` (the
+    features' ``job_complete_many``: an operator's cancel request ends it
+    cancelled, without error). When the claim is no longer current, a second
+    statement reads why (for the message). None of them fails the caller's
+    transaction, so the caller decides: LeaseLost is meant to propagate and
+    roll it back. The row stays locked until that transaction ends.
     """
-    claim = {
-        "ids": f"{{{job_id}}}",
-        "attempts": f"{{{attempt}}}",
-        "results": "{}" if result is None else [result],
-    }
-    with (
-        translate(f"complete job {job_id} in the caller's transaction"),
-        conn.cursor(row_factory=tuple_row) as cur,
-    ):
-        cur.execute(query("job_complete_many", ns), claim)
-        refused = cur.fetchone()
-        if refused is None or refused[2]:
-            return  # completed, or cancelled at an operator's request (ADR 0030)
-        cur.execute(query("job_current_states", ns), ([job_id],))
-        found = cur.fetchone()
-    state, now = (None, None) if found is None else (str(found[1]), int(found[2]))
-    raise LeaseLost(job_id, attempt, state, now)
+    state: str | None = None
+    now: int | None = None
+    if result is None:
+        claim = {"ids": f"{{{job_id}}}", "attempts": f"{{{attempt}}}"}
+        with (
+            translate(f"complete job {job_id} in the caller's transaction"),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
+            cur.execute(query("job_complete", ns), claim)
+            if cur.fetchone() is None:
+                return  # completed
+            cur.execute(query("job_current_states", ns), ([job_id],))
+            found = cur.fetchone()
+        if found is not None:
+            state, now = str(found[1]), int(found[2])
+        if state != JobState.RUNNING.value or now != attempt:
+            raise LeaseLost(job_id, attempt, state, now)
+    (recorded,) = watched(
+        conn, [Outcome(job_id, attempt, JobState.COMPLETED, result=result)], ns=ns
+    )
+    if recorded.result is not WriteResult.APPLIED:
+        # Applied covers a cancel at an operator's request (ADR 0030) too.
+        raise LeaseLost(job_id, attempt, recorded.current_state, recorded.current_attempt)
