@@ -56,15 +56,34 @@ CREATE TABLE drover_gates (
 -- delete, the previous release's statements), in the writer's transaction:
 -- a limit holds from every client's next claim after its commit.
 --
--- Writers of drover_limits are serialised here (EXCLUSIVE on drover_gates,
--- which claims, reading it, never wait for): each rebuild then runs with a
--- snapshot that sees every earlier writer's limits, so two concurrent
--- writers (one adding a queue's limit, one deleting that queue's last
--- limit) cannot leave a limited queue ungated. A rebuild that finds the
--- gates right writes nothing.
+-- A statement that changed which (scope, target) pairs exist (rows
+-- inserted or deleted, a scope or target updated, a truncate) rebuilds the
+-- 'limits' gates; one that changed none (a starting client declaring the
+-- limits it declared last time, an override, a delete that found nothing)
+-- returns at once, taking no lock. The rebuilds are serialised (EXCLUSIVE on
+-- drover_gates, which claims, reading it, never wait for), and each reads
+-- drover_limits after the lock, in a new snapshot that sees every earlier
+-- rebuilder's limits: two concurrent writers (one adding a queue's limit,
+-- one deleting that queue's last limit) cannot leave a limited queue
+-- ungated. The transition tables (changed, before) hold only the rows the
+-- statement wrote.
 CREATE FUNCTION drover_limits_gates() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NOT EXISTS (
+            (SELECT scope, target FROM changed EXCEPT SELECT scope, target FROM before)
+            UNION ALL
+            (SELECT scope, target FROM before EXCEPT SELECT scope, target FROM changed)
+        ) THEN
+            RETURN NULL;
+        END IF;
+    ELSIF TG_OP <> 'TRUNCATE' THEN
+        -- (A separate test: a truncate has no transition table to read.)
+        IF NOT EXISTS (SELECT 1 FROM changed) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     LOCK TABLE drover_gates IN EXCLUSIVE MODE;
     DELETE FROM drover_gates g
     WHERE g.via = 'limits'
@@ -76,18 +95,21 @@ BEGIN
     INSERT INTO drover_gates (queue, via)
     SELECT DISTINCT CASE WHEN l.scope = 'queue' THEN l.target ELSE '*' END, 'limits'
     FROM drover_limits l
-    WHERE NOT EXISTS (
-        SELECT 1 FROM drover_gates g
-        WHERE g.via = 'limits'
-          AND g.queue = CASE WHEN l.scope = 'queue' THEN l.target ELSE '*' END
-    )
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END;
 $$;
 
-CREATE TRIGGER drover_limits_gates_write
-AFTER INSERT OR DELETE OR UPDATE OF scope, target ON drover_limits
+CREATE TRIGGER drover_limits_gates_insert
+AFTER INSERT ON drover_limits REFERENCING NEW TABLE AS changed
+FOR EACH STATEMENT EXECUTE FUNCTION drover_limits_gates();
+
+CREATE TRIGGER drover_limits_gates_delete
+AFTER DELETE ON drover_limits REFERENCING OLD TABLE AS changed
+FOR EACH STATEMENT EXECUTE FUNCTION drover_limits_gates();
+
+CREATE TRIGGER drover_limits_gates_update
+AFTER UPDATE ON drover_limits REFERENCING OLD TABLE AS before NEW TABLE AS changed
 FOR EACH STATEMENT EXECUTE FUNCTION drover_limits_gates();
 
 CREATE TRIGGER drover_limits_gates_truncate

@@ -59,9 +59,9 @@ def _insert(conn: Conn, queue: str = "default", **columns: Any) -> int:
     return int(row[0])
 
 
-def _claim(conn: Conn, job_id: int, queue: str = "default") -> None:
-    rows = claims.job_claim(conn, queue, 100, LEASE)
-    assert job_id in {r.id for r in rows}
+def _claim(conn: Conn, *ids: int) -> None:
+    rows = claims.job_claim(conn, "default", 100, LEASE)
+    assert set(ids) <= {r.id for r in rows}
 
 
 # --- the claim's gate ------------------------------------------------------------------------
@@ -322,8 +322,8 @@ def test_a_watched_job_ends_as_the_features_statement_alone_ends_it(
     conn: Conn, inspector: drover.Inspector, feature: str, outcome: str
 ) -> None:
     kernel_path, feature_path = _insert(conn), _insert(conn)
+    _claim(conn, kernel_path, feature_path)
     for job in (kernel_path, feature_path):
-        _claim(conn, job)
         FEATURES[feature](conn, job, inspector)
     # Through the kernel (refused: watched), then the features' statement...
     (through_kernel,) = claims.job_record_outcomes(conn, [OUTCOMES[outcome](kernel_path)])
@@ -338,8 +338,8 @@ def test_complete_tx_of_a_watched_job_ends_as_the_features_statement_alone_ends_
     db_url: str, conn: Conn, inspector: drover.Inspector, feature: str
 ) -> None:
     kernel_path, feature_path = _insert(conn), _insert(conn)
+    _claim(conn, kernel_path, feature_path)
     for job in (kernel_path, feature_path):
-        _claim(conn, job)
         FEATURES[feature](conn, job, inspector)
     with psycopg.connect(db_url) as caller:
         complete_claim(caller, kernel_path, 1)
@@ -351,8 +351,7 @@ def test_complete_tx_of_a_watched_job_ends_as_the_features_statement_alone_ends_
 
 def test_complete_tx_of_a_claim_that_moved_on_raises_lease_lost(db_url: str, conn: Conn) -> None:
     watched, plain = _insert(conn), _insert(conn)
-    for job in (watched, plain):
-        _claim(conn, job)
+    _claim(conn, watched, plain)
     conn.execute("UPDATE drover_jobs SET awaited = true WHERE id = %s", (watched,))
     for job in (watched, plain):
         with psycopg.connect(db_url) as caller:
@@ -366,8 +365,7 @@ def test_a_batch_mixing_kernel_and_watched_claims_answers_in_input_order(
     conn: Conn, inspector: drover.Inspector
 ) -> None:
     jobs = [_insert(conn) for _ in range(5)]
-    for job in jobs:
-        _claim(conn, job)
+    _claim(conn, *jobs)
     inspector.cancel_job(jobs[1], reason="stop")
     conn.execute("UPDATE drover_jobs SET awaited = true WHERE id = %s", (jobs[3],))
     batch = [
