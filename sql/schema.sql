@@ -1,7 +1,7 @@
 -- drover's schema, as its migrations leave it. GENERATED: do not edit by hand.
 --
 -- What `drover migrate` builds in an empty database's default schema (public)
--- through migration 0017_periodic_lease,
+-- through migration 0018_kernel_doors,
 -- as pg_dump prints it (schema only; no owners, privileges or tablespaces).
 -- The migrations in sql/migrations stay the source of truth and the only SQL
 -- `drover migrate` runs: this file is for reading and review, the package never
@@ -607,6 +607,45 @@ $$;
 
 
 --
+-- Name: drover_limits_gates(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.drover_limits_gates() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NOT EXISTS (
+            (SELECT scope, target FROM changed EXCEPT SELECT scope, target FROM before)
+            UNION ALL
+            (SELECT scope, target FROM before EXCEPT SELECT scope, target FROM changed)
+        ) THEN
+            RETURN NULL;
+        END IF;
+    ELSIF TG_OP <> 'TRUNCATE' THEN
+        -- (A separate test: a truncate has no transition table to read.)
+        IF NOT EXISTS (SELECT 1 FROM changed) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    LOCK TABLE drover_gates IN EXCLUSIVE MODE;
+    DELETE FROM drover_gates g
+    WHERE g.via = 'limits'
+      AND NOT EXISTS (
+          SELECT 1 FROM drover_limits l
+          WHERE (l.scope = 'queue' AND l.target = g.queue)
+             OR (l.scope = 'kind' AND g.queue = '*')
+      );
+    INSERT INTO drover_gates (queue, via)
+    SELECT DISTINCT CASE WHEN l.scope = 'queue' THEN l.target ELSE '*' END, 'limits'
+    FROM drover_limits l
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END;
+$$;
+
+
+--
 -- Name: drover_release_dependents(bigint[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -665,6 +704,18 @@ $$;
 
 
 --
+-- Name: drover_watched(public.drover_jobs); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.drover_watched(j public.drover_jobs) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT j.awaited OR j.has_dependents OR j.cancel_request IS NOT NULL
+        OR j.result IS NOT NULL
+$$;
+
+
+--
 -- Name: drover_clients; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -680,6 +731,16 @@ CREATE TABLE public.drover_clients (
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     expires_at timestamp with time zone NOT NULL
+);
+
+
+--
+-- Name: drover_gates; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.drover_gates (
+    queue text NOT NULL,
+    via text NOT NULL
 );
 
 
@@ -840,6 +901,14 @@ ALTER TABLE ONLY public.drover_clients
 
 
 --
+-- Name: drover_gates drover_gates_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.drover_gates
+    ADD CONSTRAINT drover_gates_pkey PRIMARY KEY (queue, via);
+
+
+--
 -- Name: drover_job_deps drover_job_deps_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -987,6 +1056,34 @@ CREATE INDEX drover_jobs_workflow_idx ON public.drover_jobs USING btree (workflo
 --
 
 CREATE INDEX drover_limit_starts_idx ON public.drover_limit_starts USING btree (limit_id, part, started_at);
+
+
+--
+-- Name: drover_limits drover_limits_gates_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER drover_limits_gates_delete AFTER DELETE ON public.drover_limits REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION public.drover_limits_gates();
+
+
+--
+-- Name: drover_limits drover_limits_gates_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER drover_limits_gates_insert AFTER INSERT ON public.drover_limits REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION public.drover_limits_gates();
+
+
+--
+-- Name: drover_limits drover_limits_gates_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER drover_limits_gates_truncate AFTER TRUNCATE ON public.drover_limits FOR EACH STATEMENT EXECUTE FUNCTION public.drover_limits_gates();
+
+
+--
+-- Name: drover_limits drover_limits_gates_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER drover_limits_gates_update AFTER UPDATE ON public.drover_limits REFERENCING OLD TABLE AS before NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION public.drover_limits_gates();
 
 
 --

@@ -218,8 +218,6 @@ class Renewal:
     """The new expiry, or ``None`` when not renewed this time."""
     current: bool
     """False once the claim moved on: this client has lost the job."""
-    cancel_request: dict[str, Any] | None = None
-    """An operator's request to cancel the running job (ADR 0030), or ``None``."""
 
 
 @dataclass(frozen=True, slots=True)

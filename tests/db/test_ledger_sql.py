@@ -44,7 +44,14 @@ def _updates(conn: Conn) -> int:
 
 def test_the_normal_claim_and_completion_write_nothing_more(db_url: str, conn: Conn) -> None:
     # The hot path's statements never mention the ledger...
-    for name in ("job_claim", "job_claim_limited", "job_complete_many", "job_record_outcomes"):
+    for name in (
+        "job_claim",
+        "job_claim_limited",
+        "job_complete",
+        "job_record",
+        "job_complete_many",
+        "job_record_outcomes",
+    ):
         assert "ledger" not in query(name), name
     [job_id] = _insert(db_url)
     # ...and a claim and its completion write exactly two row versions, as before

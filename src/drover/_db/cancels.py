@@ -1,7 +1,9 @@
-"""An operator's cancel of one job, running or not (``cancel.sql``, ADR 0030)."""
+"""An operator's cancel of one job, running or not, and the requests a worker reads
+(``cancel.sql``, ADR 0030)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,14 +61,22 @@ def job_cancel_or_request(
 
 def job_cancel_requests(
     conn: Connection, held: Sequence[tuple[int, int]], *, ns: Namespace = DEFAULT
-) -> list[tuple[int, int, Any]]:
-    """``(id, attempt, request)`` of the ``(id, attempt)`` claims still running with an
-    operator's cancel request (one statement)."""
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """The operators' requests to cancel the ``(id, attempt)`` claims that have one, by claim.
+
+    The fallback for a client that missed the notification (it does not
+    listen, or a transaction pooler is in the way): one statement, no row
+    for a claim without a request. A request is ``{"reason", "hard",
+    "grace", "requested_at"}`` as ``job_cancel_or_request`` wrote it.
+    """
     if not held:
-        return []
-    with translate("read cancel requests"), conn.cursor(row_factory=tuple_row) as cur:
+        return {}
+    with (
+        translate(f"read cancel requests of {len(held)} jobs"),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
         cur.execute(
             query("job_cancel_requests", ns),
-            {"ids": [i for i, _ in held], "attempts": [a for _, a in held]},
+            {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]},
         )
-        return [(int(i), int(a), r) for i, a, r in cur.fetchall()]
+        return {(id_, attempt): json.loads(text) for id_, attempt, text in cur.fetchall()}

