@@ -153,12 +153,12 @@ def _write_in_thread(
     return thread, got
 
 
-# How a write that waited reports a refusal depends on PostgreSQL's statement:
-# the general one (any outcome but a plain completion) reads the row in the
-# snapshot it took before waiting (running, this very attempt: "lease lost");
-# the batch of plain completions reads it afterwards (completed: "not running").
+# A write that waited for the transaction reports the row as that transaction
+# left it: the batch of plain completions reads it afterwards, and the general
+# statement, whose snapshot still saw the claim current, hands it to the
+# features' statement, which writes (and reads) in a new snapshot.
 REFUSED_AFTER_WAIT = {
-    "failure": (WriteResult.LEASE_LOST, "running", 1),
+    "failure": (WriteResult.NOT_RUNNING, "completed", 1),
     "completion": (WriteResult.NOT_RUNNING, "completed", 1),
 }
 

@@ -661,19 +661,23 @@ class MemoryStore:
             if fits and o.id not in written:
                 written.add(o.id)
                 self._write(self._jobs[o.id], o, error, when, now)
-        # Why a write was refused, as PostgreSQL reports it: its general
-        # statement reads the rows in its snapshot, taken when it started (before
-        # any wait for a row lock); its batch of plain completions reads them
-        # afterwards, in a second statement. They differ only for a batch with a
-        # stale and a current claim of one job, or a write that waited for
-        # another transaction's lock.
-        reported = self._states(outcomes) if all(map(_plain_completion, outcomes)) else snapshot
+        # Why a write was refused, as PostgreSQL reports it. The batch of plain
+        # completions reads the rows afterwards, in a second statement. The
+        # general statement reads them in its snapshot, taken when it started
+        # (before any wait for a row lock), and a claim that snapshot still saw
+        # current (the write waited for another transaction) is written again
+        # by the features' statement, in a new snapshot: it reports the row as
+        # it is after the wait.
+        after = self._states(outcomes)
+        plain = all(map(_plain_completion, outcomes))
         recorded = []
         for o, fits in zip(outcomes, applied, strict=True):
             if fits:
                 recorded.append(Recorded(o, WriteResult.APPLIED, None, None))
                 continue
-            state, attempt = reported.get(o.id, (None, None))
+            seen = snapshot.get(o.id)
+            waited = seen is not None and seen[0] is _RUNNING and seen[1] == o.attempt
+            state, attempt = (after if plain or waited else snapshot).get(o.id, (None, None))
             recorded.append(
                 Recorded(o, _refusal(state), None if state is None else state.value, attempt)
             )

@@ -33,9 +33,13 @@ The rules every implementation keeps (ADR 0002, ADR 0045):
   state and attempt as they were when the write began (its snapshot, taken
   before any wait for a row lock), except a batch of plain completions
   (no error, time or refund), which reports them as they are after it
-  (PostgreSQL's completion statement reads them in a second statement).
-  The two differ only for a stale and a current claim of one job in one
-  batch, or a write that waited for another transaction (see Row locks).
+  (PostgreSQL's completion statement reads them in a second statement),
+  and a claim the snapshot still saw current (the write waited for another
+  transaction), which PostgreSQL writes again through the features'
+  statement in a new snapshot: it reports the row as it is after the wait.
+  The two readings differ only for a stale and a current claim of one job
+  in one batch, or a write that waited for another transaction (see Row
+  locks).
 - **Outcomes.** ``completed``, ``cancelled`` and ``dead`` are terminal
   (``finalized_at = now``); ``retryable`` and ``scheduled`` wait until their
   ``scheduled_at`` (``None``: now). An outcome's ``error`` is appended to the
