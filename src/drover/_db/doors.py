@@ -29,8 +29,9 @@ from typing import Protocol
 
 from drover._db import Connection
 from drover._db.namespace import Namespace
-from drover._records import Outcome, Recorded, WriteResult
-from drover.job import JobRow, JobState
+from drover._kernel.store import is_plain_completion, refusal
+from drover._records import Outcome, Recorded
+from drover.job import JobRow
 
 __all__ = [
     "Doors",
@@ -109,24 +110,3 @@ def int_array(values: Sequence[int]) -> str:
     numbers' text is a C loop (ADR 0016).
     """
     return "{" + ",".join(map(str, values)) + "}"
-
-
-def refusal(state: str | None) -> WriteResult:
-    """Why a fenced write was refused, from the row's state now (``None``: no row)."""
-    if state is None:
-        return WriteResult.NOT_FOUND
-    if state != JobState.RUNNING.value:
-        # State is checked before attempt: a handed-back or finished job is
-        # "not running" even if it was also re-claimed since.
-        return WriteResult.NOT_RUNNING
-    return WriteResult.LEASE_LOST
-
-
-def is_plain_completion(o: Outcome) -> bool:
-    """A completion without an error, a wake time or a refund (a result may ride along)."""
-    return (
-        o.state is JobState.COMPLETED
-        and o.error is None
-        and o.scheduled_at is None
-        and not o.refund_attempt
-    )

@@ -23,7 +23,13 @@ from drover._kernel.store import KernelStore
 from drover._records import Recorded
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 
-__all__ = ["QUIET", "Events", "Hooks", "Kit", "Settings"]
+__all__ = ["QUIET", "Events", "Hooks", "Kit", "Settings", "holder_of"]
+
+
+def holder_of(client_id: str) -> str:
+    """``"<client id> (pid <pid> on <host>)"``: how claims (``leased_by``) and the duplicate
+    ledger name a client. Read at the call, so a forked process names itself."""
+    return f"{client_id} (pid {os.getpid()} on {socket.gethostname()})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,9 +155,8 @@ class Kit:
 
     @property
     def holder(self) -> str:
-        """``"<client id> (pid <pid> on <host>)"``: how claims (``leased_by``) and the
-        duplicate ledger name this client. Read at the call, so a forked process names itself."""
-        return f"{self.client_id} (pid {os.getpid()} on {socket.gethostname()})"
+        """How claims and the duplicate ledger name this client (``holder_of``)."""
+        return holder_of(self.client_id)
 
     @property
     def lease_seconds(self) -> float:

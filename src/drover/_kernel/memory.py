@@ -56,7 +56,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from drover._durations import Duration, to_seconds
-from drover._kernel.store import Claimed
+from drover._kernel.store import Claimed, is_plain_completion, refusal
 from drover._records import JobInsertParams, Outcome, Recorded, Renewal, WriteResult
 from drover.errors import (
     DuplicateJob,
@@ -188,25 +188,6 @@ class _Job:
             meta,
             self.tags,
         )
-
-
-def _refusal(state: JobState | None) -> WriteResult:
-    # As drover._db.claims._refusal: the state is checked before the attempt,
-    # so a handed-back or finished job is "not running" even if re-claimed since.
-    if state is None:
-        return WriteResult.NOT_FOUND
-    if state is not _RUNNING:
-        return WriteResult.NOT_RUNNING
-    return WriteResult.LEASE_LOST
-
-
-def _plain_completion(o: Outcome) -> bool:
-    return (
-        o.state is JobState.COMPLETED
-        and o.error is None
-        and o.scheduled_at is None
-        and not o.refund_attempt
-    )
 
 
 def _prepare(outcomes: Sequence[Outcome]) -> list[tuple[str | None, datetime | None]]:
@@ -669,7 +650,7 @@ class MemoryStore:
         # by the features' statement, in a new snapshot: it reports the row as
         # it is after the wait.
         after = self._states(outcomes)
-        plain = all(map(_plain_completion, outcomes))
+        plain = all(map(is_plain_completion, outcomes))
         recorded = []
         for o, fits in zip(outcomes, applied, strict=True):
             if fits:
@@ -679,7 +660,7 @@ class MemoryStore:
             waited = seen is not None and seen[0] is _RUNNING and seen[1] == o.attempt
             state, attempt = (after if plain or waited else snapshot).get(o.id, (None, None))
             recorded.append(
-                Recorded(o, _refusal(state), None if state is None else state.value, attempt)
+                Recorded(o, refusal(state), None if state is None else state.value, attempt)
             )
         return recorded
 

@@ -85,10 +85,41 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
-from drover._records import JobInsertParams, Outcome, Recorded, Renewal
-from drover.job import JobRow
+from drover._records import JobInsertParams, Outcome, Recorded, Renewal, WriteResult
+from drover.job import JobRow, JobState
 
-__all__ = ["ClaimSession", "Claimed", "KernelStore", "OutcomeSession"]
+__all__ = [
+    "ClaimSession",
+    "Claimed",
+    "KernelStore",
+    "OutcomeSession",
+    "is_plain_completion",
+    "refusal",
+]
+
+
+def refusal(state: JobState | str | None) -> WriteResult:
+    """Why a fenced write was refused, from the row's state (``None``: no row).
+
+    The state is checked before the attempt: a handed-back or finished job is
+    "not running" even if it was also re-claimed since. Every store reports so.
+    """
+    if state is None:
+        return WriteResult.NOT_FOUND
+    if state != JobState.RUNNING and state != JobState.RUNNING.value:
+        return WriteResult.NOT_RUNNING
+    return WriteResult.LEASE_LOST
+
+
+def is_plain_completion(o: Outcome) -> bool:
+    """A completion without an error, a wake time or a refund (a result may ride along):
+    what a store may write with its leaner completion."""
+    return (
+        o.state is JobState.COMPLETED
+        and o.error is None
+        and o.scheduled_at is None
+        and not o.refund_attempt
+    )
 
 
 class Claimed(NamedTuple):
