@@ -48,9 +48,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over the package and the tests (tests/typing is the typed API contract)."""
+    """mypy --strict over the package, the tests (tests/typing is the typed API contract),
+    drover's own fault suite and soak (faults/) and the developer tools (tools/)."""
     session.install("-e", ".[dev]")
-    session.run("mypy", "--strict", "src", "tests")
+    session.run("mypy", "--strict", "src", "tests", "faults", "tools")
 
 
 @nox.session(python="3.11")
@@ -72,7 +73,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def build(session: nox.Session) -> None:
-    """Build sdist and wheel (the wheel from the sdist) and check the SQL made it in."""
+    """Build sdist and wheel (the wheel from the sdist); check what the wheel carries and not."""
     session.install("build", "twine")
     dist = Path(session.create_tmp()) / "dist"
     shutil.rmtree(dist, ignore_errors=True)
@@ -89,9 +90,21 @@ def build(session: nox.Session) -> None:
     needed += [f"drover/web/static/{p.name}" for p in Path("src/drover/web/static").glob("*")]
     needed += ["drover/contrib/django/migrations/0001_drover_schema.py"]
     needed += [f"drover/sql/queries/{p.name}" for p in Path("sql/queries").glob("*.sql")]
+    needed += ["drover/sql/roles.sql"]
+    # drover faults --app: the harness and the app, nothing of drover's own suite.
+    needed += [
+        f"drover/faults/harness/{p.name}" for p in Path("src/drover/faults/harness").glob("*.py")
+    ]
+    needed += [f"drover/faults/app/{p.name}" for p in Path("src/drover/faults/app").glob("*.py")]
     missing = [n for n in needed if n not in names]
     if missing:
         session.error(f"the wheel is missing {missing}")
+    # The library only (ADR 0049): drover's own fault suite and soak, the developer
+    # tools and the generated sql/schema.sql stay in the repository and the sdist.
+    unwanted = ("drover/faults/suite/", "drover/faults/soak/", "faults/", "tools/")
+    extra = [n for n in names if n.startswith(unwanted) or n == "drover/sql/schema.sql"]
+    if extra:
+        session.error(f"the wheel carries what it must not: {extra}")
     # The installed wheel must read its SQL from the package, not from a checkout.
     session.install(str(wheels[0]))
     check = (
@@ -100,4 +113,9 @@ def build(session: nox.Session) -> None:
         "assert q.load_migrations() and q.query('job_insert'); print(root)"
     )
     session.run("python", "-c", check, external=False)
-    session.log(f"{wheels[0].name}: {len(names)} files, SQL included and loadable")
+    # `drover faults --app` needs nothing of the clone: -I keeps this directory
+    # (and its faults/ and tools/) off the path.
+    app = "import drover.faults.app, drover.faults.harness.fleet, drover.cli.faults"
+    session.run("python", "-I", "-c", app, external=False)
+    size = wheels[0].stat().st_size
+    session.log(f"{wheels[0].name}: {len(names)} files, {size:,} bytes, SQL included and loadable")

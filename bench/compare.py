@@ -5,6 +5,7 @@
     python bench/compare.py --database URL --json results.json
     python bench/compare.py --no-flush            # commits do not wait for the disk
     python bench/compare.py --systems raw,drover --scenarios drain
+    python bench/compare.py --baseline-src ../baseline/src --systems drover,drover@base
 
 Scenarios (each repeated --reps times, systems alternating within every
 repetition, medians reported with the ratio to the raw reference):
@@ -80,7 +81,8 @@ RSS_TARGET_MB = 100.0
 def child(spec_json: str) -> None:
     """Run one timed trial and write its result as JSON to ``spec["out"]``."""
     spec = json.loads(spec_json)
-    module = peers.load(spec["system"])
+    # drover@base is drover's adapter on another source tree (PYTHONPATH says which).
+    module = peers.load("drover" if spec["system"] == BASELINE else spec["system"])
     kind, url, n = spec["kind"], spec["url"], spec["n"]
     result: dict[str, Any] = {}
     if kind == "bulk":
@@ -133,6 +135,19 @@ class TrialFailed(RuntimeError):
     pass
 
 
+BASELINE = "drover@base"
+"""The system name of drover from another source tree (``--baseline-src``), for A/B runs."""
+_baseline_src: str | None = None
+
+
+def _child_env(spec: dict[str, Any]) -> dict[str, str] | None:
+    """The environment of a child: ``drover@base`` imports drover from ``--baseline-src``."""
+    if spec.get("system") != BASELINE or _baseline_src is None:
+        return None
+    path = os.pathsep.join(p for p in (_baseline_src, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def run_child(spec: dict[str, Any], script: str = __file__) -> dict[str, Any]:
     """Run ``script --child <spec>`` (this file by default; bench/flow.py passes its own)."""
     with tempfile.TemporaryDirectory(prefix="drover-compare-") as tmp:
@@ -145,6 +160,7 @@ def run_child(spec: dict[str, Any], script: str = __file__) -> dict[str, Any]:
             text=True,
             timeout=CHILD_TIMEOUT,
             check=False,
+            env=_child_env(spec),
         )
         if proc.returncode != 0 or not out.exists():
             tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
@@ -167,6 +183,7 @@ def run_children(specs: list[dict[str, Any]], script: str = __file__) -> list[di
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
+                    env=_child_env(spec),
                 )
             )
         results = []
@@ -493,6 +510,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-warmup", action="store_true", help="skip the untimed 1/10-size trials"
     )
+    parser.add_argument(
+        "--baseline-src",
+        help=f"a drover source tree (its src/ folder) to run as system {BASELINE!r} beside "
+        "this one, for an A/B comparison in one run (e.g. a worktree of main)",
+    )
     parser.add_argument("--json", help="also write every number to this file")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -507,6 +529,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         child(args.child)
         return
+    if args.baseline_src:
+        global _baseline_src
+        _baseline_src = str(Path(args.baseline_src).resolve())
+        if not (Path(_baseline_src) / "drover" / "__init__.py").exists():
+            raise SystemExit(f"--baseline-src {args.baseline_src}: no drover package there")
+        peers.SYSTEMS[BASELINE] = peers.SYSTEMS["drover"]
     # Progress lines as they happen, even into a pipe; SIGTERM unwinds (and so
     # stops the embedded server) like Ctrl-C.
     if isinstance(sys.stdout, io.TextIOWrapper):

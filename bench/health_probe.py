@@ -4,8 +4,8 @@
     python bench/health_probe.py --jobs 1000000 --reps 21
     python bench/health_probe.py --database postgresql://127.0.0.1:5432/postgres
 
-A started client runs the examination every ``Config.health_interval`` (60 s
-by default) and the queue-stats read every ``stats_interval`` (15 s). This
+A started client runs the examination every ``HealthProbe`` interval (60 s
+by default) and the queue-stats read every ``QueueStats`` interval (15 s). This
 times both, interleaved, on one scratch database holding ``--jobs`` waiting
 jobs over 4 queues and as many completed ones, a few running with expired
 leases and the table analysed: median and p90 wall time of each, and the

@@ -8,8 +8,9 @@ Each repetition starts from an empty table and runs the trials interleaved in
 blocks of --block inserts (the order rotating from block to block), on one
 client per trial (each its own pool) in one thread:
 
-- ``bare``: ``Client._insert`` called directly: the insert without the
-  tracing check in front of it (what every insert was before ADR 0042);
+- ``bare``: the client's writer called directly on the prepared job: the
+  insert without the insert middleware step of the funnel in front of it
+  (ADR 0047; what every insert was before ADR 0042);
 - ``off``: ``client.insert`` on a client without ``TracingMiddleware``;
 - ``noop``: with ``TracingMiddleware`` and no OpenTelemetry SDK (no-op spans,
   nothing stored);
@@ -21,9 +22,11 @@ Then ``insert_many`` of --batch jobs once per trial and repetition (``off``,
 COPY rather than the direct one. Reported: medians over the repetitions, and
 each trial's ratio to ``bare`` (inserts) or ``off`` (batches).
 
-Last, without the database: the Python cost of one insert span and of one
-execution span (around a handler that does nothing), no-op and SDK, as the
-best of five timings (the figure least disturbed by a busy machine).
+Last, without the database: the Python cost of one insert span (the
+middleware's ``around_insert`` entered and exited around nothing, the
+context stamped into one job) and of one execution span (around a handler
+that does nothing), no-op and SDK, as the best of five timings (the figure
+least disturbed by a busy machine).
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from psycopg.conninfo import make_conninfo
 
 import drover
-from drover._insert.tracing import trace_members
+from drover._insert.encode import encode_insert
+from drover._insert.funnel import prepare_one
 from drover.contrib.otel import TracingMiddleware
 
 
@@ -85,7 +89,7 @@ def main() -> None:
         }
         clients = {name: drover.Client(url, config) for name, config in tracing.items()}
         calls: dict[str, Callable[[int], object]] = {
-            "bare": lambda n: clients["off"]._insert(Ping(n=n), None, None),
+            "bare": lambda n: clients["off"]._write(prepare_one(Ping(n=n), None, "insert")),
             **{name: (lambda n, c=client: c.insert(Ping(n=n))) for name, client in clients.items()},
         }
         rates: dict[str, list[float]] = {name: [] for name in calls}
@@ -148,6 +152,7 @@ def spans() -> None:
         meta={"traceparent": traceparent},
     )
     context = drover.JobContext()
+    params = encode_insert(Ping(n=1), None)
 
     def handler(ctx: drover.JobContext, row: drover.JobRow) -> None:
         return None
@@ -159,8 +164,8 @@ def spans() -> None:
     ):
 
         def insert_span(m: TracingMiddleware = middleware) -> None:
-            with m.insert_span("insert") as span:
-                trace_members(span.carrier)
+            with m.around_insert(drover.InsertBatch("insert", [params])):
+                pass
 
         traced = middleware(handler)
         n = 20000

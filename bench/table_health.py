@@ -52,7 +52,8 @@ def _prune(url: str) -> float:
     client = drover.Client(
         url,
         drover.Config(
-            retention=drover.Retention(completed=0), prune_interval=0.05, queues={"none": 1}
+            plugins=[drover.plugins.Pruner(retention=drover.Retention(completed=0), interval=0.05)],
+            queues={"none": 1},
         ),
     )
     client.start()

@@ -95,7 +95,8 @@ def _wrap(owner: Any, name: str, describe: Callable[..., str]) -> None:
 
 def _trace_worker() -> None:
     from drover._db import held, notify
-    from drover._runtime import fetcher, inflight
+    from drover._kernel import claims as inflight
+    from drover._kernel import fetcher
 
     _wrap(notify.Listening, "wait", lambda r, *a: f"payloads={r}")
     _wrap(notify.Listening, "ping", lambda r, *a: "")

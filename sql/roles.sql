@@ -35,7 +35,7 @@ GRANT USAGE ON SCHEMA {{schema}} TO {{producer}}, {{worker}}, {{reader}};
 -- template removes what is no longer granted.
 REVOKE ALL ON {{schema}}.drover_jobs, {{schema}}.drover_job_deps, {{schema}}.drover_queues,
     {{schema}}.drover_clients, {{schema}}.drover_limits, {{schema}}.drover_limit_starts,
-    {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
+    {{schema}}.drover_gates, {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
     {{schema}}.drover_periodic_lease, {{schema}}.drover_schema_version
     FROM {{producer}}, {{worker}}, {{reader}};
 REVOKE ALL ON SEQUENCE {{schema}}.drover_jobs_id_seq, {{schema}}.drover_limits_id_seq
@@ -68,6 +68,10 @@ GRANT SELECT ON {{schema}}.drover_queues TO {{worker}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.drover_clients TO {{worker}};
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.drover_limits TO {{worker}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.drover_limit_starts TO {{worker}};
+-- The claim reads the gates; a write of drover_limits rebuilds the limits'
+-- gates in the writer's transaction (a trigger that locks drover_gates, then
+-- deletes and inserts rows).
+GRANT SELECT, INSERT, DELETE ON {{schema}}.drover_gates TO {{worker}};
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.drover_periodic_ticks TO {{worker}};
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.drover_periodic_leader TO {{worker}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.drover_periodic_lease TO {{worker}};
@@ -78,7 +82,7 @@ GRANT USAGE ON SEQUENCE {{schema}}.drover_jobs_id_seq, {{schema}}.drover_limits_
 -- --read-only. Nothing it can write.
 GRANT SELECT ON {{schema}}.drover_jobs, {{schema}}.drover_job_deps, {{schema}}.drover_queues,
     {{schema}}.drover_clients, {{schema}}.drover_limits, {{schema}}.drover_limit_starts,
-    {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
+    {{schema}}.drover_gates, {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
     {{schema}}.drover_periodic_lease TO {{reader}};
 
 -- drover's functions run with the caller's rights (SECURITY INVOKER), so the
@@ -90,7 +94,9 @@ GRANT EXECUTE ON FUNCTION
     {{schema}}.drover_cancel_dependents(bigint[], text[]),
     {{schema}}.drover_cancel_entry(jsonb, integer),
     {{schema}}.drover_ledger_push(jsonb, jsonb),
-    {{schema}}.drover_state_bit({{schema}}.drover_job_state)
+    {{schema}}.drover_state_bit({{schema}}.drover_job_state),
+    {{schema}}.drover_watched({{schema}}.drover_jobs),
+    {{schema}}.drover_limits_gates()
     TO {{worker}};
 GRANT EXECUTE ON FUNCTION
     {{schema}}.drover_insert_unique(jsonb, boolean),

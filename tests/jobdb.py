@@ -14,8 +14,12 @@ from psycopg.rows import dict_row
 
 import drover
 from drover._db.store import Store
-from drover._runtime.inflight import InFlight, Slots
+from drover._kernel.claims import InFlight, Slots
+from drover._kernel.kit import Kit
+from drover._kernel.service import ThreadService
+from drover._runtime.engine import settings_of
 from drover._runtime.wiring import Wiring
+from drover.config import periodic_jobs_of
 from drover.ops.metrics import Metrics
 from drover.queues import caps_of
 
@@ -183,7 +187,7 @@ def wiring(source: drover.Client | Store, **fields: Any) -> Wiring:
         CollectorRegistry(),
         concurrency=config.concurrency,
         queues=list(config.queues),
-        periodic_ids=[job.id for job in config.periodic_jobs],
+        periodic_ids=[job.id for job in periodic_jobs_of(config)],
     )
     return Wiring(
         store=store,
@@ -193,6 +197,31 @@ def wiring(source: drover.Client | Store, **fields: Any) -> Wiring:
         metrics=metrics,
         client_id="test",
     )
+
+
+def kit(source: drover.Client | Store, **fields: Any) -> Kit:
+    """What a started client builds its kernel's services from, for one built alone in a test.
+
+    As ``wiring``: the kernel's store of ``source``, its settings from ``Config(**fields)``,
+    the metrics (on a registry of their own: ``kit.events.registry``) as its events.
+    """
+    wired = wiring(source, **fields)
+    return Kit(
+        store=wired.store.kernel,
+        settings=settings_of(wired.config),
+        inflight=wired.inflight,
+        slots=wired.slots,
+        client_id="test",
+        events=wired.metrics,
+    )
+
+
+def plugin_service(client: drover.Client, name: str) -> ThreadService | None:
+    """The running service of a started client's plugin, by name (``"periodic"``,
+    ``"pruner"``, ``"refresher"``, ``"health"``...), or None when it runs none."""
+    engine = client._engine
+    assert engine is not None, "the client is not started"
+    return engine.plugins.service(name)
 
 
 class _Idle(drover.JobArgs, kind="test_idle"):

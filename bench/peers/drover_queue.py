@@ -42,8 +42,10 @@ fill = raw.fill
 
 def _warm_pool(client: drover.Client, size: int) -> None:
     # Open the pool's connections before the clock starts, as the raw
-    # reference does with its own connections.
-    pool: Any = client.pool
+    # reference does with its own connections. The client's own pool, reached
+    # through its store: Client.pool is deprecated, and a pool passed in would
+    # not be the one drover opens for a URL.
+    pool: Any = client._store.pool
     conns = [pool.getconn() for _ in range(size)]
     for conn in conns:
         pool.putconn(conn)
@@ -65,7 +67,7 @@ def enqueue_bulk(url: str, n: int, batch: int) -> float:
 def enqueue_single(url: str, n: int, threads: int) -> float:
     client = drover.Client(url)
     try:
-        _warm_pool(client, min(threads, client.pool.max_size))
+        _warm_pool(client, min(threads, client._store.pool.max_size))
 
         def work(_: object, numbers: range) -> None:
             for i in numbers:

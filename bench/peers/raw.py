@@ -39,7 +39,7 @@ KIND = "bench_noop"
 # The picked ids go to the UPDATE as an array rather than a joined CTE: once
 # psycopg prepares the statement, PostgreSQL's generic plan for the join form
 # can pick a sequential scan of the whole table per claim (see sql/queries/
-# runtime.sql, job_claim). The reference uses the same robust form as drover.
+# kernel.sql, job_claim). The reference uses the same robust form as drover.
 CLAIM = """
 UPDATE drover_jobs j SET state = 'running', attempt = j.attempt + 1,
        leased_until = now() + interval '60 seconds'

@@ -41,3 +41,17 @@ WITH cancelled AS (
 SELECT {{job_columns}}, false FROM cancelled WHERE (SELECT count(*) FROM dependents) >= 0
 UNION ALL
 SELECT {{job_columns}}, true FROM requested;
+
+-- name: job_cancel_requests
+-- The operators' requests to cancel (ADR 0030) of the given (id, attempt)
+-- claims that have one: the fallback for a client that missed the
+-- notification (not listening, or behind a transaction pooler). A request
+-- belongs to the attempt that was running when it was written; a claim that
+-- moved on is not answered. Primary-key probes; no row for a claim without
+-- a request (the usual answer is no row).
+SELECT j.id, j.attempt, j.cancel_request::text
+FROM drover_jobs j
+JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+    ON h.id = j.id AND h.attempt = j.attempt
+WHERE j.id = ANY (%(ids)s::bigint[])
+  AND j.cancel_request IS NOT NULL AND (j.state = 'running') IS TRUE;

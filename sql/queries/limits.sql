@@ -1,8 +1,10 @@
 -- Cluster-wide limits (ADR 0025): declarations from code, operators'
--- overrides, and what each limit is using now. The claim itself reads
--- drover_limits (migration 0008), so a change here holds from every
--- client's next claim. Changes notify channel "drover" with "*", which wakes
--- every listening client's fetcher: jobs a limit held back start at once.
+-- overrides, and what each limit is using now. A trigger keeps the limits'
+-- gates (drover_gates, migration 0018) in step with drover_limits in the
+-- writer's transaction, and the limited claim reads drover_limits, so a
+-- change here holds from every client's next claim. Changes notify channel
+-- "drover" with "*", which wakes every listening client's fetcher: jobs a
+-- limit held back start at once.
 
 -- name: limit_declare
 -- What a starting client's code declares, one row per limit. Overrides are
@@ -176,3 +178,15 @@ LEFT JOIN LATERAL (
     ) top
 ) b ON true
 ORDER BY l.scope, l.target, l.partition_by;
+
+-- name: job_claim_limited
+-- The claim of a queue a limit applies to (the 'limits' gate, migration
+-- 0018: the kernel's job_claim refuses a gated queue and the client claims
+-- here): drover_claim_limited (migration 0008, made cheaper by 0012) counts
+-- and admits under the limits' locks in one round trip.
+-- Returns the job's columns and whether a concurrency limit applied to it.
+SELECT {{job_columns:j}}, c.o_concurrency
+FROM drover_claim_limited(
+    %(queue)s, %(limit)s::integer, %(lease_seconds)s::double precision, %(holder)s
+) c
+CROSS JOIN LATERAL (SELECT (c.o_job).*) j;

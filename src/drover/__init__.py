@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from drover import plugins as plugins  # the module: drover.plugins.Pruner(...)
 from drover._durations import Duration
 from drover._version import VERSION as __version__
 from drover.async_client import AsyncClient
@@ -46,6 +47,7 @@ from drover.errors import (
     UnsupportedConnection,
 )
 from drover.health import HealthFinding, HealthReport, HealthThresholds
+from drover.insert_middleware import InsertBatch, InsertMiddleware, InsertParams
 from drover.inspector import (
     Inspector,
     KindStats,
@@ -74,6 +76,7 @@ from drover.migrations import (
     migration_status,
 )
 from drover.periodic import PeriodicInfo, PeriodicJob
+from drover.plugins import Plugin, PluginContext, PluginStatus
 from drover.queues import Queue, QueueState, QueueSummary
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
@@ -116,8 +119,11 @@ __all__ = [
     "HealthFinding",
     "HealthReport",
     "HealthThresholds",
+    "InsertBatch",
     "InsertItem",
+    "InsertMiddleware",
     "InsertOpts",
+    "InsertParams",
     "InsertedWorkflow",
     "Inspector",
     "InvalidArgument",
@@ -153,6 +159,9 @@ __all__ = [
     "PeriodicInfo",
     "PeriodicJob",
     "PermissionDenied",
+    "Plugin",
+    "PluginContext",
+    "PluginStatus",
     "Queue",
     "QueueAge",
     "QueueDepth",

@@ -2,37 +2,38 @@
 
 A base class of ``drover.Client``, apart from the client's lifecycle
 (``start``, ``stop``, ``result``, readiness) because the inserts are a
-family of their own: each validates and encodes its jobs through
-``drover._insert``, stamps them with the trace context when a tracing
-middleware is configured, and writes them through the client's ``Store``
-(or the caller's transaction through ``drover._insert.tx``), then announces
-what it committed. The state it uses (store, configuration, tracer,
-combiner, notifier) is built by ``Client.__init__``; waking the client's
-own engine (``_nudge``) belongs to the lifecycle and stays in the client.
+family of their own. Each is a door of the insert funnel
+(``drover._insert.funnel``, ADR 0047): it prepares its input (checked and
+encoded, its route fixed), and runs it through the client's insert
+middleware into a writer: ``_write`` for the client's own transactions
+(the combiner, the client's ``Store``), then announcing what it committed;
+``drover._insert.tx.CallerWriter`` for the caller's transaction. The state
+it uses (store, configuration, insert middleware, combiner, notifier) is
+built by ``Client.__init__``; waking the client's own engine (``_nudge``)
+belongs to the lifecycle and stays in the client.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Any, overload
+from typing import overload
 
 from drover._db.store import Store
 from drover._insert import tx
 from drover._insert.combiner import Combiner
-from drover._insert.encode import encode_batch, encode_insert
-from drover._insert.graph import encode_dependent, encode_workflow, has_dependencies
-from drover._insert.identity import identity_of, needs_identity
-from drover._insert.tracing import (
-    InsertTracer,
-    stamp,
-    stamp_batch,
-    stamp_graph,
-    trace_members,
+from drover._insert.funnel import (
+    MANY,
+    ONE,
+    UNIQUE,
+    Prepared,
+    prepare_many,
+    prepare_one,
+    single_result,
+    through,
 )
-from drover._records import EncodedGraph
 from drover._runtime.notifier import Notifier
 from drover.config import Config
-from drover.errors import InvalidArgument
+from drover.insert_middleware import InsertMiddleware
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
 from drover.workflows import Chain, Group, InsertedWorkflow
 
@@ -44,13 +45,16 @@ class ClientInserts:
 
     Only ``drover.Client`` derives from it, and its ``__init__`` sets the
     attributes declared here. Thread-safety, timeouts and shutdown are
-    described on each method (and on ``drover.Client``).
+    described on each method (and on ``drover.Client``). Every call goes
+    through the insert middleware of ``config.middleware``
+    (``drover.InsertMiddleware``), on the calling thread, its
+    ``InsertBatch.operation`` the method's name.
     """
 
     _store: Store
     _config: Config
     _combiner: Combiner
-    _tracer: InsertTracer | None
+    _insert_chain: tuple[InsertMiddleware, ...]
     _notifier: Notifier | None
 
     def _nudge(self) -> None:
@@ -104,49 +108,32 @@ class ClientInserts:
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        tracer = self._tracer
-        if tracer is None:
-            return self._insert(args, opts, None)
-        with tracer.insert_span("insert") as span:
-            found = self._insert(args, opts, trace_members(span.carrier))
-            span.inserted(found.jobs if isinstance(found, InsertedWorkflow) else (found,))
-            return found
+        prepared = prepare_one(args, opts, "insert")
+        chain = self._insert_chain
+        rows = through(chain, prepared, self._write) if chain else self._write(prepared)
+        return rows[0] if prepared.last is None else single_result(prepared, rows)
 
-    def _insert(
-        self, args: JobArgs | Chain | Group, opts: InsertOpts | None, members: str | None
-    ) -> JobRow | InsertedWorkflow:
-        # members: the trace context to stamp each job with (ADR 0042), or None.
-        if isinstance(args, Chain | Group):
-            if opts is not None:
-                raise InvalidArgument("insert options of a workflow go on its steps")
-            graph, last = encode_workflow(args)
-            if members:
-                graph = stamp_graph(graph, members)
-            return self._insert_workflow(graph, last)
-        if has_dependencies(opts):
-            graph = encode_dependent([(args, opts)])
-            if members:
-                graph = stamp_graph(graph, members)
-            rows, _ = self._store.insert_graph(graph, notify=self._config.notify)
-            self._nudge()
-            return rows[0]
-        params = encode_insert(args, opts)
-        if members:
-            params = stamp(params, members)
-        if needs_identity(opts):
-            assert opts is not None
-            row = self._store.insert_unique(params, identity_of(args, params, opts))
+    def _write(self, prepared: Prepared) -> list[JobRow]:
+        # The funnel's writer for the client's own transactions.
+        route, payload = prepared.route, prepared.payload
+        if route == ONE:
+            row = self._combiner.insert(payload)
+            self._committed((row.queue,))
+            return [row]
+        if route == UNIQUE:
+            row = self._store.insert_unique(payload[0], payload[1])
             if not row.duplicate:
                 self._committed((row.queue,))
-            return row
-        row = self._combiner.insert(params)
-        self._committed((row.queue,))
-        return row
-
-    def _insert_workflow(self, graph: EncodedGraph, last: list[int]) -> InsertedWorkflow:
-        rows, workflow_id = self._store.insert_graph(graph, notify=self._config.notify)
+            return [row]
+        if route == MANY:
+            if not payload.params:
+                return []  # no round trip
+            rows = self._store.insert_many(payload)
+            self._committed(payload.queues)
+            return rows
+        rows, _ = self._store.insert_graph(payload, notify=self._config.notify)
         self._nudge()
-        return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
+        return rows
 
     @overload
     def insert_tx(self, conn: object, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
@@ -177,43 +164,14 @@ class ClientInserts:
             drover.DatabaseError: the statement failed; the caller's transaction
                 is then aborted, as with any failed statement.
         """
-        tracer = self._tracer
-        if tracer is None:
-            return self._insert_tx(conn, args, opts, None)
-        with tracer.insert_span("insert_tx") as span:
-            found = self._insert_tx(conn, args, opts, trace_members(span.carrier))
-            span.inserted(found.jobs if isinstance(found, InsertedWorkflow) else (found,))
-            return found
+        prepared = prepare_one(args, opts, "insert_tx")
+        writer = self._caller_writer(conn)
+        chain = self._insert_chain
+        rows = through(chain, prepared, writer) if chain else writer(prepared)
+        return rows[0] if prepared.last is None else single_result(prepared, rows)
 
-    def _insert_tx(
-        self,
-        conn: object,
-        args: JobArgs | Chain | Group,
-        opts: InsertOpts | None,
-        members: str | None,
-    ) -> JobRow | InsertedWorkflow:
-        notify = self._config.notify
-        if isinstance(args, Chain | Group):
-            if opts is not None:
-                raise InvalidArgument("insert options of a workflow go on its steps")
-            graph, last = encode_workflow(args)
-            if members:
-                graph = stamp_graph(graph, members)
-            rows, workflow_id = tx.insert_graph_tx(
-                tx.caller(conn), graph, notify=notify, ns=self._store.ns
-            )
-            return InsertedWorkflow(workflow_id or 0, tuple(rows), tuple(rows[i] for i in last))
-        if has_dependencies(opts):
-            graph = encode_dependent([(args, opts)])
-            if members:
-                graph = stamp_graph(graph, members)
-            inserted, _ = tx.insert_graph_tx(
-                tx.caller(conn), graph, notify=notify, ns=self._store.ns
-            )
-            return inserted[0]
-        return tx.insert_tx(
-            tx.caller(conn), args, opts, notify=notify, members=members, ns=self._store.ns
-        )
+    def _caller_writer(self, conn: object) -> tx.CallerWriter:
+        return tx.CallerWriter(conn=conn, notify=self._config.notify, ns=self._store.ns)
 
     def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -241,31 +199,7 @@ class ClientInserts:
             drover.DuplicateJob: an item's unique key is taken.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        tracer = self._tracer
-        if tracer is None:
-            return self._insert_many(items, None)
-        with tracer.insert_span("insert_many") as span:
-            rows = self._insert_many(items, trace_members(span.carrier))
-            span.inserted(rows)
-            return rows
-
-    def _insert_many(self, items: Iterable[InsertItem], members: str | None) -> list[JobRow]:
-        listed, dependent = _split_dependent(items)
-        if dependent is not None:
-            graph = encode_dependent(dependent, "item")
-            if members:
-                graph = stamp_graph(graph, members)
-            found, _ = self._store.insert_graph(graph, notify=self._config.notify)
-            self._nudge()
-            return found
-        batch = encode_batch(listed)
-        if not batch.params:
-            return []
-        if members:
-            batch = stamp_batch(batch, members)
-        rows = self._store.insert_many(batch)
-        self._committed(batch.queues)
-        return rows
+        return through(self._insert_chain, prepare_many(items, "insert_many"), self._write)
 
     def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch inside the caller's open transaction (see ``insert_tx``).
@@ -277,27 +211,8 @@ class ClientInserts:
         queued inside the transaction and delivered only if it commits.
         Several calls in one transaction are fine.
         """
-        tracer = self._tracer
-        if tracer is None:
-            return self._insert_many_tx(conn, items, None)
-        with tracer.insert_span("insert_many_tx") as span:
-            rows = self._insert_many_tx(conn, items, trace_members(span.carrier))
-            span.inserted(rows)
-            return rows
-
-    def _insert_many_tx(
-        self, conn: object, items: Iterable[InsertItem], members: str | None
-    ) -> list[JobRow]:
-        listed, dependent = _split_dependent(items)
-        notify = self._config.notify
-        if dependent is not None:
-            graph = encode_dependent(dependent, "item")
-            if members:
-                graph = stamp_graph(graph, members)
-            return tx.insert_graph_tx(tx.caller(conn), graph, notify=notify, ns=self._store.ns)[0]
-        return tx.insert_many_tx(
-            tx.caller(conn), listed, notify=notify, members=members, ns=self._store.ns
-        )
+        prepared = prepare_many(items, "insert_many_tx")
+        return through(self._insert_chain, prepared, self._caller_writer(conn))
 
     def _committed(self, queues: Collection[str]) -> None:
         # Inserts the client commits itself are announced after the commit
@@ -305,17 +220,3 @@ class ClientInserts:
         if self._notifier is not None:
             self._notifier.committed(queues)
         self._nudge()
-
-
-def _split_dependent(
-    items: object,
-) -> tuple[Any, list[tuple[JobArgs, InsertOpts | None]] | None]:
-    # insert_many's items read once, and as (args, opts) pairs when one of
-    # them waits for other jobs (the batch then goes in as a graph). Anything
-    # that is not a list of items is left for the encoder to name.
-    if isinstance(items, JobArgs | str | bytes) or not isinstance(items, Iterable):
-        return items, None
-    listed = items if isinstance(items, list) else list(items)
-    if not any(isinstance(i, tuple) and len(i) == 2 and has_dependencies(i[1]) for i in listed):
-        return listed, None
-    return listed, [(i, None) if not isinstance(i, tuple) else i for i in listed]

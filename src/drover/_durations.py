@@ -8,10 +8,14 @@ from typing import Any, TypeAlias, overload
 
 from drover.errors import ConfigError
 
-__all__ = ["Duration", "DurationField", "to_seconds"]
+__all__ = ["MAX_DURATION", "Duration", "DurationField", "to_seconds"]
 
 Duration: TypeAlias = timedelta | int | float
 """A span of time: a ``datetime.timedelta`` or a number of seconds."""
+
+MAX_DURATION = timedelta(days=3650)
+"""Longest duration a Config field or a plugin option accepts: ten years. Far longer
+ones overflow thread waits (``threading.TIMEOUT_MAX``) and PostgreSQL intervals."""
 
 
 def to_seconds(value: Duration, name: str) -> float:

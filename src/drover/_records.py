@@ -25,6 +25,7 @@ __all__ = [
     "EncodedBatch",
     "EncodedGraph",
     "Identity",
+    "InsertParams",
     "JobInsertParams",
     "KindStats",
     "Migration",
@@ -40,19 +41,32 @@ __all__ = [
 ]
 
 
-class JobInsertParams(NamedTuple):
-    """One validated, encoded job ready to be written."""
+class InsertParams(NamedTuple):
+    """One job as it will be written: validated and encoded (public as ``drover.InsertParams``).
+
+    What an insert middleware reads in a ``drover.InsertBatch`` (ADR 0047).
+    A named tuple, so it is immutable: a middleware changes a job with
+    ``InsertBatch.replace``, ``add_meta`` or ``add_tags``, which check the
+    new values as ``InsertOpts`` does.
+    """
 
     kind: str
+    """The job's kind (its args class's ``kind``, or the kind given to ``Inspector.enqueue``)."""
     queue: str
     args_json: str
+    """The args as compact JSON text, as they will be stored."""
     max_attempts: int
     scheduled_at: datetime | None
+    """The time given, or ``None`` for now (the database clock decides which is due)."""
     unique_key: str | None
     priority: int
     tags: tuple[str, ...] = ()
     meta: str | None = None
-    """``InsertOpts.meta`` as JSON text, or ``None`` for none (stored as ``{}``)."""
+    """The job's metadata as JSON text (an object), or ``None`` for none (stored as ``{}``)."""
+
+
+JobInsertParams = InsertParams
+"""The name drover's own modules use for ``InsertParams``."""
 
 
 class Identity(NamedTuple):
@@ -204,8 +218,6 @@ class Renewal:
     """The new expiry, or ``None`` when not renewed this time."""
     current: bool
     """False once the claim moved on: this client has lost the job."""
-    cancel_request: dict[str, Any] | None = None
-    """An operator's request to cancel the running job (ADR 0030), or ``None``."""
 
 
 @dataclass(frozen=True, slots=True)

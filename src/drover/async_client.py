@@ -1,9 +1,11 @@
 """``AsyncClient``: drover's inserts for asyncio applications (FastAPI, Starlette, aiohttp).
 
-A facade like ``Client``: it validates input with the same pure encoder,
-runs the same named statements through ``drover._db.aio`` on a psycopg
-``AsyncConnectionPool`` (its own or the application's), and announces the
-jobs it commits itself through an asyncio notifier task. It only inserts:
+A facade like ``Client``: its inserts go through the same insert funnel
+(``drover._insert.funnel``: the same encoding, insert middleware and
+routes), carried out by ``drover._insert.aio_tx``'s writers with ``await``
+on a psycopg ``AsyncConnectionPool`` (its own or the application's) or the
+caller's async connection, and it announces the jobs it commits itself
+through an asyncio notifier task. It only inserts:
 jobs are run by a ``drover.Client`` (``drover worker``), which is where
 workers, concurrency and the other settings of ``Config`` apply.
 """
@@ -12,56 +14,25 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, overload
 
 from psycopg_pool import AsyncConnectionPool
 
-from drover._db.aio import (
-    aio_borrow,
-    aio_insert,
-    aio_insert_many,
-    aio_insert_unique,
-    aio_open,
-    aio_pool_from,
-)
+from drover._db.aio import aio_open, aio_pool_from
 from drover._db.namespace import namespace_for
-from drover._insert import aio_tx
 from drover._insert.aio_notifier import AsyncNotifier
-from drover._insert.encode import encode_batch, encode_insert
-from drover._insert.graph import has_dependencies
-from drover._insert.identity import identity_of, needs_identity
-from drover._insert.tracing import insert_tracer_of, stamp, stamp_batch, trace_members
+from drover._insert.aio_tx import AsyncCallerWriter, AsyncOwnWriter
+from drover._insert.funnel import athrough, prepare_many, prepare_one, single_result
 from drover.config import Config
 from drover.errors import DatabaseError, InvalidArgument
+from drover.insert_middleware import insert_chain
 from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
-from drover.workflows import Chain, Group
+from drover.workflows import Chain, Group, InsertedWorkflow
 
 __all__ = ["AsyncClient"]
 
 # How long the first insert on the client's own pool waits for a connection.
 _OPEN_TIMEOUT = 10.0
-
-_NO_GRAPHS = (
-    "{api} does not insert workflows or jobs with InsertOpts.depends_on yet; "
-    "insert them with drover.Client (from a thread: await asyncio.to_thread(client.insert, ...))"
-)
-
-
-def _refuse_graphs(args: object, opts: object, api: str) -> None:
-    if isinstance(args, Chain | Group) or has_dependencies(opts):
-        raise InvalidArgument(_NO_GRAPHS.format(api=api))
-
-
-def _listed(items: Iterable[InsertItem], api: str) -> Any:
-    # Items read once; a batch with a dependent item is refused as a whole.
-    # Anything that is not a list of items is left for the encoder to name.
-    if isinstance(items, JobArgs | str | bytes) or not isinstance(items, Iterable):
-        return items
-    listed = items if isinstance(items, list) else list(items)
-    for item in listed:
-        if isinstance(item, tuple) and len(item) == 2:
-            _refuse_graphs(item[0], item[1], api)
-    return listed
 
 
 class AsyncClient:
@@ -91,10 +62,16 @@ class AsyncClient:
     queued in the caller's transaction and delivered only if it commits.
 
     Workflows (``drover.chain``/``group``) and ``InsertOpts.depends_on`` are
-    refused with ``drover.InvalidArgument``: insert them with ``Client``.
+    inserted as ``Client`` inserts them, on the pool or in the caller's
+    transaction (their wake-ups are queued in the transaction that commits
+    them).
 
-    Tracing: as ``Client``'s, with a ``drover.contrib.otel.TracingMiddleware``
-    in ``config.middleware`` (the span is current in the calling task).
+    Insert middleware: every call goes through the insert middleware of
+    ``config.middleware`` (``drover.InsertMiddleware``, ADR 0047), the same
+    objects as a ``Client``'s; their context is entered and exited on the
+    calling task, around the awaited write. Tracing: as ``Client``'s, with a
+    ``drover.contrib.otel.TracingMiddleware`` in ``config.middleware`` (the
+    span is current in the calling task).
     """
 
     def __init__(
@@ -116,8 +93,11 @@ class AsyncClient:
             AsyncNotifier(lambda: self._pool, config.logger, self._ns) if config.notify else None
         )
         self._closed = False
-        # None unless a Config.middleware entry also traces inserts (ADR 0042).
-        self._tracer = insert_tracer_of(config.middleware)
+        # The insert middleware among Config.middleware (ADR 0047).
+        self._insert_chain = insert_chain(config.middleware)
+        self._write = AsyncOwnWriter(
+            self._ready, self._committed, notify=config.notify, ns=self._ns
+        )
 
     @property
     def config(self) -> Config:
@@ -144,49 +124,37 @@ class AsyncClient:
                 raise
         return self._pool
 
-    async def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow:
+    @overload
+    async def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
+    @overload
+    async def insert(self, args: Chain | Group, opts: None = None) -> InsertedWorkflow: ...
+    async def insert(
+        self, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
+    ) -> JobRow | InsertedWorkflow:
         """Insert one job, committed when this returns, and return the stored row.
 
         As ``Client.insert``: the same validation (before any connection is
-        borrowed), the same statement on a connection of the pool, and the
+        borrowed), the same statements on a connection of the pool, and the
         same rows (``InsertOpts`` with a time, priority, unique key, tags and
         metadata; ``unique``, ``debounce`` and ``throttle`` may return the
-        holding job flagged ``row.duplicate``).
+        holding job flagged ``row.duplicate``). Given a workflow
+        (``drover.chain``, ``drover.group``), inserts all of its jobs in one
+        transaction and returns a ``drover.InsertedWorkflow``; a job with
+        ``InsertOpts.depends_on`` is inserted ``pending``.
 
         Raises:
             drover.InvalidJobArgs: ``args`` is not a JobArgs or cannot be
                 encoded (nothing was written).
-            drover.InvalidInsertOpts: bad options (nothing was written).
-            drover.InvalidArgument: a workflow or ``depends_on`` (see the class).
+            drover.InvalidInsertOpts: bad options, or a job it depends on does
+                not exist or ended dead or cancelled (nothing was written).
+            drover.InvalidArgument: insert options given with a workflow.
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        _refuse_graphs(args, opts, "AsyncClient.insert")
-        tracer = self._tracer
-        if tracer is None:
-            return await self._insert(args, opts, None)
-        with tracer.insert_span("insert") as span:
-            row = await self._insert(args, opts, trace_members(span.carrier))
-            span.inserted((row,))
-            return row
-
-    async def _insert(self, args: JobArgs, opts: InsertOpts | None, members: str | None) -> JobRow:
-        params = encode_insert(args, opts)
-        if members:
-            params = stamp(params, members)
-        identity = None
-        if needs_identity(opts):
-            assert opts is not None
-            identity = identity_of(args, params, opts)
-        pool = await self._ready("insert job")
-        async with aio_borrow(pool, "insert job") as conn:
-            if identity is not None:
-                row = await aio_insert_unique(conn, params, identity, notify=False, ns=self._ns)
-            else:
-                row = await aio_insert(conn, params, notify=False, ns=self._ns)
-        if not row.duplicate:
-            await self._committed((row.queue,))
-        return row
+        prepared = prepare_one(args, opts, "insert")
+        chain = self._insert_chain
+        rows = await (athrough(chain, prepared, self._write) if chain else self._write(prepared))
+        return rows[0] if prepared.last is None else single_result(prepared, rows)
 
     async def insert_many(self, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch atomically with COPY and return the rows in input order.
@@ -195,42 +163,36 @@ class AsyncClient:
         anything is sent; a bad item or a unique-key collision writes
         nothing; an empty batch makes no round trip; the rows are committed
         when this returns, and each queue gets one wake-up after the commit.
+        A batch where an item has ``InsertOpts.depends_on`` is inserted as a
+        graph, in one transaction.
 
         Raises:
             drover.InvalidJobArgs: an item is invalid (the message names its index).
-            drover.InvalidArgument: an item has ``depends_on``.
+            drover.InvalidInsertOpts: an item depends on a job that does not
+                exist or ended dead or cancelled.
             drover.DuplicateJob: an item's unique key is taken.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        tracer = self._tracer
-        if tracer is None:
-            return await self._insert_many(items, None)
-        with tracer.insert_span("insert_many") as span:
-            rows = await self._insert_many(items, trace_members(span.carrier))
-            span.inserted(rows)
-            return rows
+        prepared = prepare_many(items, "insert_many")
+        return await athrough(self._insert_chain, prepared, self._write)
 
-    async def _insert_many(self, items: Iterable[InsertItem], members: str | None) -> list[JobRow]:
-        batch = encode_batch(_listed(items, "AsyncClient.insert_many"))
-        if not batch.params:
-            return []
-        if members:
-            batch = stamp_batch(batch, members)
-        pool = await self._ready("insert jobs")
-        async with aio_borrow(pool, "insert jobs") as conn:
-            rows = await aio_insert_many(conn, batch, caller_tx=False, notify=False, ns=self._ns)
-        await self._committed(batch.queues)
-        return rows
-
+    @overload
     async def insert_tx(
         self, conn: object, args: JobArgs, opts: InsertOpts | None = None
-    ) -> JobRow:
-        """Insert one job inside the caller's open async transaction.
+    ) -> JobRow: ...
+    @overload
+    async def insert_tx(
+        self, conn: object, args: Chain | Group, opts: None = None
+    ) -> InsertedWorkflow: ...
+    async def insert_tx(
+        self, conn: object, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
+    ) -> JobRow | InsertedWorkflow:
+        """Insert one job (or a workflow's jobs) inside the caller's open async transaction.
 
-        The job exists if and only if that transaction commits. ``conn`` is a
+        The jobs exist if and only if that transaction commits. ``conn`` is a
         psycopg ``AsyncConnection`` or ``AsyncCursor``, or a SQLAlchemy
         ``AsyncSession`` or ``AsyncConnection`` (``postgresql+psycopg://``).
-        drover runs its statement on that connection, never commits or rolls
+        drover runs its statements on that connection, never commits or rolls
         back and changes no session settings; the caller must not use the
         connection from another task meanwhile. A duplicate unique key raises
         ``drover.DuplicateJob`` and leaves the transaction usable.
@@ -244,17 +206,12 @@ class AsyncClient:
             drover.DatabaseError: the statement failed; the caller's
                 transaction is then aborted, as with any failed statement.
         """
-        _refuse_graphs(args, opts, "AsyncClient.insert_tx")
-        notify = self._config.notify
-        tracer = self._tracer
-        if tracer is None:
-            return await aio_tx.insert_tx(conn, args, opts, notify=notify, ns=self._ns)
-        with tracer.insert_span("insert_tx") as span:
-            row = await aio_tx.insert_tx(
-                conn, args, opts, notify=notify, members=trace_members(span.carrier), ns=self._ns
-            )
-            span.inserted((row,))
-            return row
+        prepared = prepare_one(args, opts, "insert_tx")
+        rows = await athrough(self._insert_chain, prepared, self._caller_writer(conn))
+        return single_result(prepared, rows)
+
+    def _caller_writer(self, conn: object) -> AsyncCallerWriter:
+        return AsyncCallerWriter(conn, notify=self._config.notify, ns=self._ns)
 
     async def insert_many_tx(self, conn: object, items: Iterable[InsertItem]) -> list[JobRow]:
         """Insert a batch with COPY inside the caller's open async transaction (see ``insert_tx``).
@@ -263,17 +220,8 @@ class AsyncClient:
         savepoint, so a collision writes nothing and leaves the transaction
         usable; the wake-ups are delivered only if the transaction commits.
         """
-        listed = _listed(items, "AsyncClient.insert_many_tx")
-        notify = self._config.notify
-        tracer = self._tracer
-        if tracer is None:
-            return await aio_tx.insert_many_tx(conn, listed, notify=notify, ns=self._ns)
-        with tracer.insert_span("insert_many_tx") as span:
-            rows = await aio_tx.insert_many_tx(
-                conn, listed, notify=notify, members=trace_members(span.carrier), ns=self._ns
-            )
-            span.inserted(rows)
-            return rows
+        prepared = prepare_many(items, "insert_many_tx")
+        return await athrough(self._insert_chain, prepared, self._caller_writer(conn))
 
     async def _committed(self, queues: Collection[str]) -> None:
         if self._notifier is not None:

@@ -3,11 +3,12 @@
 The client validates input and configuration, builds its store (on its own
 pool or the application's), the metrics and the middleware chain, and starts
 and stops the engine and the ops server. It runs no SQL and no loops of its
-own: database work goes through its ``Store`` (inserts
-in the caller's transaction through ``drover._insert.tx``), background
+own: database work goes through its ``Store`` (inserts through the
+insert funnel, ``drover._insert.funnel``), background
 work through ``drover._runtime``. The insert methods live in
-``drover._client_inserts`` (a base class), reading a job and switching
-queues in ``drover._jobs_and_queues`` (shared with the Inspector).
+``drover._client_inserts`` (a base class); reading a job and switching
+queues are delegated to a ``drover._jobs_and_queues.JobsAndQueues`` the
+client holds (the Inspector holds one too).
 """
 
 from __future__ import annotations
@@ -29,15 +30,13 @@ from drover._db.namespace import namespace_for
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.combiner import Combiner
-from drover._insert.tracing import insert_tracer_of
 from drover._jobs_and_queues import JobsAndQueues
-from drover._runtime.aiochain import build_async_chain
 from drover._runtime.awaiter import Awaiter
 from drover._runtime.cancels import HardCancel
+from drover._runtime.chain import build_chains
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
-from drover._runtime.runner import build_chain
-from drover.config import Config, declared_limits
+from drover.config import Config, declared_limits, periodic_jobs_of
 from drover.errors import (
     AlreadyStarted,
     ConfigError,
@@ -47,9 +46,12 @@ from drover.errors import (
     JobFailed,
     NotStarted,
 )
+from drover.insert_middleware import insert_chain
 from drover.job import InsertItem, JobRow, JobState, check_job_id
+from drover.middleware import execution_chain
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
+from drover.queues import QueueState
 from drover.results import decode_result
 
 __all__ = ["Client", "InsertItem"]
@@ -72,7 +74,7 @@ class _Phase(enum.Enum):
     STOPPED = "stopped"
 
 
-class Client(ClientInserts, JobsAndQueues):
+class Client(ClientInserts):
     """drover's entry point: inserts jobs and, once started, runs them.
 
     ``pool_or_conninfo`` is either a ``psycopg_pool.ConnectionPool`` that the
@@ -101,9 +103,10 @@ class Client(ClientInserts, JobsAndQueues):
 
     Running jobs: ``start`` launches the job pool (``config.concurrency``
     threads) and the background services: the fetcher, the completer, the
-    heartbeat, the rescuer and the stats refresher, plus the listener
-    (``config.notify``), the pruner (``config.retention``) and the periodic
-    ticker (``config.periodic_jobs``) when configured, and the ops server
+    heartbeat and the rescuer, the listener (``config.notify``), the services
+    of ``config.effective_plugins`` (the stats refresher, the pruner, the
+    health probe, the periodic ticker and the application's own plugins,
+    each when configured), and the ops server
     (``config.ops_addr``); the first insert starts the notifier
     (``config.notify``). ``stop`` drains them. A running job holds no
     database connection, so the pool needs only a handful of connections
@@ -134,20 +137,15 @@ class Client(ClientInserts, JobsAndQueues):
             config.metrics_registry or CollectorRegistry(),
             concurrency=config.concurrency,
             queues=list(config.queues),
-            periodic_ids=[job.id for job in config.periodic_jobs],
+            periodic_ids=[job.id for job in periodic_jobs_of(config)],
         )
-        self._chain = build_chain(
+        # The async chain is None without async workers; ConfigError when a
+        # middleware has no async form.
+        self._chain, self._async_chain = build_chains(
             config.workers,
-            config.middleware,
+            execution_chain(config.middleware),
             config.logger,
             self._metrics.middleware,
-            config.max_result_bytes,
-        )
-        # None without async workers; ConfigError when a middleware has no async form.
-        self._async_chain = build_async_chain(
-            config.workers,
-            config.middleware,
-            config.logger,
             self._metrics.async_middleware,
             config.max_result_bytes,
         )
@@ -172,8 +170,12 @@ class Client(ClientInserts, JobsAndQueues):
         self._stopped = threading.Event()
         self._verdict: DroverError | None = None
         self._combiner = Combiner(self._store)
-        # None unless a Config.middleware entry also traces inserts (ADR 0042).
-        self._tracer = insert_tracer_of(config.middleware)
+        # Job reads and queue switches, shared with the Inspector; a resume
+        # wakes this client's fetcher.
+        self._jobs = JobsAndQueues(self._store.operator, on_resume=self._nudge)
+        # The insert middleware among Config.middleware (ADR 0047): empty
+        # unless an entry has around_insert, and then the funnel costs nothing.
+        self._insert_chain = insert_chain(config.middleware)
         # Wake-ups for the client's own inserts, sent after they commit.
         self._notifier = (
             Notifier(store=self._store, client_id=self._id, logger=config.logger)
@@ -190,14 +192,100 @@ class Client(ClientInserts, JobsAndQueues):
         """The validated configuration this client runs with."""
         return self._config
 
-    def _resumed(self) -> None:
-        # Jobs that waited in the resumed queue start without a poll's wait.
-        self._nudge()
-
     @property
     def pool(self) -> ConnectionPool[Any]:
-        """The connection pool the client uses (its own, or the one it was given)."""
+        """Deprecated: the connection pool the client uses (its own, or the one it was given).
+
+        Warns (``DeprecationWarning``). An application that passes its own
+        ``psycopg_pool.ConnectionPool`` to ``Client`` keeps its own reference
+        to it (accepting a pool is not deprecated); a pool the client opened
+        from a URL is the client's to manage, and its connections are not
+        the application's to borrow.
+        """
+        warnings.warn(
+            "Client.pool is deprecated: keep a reference to the psycopg_pool.ConnectionPool "
+            "you pass to drover.Client; a pool the client opened from a URL is its own",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self._store.pool
+
+    def _target(self) -> str:
+        """``host:port/dbname`` of the client's database (never the password), for messages."""
+        return self._store.target
+
+    def _derive(
+        self,
+        config: Config,
+        *,
+        max_jobs: int | None = None,
+        hard_cancel: Callable[[HardCancel], None] | None = None,
+    ) -> Client:
+        """A new client on this client's connections with ``config`` (the CLI's overrides).
+
+        The new client borrows this one's pool, never closes it, and must be
+        closed before this one (which closes a pool it opened). For
+        ``drover worker``'s option overrides and its supervised children;
+        nothing outside drover's own surfaces calls it.
+        """
+        return Client(self._store.pool, config, max_jobs=max_jobs, hard_cancel=hard_cancel)
+
+    # --- reading a job, switching queues (delegated to JobsAndQueues) -----------------------
+
+    def get_job(self, job_id: int) -> JobRow:
+        """The job's current row, read now (a snapshot; it does not follow the job).
+
+        Raises:
+            drover.NotFound: no job has that id (it never existed, or retention
+                deleted it).
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        return self._jobs.get_job(job_id)
+
+    def get_result(self, job_id: int) -> Any:
+        """The result stored for the job, read now, without waiting (``None``: none yet).
+
+        A job has a result once it completed and its handler returned
+        something other than ``None`` (parsed JSON: a model comes back as a
+        dict). To wait for a job's end, use ``Client.result``.
+
+        Raises:
+            drover.NotFound: no job has that id.
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        return self._jobs.get_result(job_id)
+
+    def pause_queue(self, name: str) -> QueueState:
+        """Stop every client from claiming jobs from ``name``, until ``resume_queue``.
+
+        Persisted in the database (``drover_queues``), so it applies to all
+        clients on this database, including ones started later, from their next
+        claim (within one poll interval). Jobs already running finish normally;
+        inserts into a paused queue are accepted and wait. Idempotent: pausing
+        a paused queue keeps its first ``paused_at``. Returns the queue's state.
+
+        Raises:
+            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
+        """
+        return self._jobs.pause_queue(name)
+
+    def resume_queue(self, name: str) -> bool:
+        """Let clients claim from ``name`` again; False if it was not paused (a no-op).
+
+        Listening clients (``Config.notify``) are woken at once by a
+        notification on the queue; others pick the queue up within one poll
+        interval. A started client's own fetcher is woken at once.
+
+        Raises:
+            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
+        """
+        return self._jobs.resume_queue(name)
+
+    def queue_states(self) -> list[QueueState]:
+        """Every queue ever paused, by name; ``QueueState.paused`` tells whether it still is."""
+        return self._jobs.queue_states()
 
     def _nudge(self) -> None:
         # A job this client inserted itself can be claimed without waiting out
@@ -309,7 +397,7 @@ class Client(ClientInserts, JobsAndQueues):
                 # thread starts.
                 self._store.require_current_schema("start")
                 # This code's limits hold for every client from its next claim.
-                self._store.declare_limits(declared_limits(self._config))
+                self._store.operator.declare_limits(declared_limits(self._config))
                 # Built and launched under the lock, so a stop() racing this start
                 # either sees NEW (and refuses) or a fully running engine.
                 engine = Engine(
@@ -453,8 +541,10 @@ class Client(ClientInserts, JobsAndQueues):
 
         Ready means started, not draining, every background service's thread
         still running, and the last queue-stats refresh succeeded within two
-        ``stats_interval`` s (a database outage turns this false within two
-        intervals, and true again after recovery). A service thread that died
+        of ``drover.plugins.QueueStats``' intervals (a database outage turns
+        this false within two intervals, and true again after recovery), and
+        no other plugin says it is not ready (``Plugin.not_ready``, giving its
+        reason). A service thread that died
         makes it false for good, naming the service (``"service died:
         fetcher"``): the client no longer does all its work and should be
         restarted. While a background loop's latest database call failed
@@ -476,9 +566,10 @@ class Client(ClientInserts, JobsAndQueues):
         trouble = engine.trouble.not_ready()
         if trouble is not None:
             return False, trouble
-        bound = 2 * self._config.stats_interval.total_seconds()
-        if not engine.refresher.fresh(bound):
-            return False, "queue stats stale"
+        # The plugins' readiness: QueueStats' "queue stats stale" (ADR 0046).
+        reason = engine.plugins.not_ready()
+        if reason is not None:
+            return False, reason
         return True, "ok"
 
     @property

@@ -3,38 +3,119 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from datetime import timedelta
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar, overload
 
 from prometheus_client import CollectorRegistry
 
 from drover._address import parse_address
 from drover._db.conninfo import check_conninfo
 from drover._db.namespace import check_schema_name
-from drover._durations import DurationField
+from drover._durations import MAX_DURATION, Duration, DurationField, to_seconds
 from drover.errors import ConfigError, InvalidArgument
 from drover.health import HealthThresholds
+from drover.insert_middleware import InsertMiddleware, is_insert_middleware
 from drover.limits import Limit, LimitKey
 from drover.middleware import Middleware
 from drover.periodic import PeriodicJob
+from drover.plugins import (
+    DEFAULT_PLUGINS,
+    HealthProbe,
+    Periodic,
+    Plugin,
+    Pruner,
+    QueueStats,
+    check_periodic_jobs,
+)
 from drover.queues import QueuesField, format_queues
 from drover.results import DEFAULT_MAX_RESULT_BYTES, check_max_result_bytes
 from drover.retention import Retention
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 from drover.worker import Workers
 
-__all__ = ["Config", "declared_limits"]
+__all__ = ["MAX_DURATION", "Config", "declared_limits", "periodic_jobs_of"]
 
 MIN_LEASE = timedelta(milliseconds=1)
-MAX_DURATION = timedelta(days=3650)
-"""Longest duration a Config field accepts: ten years. Far longer ones overflow
-thread waits (``threading.TIMEOUT_MAX``) and PostgreSQL intervals."""
 
 
 def _default_logger() -> logging.Logger:
     return logging.getLogger("drover")
+
+
+_G = TypeVar("_G")
+_S = TypeVar("_S")
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_UNSET: Any = _Unset()
+"""A deprecated field's default: not given."""
+
+_QUIET: ContextVar[bool] = ContextVar("drover_config_quiet", default=False)
+"""Set while ``Config.replace`` rebuilds: carried-over deprecated fields warned already."""
+
+
+class _Moved(Generic[_G, _S]):
+    """A Config field that moved into a plugin's options (ADR 0046).
+
+    Still accepted, with a ``DeprecationWarning`` naming the replacement,
+    and folded into that plugin when the Config is built; read back, it
+    warns too and answers from the effective plugin. What was given is kept
+    apart, so ``replace`` carries it over unchanged.
+    """
+
+    def __init__(self, plugin: type[Plugin], option: str, read: Callable[[Config], _G]) -> None:
+        self.plugin_class = plugin.__name__
+        self.plugin_name = plugin.name
+        self.option = option
+        self._read = read
+        self.field = "?"
+        self._attr = "_given_?"
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.field = name
+        self._attr = f"_given_{name}"
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Any: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> _G: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return _UNSET  # what dataclasses reads as the field's default
+        warnings.warn(
+            f"Config.{self.field} is deprecated: read "
+            f"Config.plugin({self.plugin_name!r}).{self.option}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        assert isinstance(obj, Config)
+        return self._read(obj)
+
+    def __set__(self, obj: object, value: _S) -> None:
+        # Reached through object.__setattr__ in the frozen dataclass's __init__.
+        obj.__dict__[self._attr] = value
+
+    def given(self, obj: object) -> object:
+        """What the caller passed for this field, or ``_UNSET``."""
+        return obj.__dict__.get(self._attr, _UNSET)
+
+    def warn(self, *, stacklevel: int) -> None:
+        example = "[...]" if self.option == "jobs" else "..."
+        warnings.warn(
+            f"Config.{self.field} is deprecated: use Config(plugins=[drover.plugins."
+            f"{self.plugin_class}({self.option}={example})])",
+            DeprecationWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False, repr=False)
@@ -86,9 +167,14 @@ class Config:
     retry_policy: RetryPolicy = dataclasses.field(default_factory=ExponentialRetryPolicy)
     """When a failed attempt runs again (``drover.ExponentialRetryPolicy``)."""
 
-    middleware: Sequence[Middleware] = ()
-    """Wraps every execution, outermost first. Copied into a tuple when the
-    Config is built and composed once per client."""
+    middleware: Sequence[Middleware | InsertMiddleware] = ()
+    """Wraps every execution and every insert, outermost first. An entry is
+    an execution middleware (a callable, see ``drover.Middleware``), an
+    insert middleware (an object with an ``around_insert`` method, see
+    ``drover.InsertMiddleware``: it sees every batch a ``Client``,
+    ``AsyncClient`` or the client's periodic scheduler inserts), or both
+    (``drover.contrib.otel.TracingMiddleware``). Copied into a tuple when the
+    Config is built; each chain is composed once per client."""
 
     logger: logging.Logger = dataclasses.field(default_factory=_default_logger)
     """Where drover logs (the ``drover`` logger by default)."""
@@ -110,19 +196,20 @@ class Config:
     insert with ``insert_tx`` at once (a NOTIFY inside a transaction
     serialises the commits of notifying transactions)."""
 
-    stats_interval: DurationField = DurationField(15.0)
-    """How often queue depth and oldest age are read for the gauges and
-    ``/readyz`` (positive)."""
+    stats_interval: _Moved[timedelta, Duration] = _Moved(
+        QueueStats, "interval", lambda c: _interval_of(c, QueueStats.name)
+    )
+    """Deprecated: ``plugins=[drover.plugins.QueueStats(interval=...)]``."""
 
-    health_interval: DurationField = DurationField(60.0)
-    """How often a started client runs the queue doctor (``drover doctor``'s
-    examination: a few reads of the server's statistics views) and publishes
-    its findings as ``drover_health_findings{code}``; zero turns it off. The
-    first examination runs one interval after start."""
+    health_interval: _Moved[timedelta, Duration] = _Moved(
+        HealthProbe, "interval", lambda c: _interval_of(c, HealthProbe.name)
+    )
+    """Deprecated: ``plugins=[drover.plugins.HealthProbe(interval=...)]``."""
 
-    health_thresholds: HealthThresholds = dataclasses.field(default_factory=HealthThresholds)
-    """When the probe's facts become findings (``drover.HealthThresholds``:
-    the defaults are the doctor's, e.g. a transaction open 5 minutes)."""
+    health_thresholds: _Moved[HealthThresholds, HealthThresholds] = _Moved(
+        HealthProbe, "thresholds", lambda c: _health(c).thresholds
+    )
+    """Deprecated: ``plugins=[drover.plugins.HealthProbe(thresholds=...)]``."""
 
     metrics_registry: CollectorRegistry | None = None
     """The ``prometheus_client.CollectorRegistry`` this client records on
@@ -133,21 +220,34 @@ class Config:
     """``host:port`` for ``/metrics``, ``/healthz`` and ``/readyz``, bound at
     ``start()``; empty means no listener and no thread."""
 
-    retention: Retention | None = Retention()
-    """How long finished jobs are kept (completed and cancelled 24 h, dead
-    7 days); pruned in the background by started clients, one at a time.
-    ``None`` keeps every row."""
+    retention: _Moved[Retention | None, Retention | None] = _Moved(
+        Pruner, "retention", lambda c: _pruner(c).retention
+    )
+    """Deprecated: ``plugins=[drover.plugins.Pruner(retention=...)]``."""
 
-    prune_interval: DurationField = DurationField(60.0)
-    """How often a started client prunes (positive)."""
+    prune_interval: _Moved[timedelta, Duration] = _Moved(
+        Pruner, "interval", lambda c: _interval_of(c, Pruner.name)
+    )
+    """Deprecated: ``plugins=[drover.plugins.Pruner(interval=...)]``."""
 
-    periodic_jobs: Sequence[PeriodicJob] = ()
-    """``drover.PeriodicJob`` entries to insert on their schedules. Every
-    started client with entries competes to lead (one PostgreSQL advisory
-    lock per database; a lease row behind a transaction pooler without
-    ``session_url``, see ``pgbouncer``); the leader inserts the ticks, the others stand by
-    and take over within one ``poll_interval`` of losing it. Empty: no
-    scheduler thread, no lock attempts. Ids must be unique."""
+    periodic_jobs: _Moved[tuple[PeriodicJob, ...], Sequence[PeriodicJob]] = _Moved(
+        Periodic, "jobs", lambda c: periodic_jobs_of(c)
+    )
+    """Deprecated: ``plugins=[drover.plugins.Periodic(jobs=[...])]``."""
+
+    plugins: Sequence[Plugin] = ()
+    """The background services a started client runs beside the engine, each
+    with its own options (``drover.plugins``, ADR 0046). Merged with the
+    defaults **by name**: ``QueueStats()`` (``"refresher"``, every 15 s),
+    ``Pruner()`` (``"pruner"``: completed and cancelled jobs kept 24 h, dead
+    7 days, pruned every 60 s) and ``HealthProbe()`` (``"health"``, every
+    60 s). A plugin named like a default replaces it; any other is added,
+    in the order given. So the empty list, the default, runs the three, and
+    listing only ``Periodic(jobs=[...])`` keeps them.
+    ``Pruner(retention=None)`` keeps every row (no thread) and
+    ``HealthProbe(interval=0)`` turns the probe off. Two plugins of one name
+    are refused. Read back as given (a tuple); ``effective_plugins`` lists
+    what a started client runs."""
 
     pgbouncer: bool | None = None
     """Whether the client's connections go through a transaction pooler
@@ -196,7 +296,11 @@ class Config:
             raise ConfigError("Config takes keyword arguments only")
         unknown = set(fields) - _FIELD_NAMES
         if unknown:
-            raise ConfigError(f"unknown Config field(s): {', '.join(sorted(unknown))}")
+            named = []
+            for key in sorted(unknown):
+                close = difflib.get_close_matches(key, sorted(_FIELD_NAMES), n=1)
+                named.append(f"{key} (did you mean {close[0]!r}?)" if close else key)
+            raise ConfigError(f"unknown Config field(s): {', '.join(named)}")
         return super().__new__(cls)
 
     def __post_init__(self) -> None:
@@ -234,7 +338,6 @@ class Config:
             )
         if self.ops_addr:
             parse_address(self.ops_addr, "Config.ops_addr")
-        set_(self, "periodic_jobs", _periodic_jobs(self.periodic_jobs))
         try:
             check_max_result_bytes(self.max_result_bytes, "Config.max_result_bytes")
         except InvalidArgument as exc:
@@ -242,10 +345,7 @@ class Config:
         self._check_pooler()
         if self.schema is not None:
             check_schema_name("Config.schema", self.schema, ConfigError)
-        if self.retention is not None and not isinstance(self.retention, Retention):
-            raise ConfigError(
-                f"Config.retention must be a drover.Retention or None, not {self.retention!r}"
-            )
+        self._resolve_plugins()
 
     def _check_pooler(self) -> None:
         if self.pgbouncer is not None and not isinstance(self.pgbouncer, bool):
@@ -294,23 +394,13 @@ class Config:
             )
         if self.rescue_interval is None:
             object.__setattr__(self, "rescue_interval", lease)
-        for name in ("poll_interval", "rescue_interval", "stats_interval", "prune_interval"):
+        for name in ("poll_interval", "rescue_interval"):
             value: timedelta = getattr(self, name)
             if value <= timedelta(0):
                 raise ConfigError(f"Config.{name} must be positive, not {_s(value)}")
-        if not isinstance(self.health_thresholds, HealthThresholds):
-            raise ConfigError(
-                "Config.health_thresholds must be a drover.HealthThresholds, "
-                f"not {self.health_thresholds!r}"
-            )
-        if self.health_interval < timedelta(0):
-            raise ConfigError(
-                "Config.health_interval must be positive, or zero to turn the probe off, "
-                f"not {_s(self.health_interval)}"
-            )
         for name in (
             "lease_duration", "heartbeat_interval", "poll_interval", "rescue_interval",
-            "stats_interval", "prune_interval", "shutdown_timeout", "health_interval",
+            "shutdown_timeout",
         ):  # fmt: skip
             value = getattr(self, name)
             if value > MAX_DURATION:
@@ -322,12 +412,78 @@ class Config:
                 f"Config.shutdown_timeout must not be negative, not {_s(self.shutdown_timeout)}"
             )
 
+    def _resolve_plugins(self) -> None:
+        """Check ``plugins``, fold the deprecated fields in, and merge with the defaults."""
+        given = _plugins(self.plugins)
+        object.__setattr__(self, "plugins", given)
+        names = {p.name for p in given}
+        moved: dict[str, Plugin] = {}
+        for plugin_name, build in _MOVED_GROUPS:
+            values = {
+                name: moved.given(self)
+                for name, moved in _MOVED.items()
+                if moved.plugin_name == plugin_name and moved.given(self) is not _UNSET
+            }
+            if not values:
+                continue
+            if not _QUIET.get():
+                for field_name in values:
+                    # Frames: warn, here, __post_init__, the generated __init__, the caller.
+                    _MOVED[field_name].warn(stacklevel=4)
+            if plugin_name in names:
+                fields = " and ".join(f"Config.{f}" for f in values)
+                raise ConfigError(
+                    f"{fields} (deprecated) and the plugin {plugin_name!r} in Config.plugins "
+                    f"both configure it; drop {fields} and set it on the plugin"
+                )
+            moved[plugin_name] = build(values)
+        effective: list[Plugin] = []
+        by_name = {p.name: p for p in given}
+        for default in DEFAULT_PLUGINS:
+            name = default.name
+            effective.append(by_name[name] if name in by_name else moved.pop(name, default))
+        effective.extend(moved.values())
+        defaults = {d.name for d in DEFAULT_PLUGINS}
+        effective.extend(p for p in given if p.name not in defaults)
+        object.__setattr__(self, "_effective", tuple(effective))
+
+    @property
+    def effective_plugins(self) -> tuple[Plugin, ...]:
+        """The plugins a started client runs, in start order: the defaults (``QueueStats``,
+        ``Pruner``, ``HealthProbe``), each replaced by a plugin of ``plugins`` of the same
+        name, then the other plugins in the order given."""
+        effective: tuple[Plugin, ...] = self.__dict__["_effective"]
+        return effective
+
+    def plugin(self, name: str) -> Plugin | None:
+        """The effective plugin named ``name`` (``"pruner"``, ``"periodic"``...), or ``None``."""
+        return next((p for p in self.effective_plugins if p.name == name), None)
+
     def replace(self, **changes: Any) -> Config:
         """A new Config with ``changes`` applied and everything checked again.
 
         Unknown field names raise ``drover.ConfigError``, as in the constructor.
+        A deprecated field among ``changes`` warns; one carried over from this
+        Config does not warn again.
         """
-        return dataclasses.replace(self, **changes)
+        for name in changes:
+            if name in _MOVED:
+                _MOVED[name].warn(stacklevel=2)
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            moved = _MOVED.get(f.name)
+            fields[f.name] = moved.given(self) if moved is not None else getattr(self, f.name)
+        fields.update(changes)
+        token = _QUIET.set(True)
+        try:
+            return Config(**fields)
+        finally:
+            _QUIET.reset(token)
+
+    def __replace__(self, **changes: Any) -> Config:
+        # copy.replace (Python 3.13) goes through replace: a generated one would
+        # read the deprecated fields back (warning) and pass them on as given.
+        return self.replace(**changes)
 
     def __repr__(self) -> str:
         return (
@@ -336,11 +492,66 @@ class Config:
             f"lease_duration={self.lease_duration.total_seconds()}s, "
             f"heartbeat_interval={self.heartbeat_interval.total_seconds()}s, "
             f"rescue_interval={self.rescue_interval.total_seconds()}s, "
-            f"workers={self.workers.kinds()})"
+            f"workers={self.workers.kinds()}, "
+            f"plugins={[p.name for p in self.effective_plugins]})"
         )
 
 
 _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Config))
+_MOVED: dict[str, _Moved[Any, Any]] = {
+    name: value for name, value in vars(Config).items() if isinstance(value, _Moved)
+}
+
+
+def _moved_duration(name: str, value: object, *, zero: bool = False) -> timedelta:
+    """A deprecated duration field's value, checked as the field was (same messages)."""
+    seconds = to_seconds(value, f"Config.{name}")  # type: ignore[arg-type]
+    if seconds < 0 or (seconds == 0 and not zero):
+        rule = "must be positive, or zero to turn the probe off," if zero else "must be positive,"
+        raise ConfigError(f"Config.{name} {rule} not {seconds:g}s")
+    if seconds > MAX_DURATION.total_seconds():
+        raise ConfigError(
+            f"Config.{name} must be at most {MAX_DURATION.days} days, not {seconds:g}s"
+        )
+    return timedelta(seconds=seconds)
+
+
+def _moved_pruner(values: dict[str, object]) -> Plugin:
+    retention = values.get("retention", Pruner().retention)
+    if retention is not None and not isinstance(retention, Retention):
+        raise ConfigError(f"Config.retention must be a drover.Retention or None, not {retention!r}")
+    interval = values.get("prune_interval")
+    return Pruner(
+        retention=retention,
+        interval=60 if interval is None else _moved_duration("prune_interval", interval),
+    )
+
+
+def _moved_health(values: dict[str, object]) -> Plugin:
+    thresholds = values.get("health_thresholds", HealthThresholds())
+    if not isinstance(thresholds, HealthThresholds):
+        raise ConfigError(
+            f"Config.health_thresholds must be a drover.HealthThresholds, not {thresholds!r}"
+        )
+    interval = values.get("health_interval")
+    seconds = 60 if interval is None else _moved_duration("health_interval", interval, zero=True)
+    return HealthProbe(interval=seconds, thresholds=thresholds)
+
+
+def _moved_stats(values: dict[str, object]) -> Plugin:
+    return QueueStats(interval=_moved_duration("stats_interval", values["stats_interval"]))
+
+
+def _moved_periodic(values: dict[str, object]) -> Plugin:
+    return Periodic(jobs=check_periodic_jobs(values["periodic_jobs"], "Config.periodic_jobs"))
+
+
+_MOVED_GROUPS: tuple[tuple[str, Callable[[dict[str, object]], Plugin]], ...] = (
+    (QueueStats.name, _moved_stats),
+    (Pruner.name, _moved_pruner),
+    (HealthProbe.name, _moved_health),
+    (Periodic.name, _moved_periodic),
+)
 
 
 def _s(value: timedelta) -> str:
@@ -363,28 +574,61 @@ def _concurrency(value: object) -> int:
     return value
 
 
-def _periodic_jobs(entries: object) -> tuple[PeriodicJob, ...]:
-    if isinstance(entries, str) or not isinstance(entries, Sequence):
+def _plugins(plugins: object) -> tuple[Plugin, ...]:
+    if isinstance(plugins, str) or not isinstance(plugins, Sequence):
         raise ConfigError(
-            "Config.periodic_jobs must be a list of drover.PeriodicJob, "
-            f"not {type(entries).__name__}"
+            f"Config.plugins must be a list of drover.Plugin, not {type(plugins).__name__}"
         )
+    checked = tuple(plugins)
     seen: dict[str, int] = {}
-    for index, entry in enumerate(entries):
-        if not isinstance(entry, PeriodicJob):
+    for index, plugin in enumerate(checked):
+        if not isinstance(plugin, Plugin):
+            hint = " (build it: Pruner(), not Pruner)" if isinstance(plugin, type) else ""
             raise ConfigError(
-                f"Config.periodic_jobs[{index}] must be a drover.PeriodicJob, not {entry!r}"
+                f"Config.plugins[{index}] must be a drover.Plugin, not {plugin!r}{hint}"
             )
-        if entry.id in seen:
+        name = plugin.name
+        if name in seen:
             raise ConfigError(
-                f"Config.periodic_jobs[{index}] duplicates id {entry.id!r} of "
-                f"Config.periodic_jobs[{seen[entry.id]}]"
+                f"Config.plugins[{index}] and Config.plugins[{seen[name]}] are both named "
+                f"{name!r}; give each plugin once"
             )
-        seen[entry.id] = index
-    return tuple(entries)
+        seen[name] = index
+        if type(plugin).__module__ == "drover.plugins":
+            continue  # drover's own, run by the engine
+        if type(plugin).run_once is Plugin.run_once:
+            raise ConfigError(f"Config.plugins[{index}]: plugin {name!r} defines no run_once")
+        if "_interval" not in vars(plugin):
+            raise ConfigError(
+                f"Config.plugins[{index}]: plugin {name!r} has no interval; its __init__ "
+                "must call super().__init__(interval=...)"
+            )
+    return checked
 
 
-def _middleware(middleware: object) -> tuple[Middleware, ...]:
+def periodic_jobs_of(config: Config) -> tuple[PeriodicJob, ...]:
+    """The periodic entries a started client with ``config`` schedules (its ``Periodic``'s)."""
+    periodic = config.plugin(Periodic.name)
+    return periodic.jobs if isinstance(periodic, Periodic) else ()
+
+
+def _pruner(config: Config) -> Pruner:
+    found = config.plugin(Pruner.name)
+    return found if isinstance(found, Pruner) else Pruner(retention=None)
+
+
+def _health(config: Config) -> HealthProbe:
+    found = config.plugin(HealthProbe.name)
+    return found if isinstance(found, HealthProbe) else HealthProbe(interval=0)
+
+
+def _interval_of(config: Config, name: str) -> timedelta:
+    found = config.plugin(name)
+    interval = None if found is None else found.interval
+    return timedelta(0) if interval is None else interval
+
+
+def _middleware(middleware: object) -> tuple[Middleware | InsertMiddleware, ...]:
     if isinstance(middleware, str) or not isinstance(middleware, Sequence):
         raise ConfigError(
             f"Config.middleware must be a list of middleware, not {type(middleware).__name__}"
@@ -392,8 +636,11 @@ def _middleware(middleware: object) -> tuple[Middleware, ...]:
     # Copy now: later changes to the caller's list must not change the chain.
     chain = tuple(middleware)
     for index, item in enumerate(chain):
-        if item is None or not callable(item):
-            raise ConfigError(f"Config.middleware[{index}] is {item!r}, not a callable")
+        if item is None or not (callable(item) or is_insert_middleware(item)):
+            raise ConfigError(
+                f"Config.middleware[{index}] is {item!r}, neither a callable (an execution "
+                "middleware) nor an object with an around_insert method (an insert middleware)"
+            )
     return chain
 
 

@@ -152,6 +152,7 @@ class JobContext:
         _parent: JobContext | None = None,
         _complete_tx: Callable[[object, str | None], None] | None = None,
         _read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = None,
+        _progress_sink: Callable[[ProgressSlot], None] | None = None,
     ) -> None:
         # The Event a wait() blocks on is made by the first wait(): most
         # handlers never wait, and a context is created for every execution.
@@ -188,6 +189,9 @@ class JobContext:
         # made on first use (most handlers never report), by the root context,
         # so that a child's reports are the execution's.
         self._progress: ProgressSlot | None = None
+        # Told of the execution's slot when the first report makes it (the
+        # client's progress writer), set for a claimed job only.
+        self._progress_sink = _progress_sink
         self._meta: Any = None
         """The claimed row's metadata: the base update_meta checks the size against."""
         # Called once, with the reason, when this context is cancelled (set by
@@ -208,6 +212,9 @@ class JobContext:
                         slot = self._progress = ProgressSlot(
                             lease.job_id, lease.attempt, self._meta
                         )
+                        sink = self._progress_sink
+                        if sink is not None:
+                            sink(slot)
             self._progress = slot
         return slot
 

@@ -1,15 +1,18 @@
 """The Inspector: read and steer jobs from operator tools, without running any.
 
 Its reads (stats, queues, listing, throughput, workers, workflows, limits,
-the doctor) and limit overrides live here; its operator writes (enqueue,
-cancel, retry) in ``drover._operator_writes``, a base class; reading a job
-and switching queues in ``drover._jobs_and_queues`` (shared with the Client).
+the doctor) and limit overrides live here. Its operator writes (enqueue,
+cancel, retry) are delegated to an ``OperatorWrites``
+(``drover._operator_writes``), reading a job and switching queues to a
+``JobsAndQueues`` (``drover._jobs_and_queues``, which the Client holds
+too): objects the Inspector holds, not base classes, so its public methods
+are the ones written here.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -19,11 +22,13 @@ from psycopg_pool import ConnectionPool
 
 from drover._db.namespace import namespace_for
 from drover._db.store import Store
+from drover._durations import Duration
 from drover._jobs_and_queues import JobsAndQueues
-from drover._operator_writes import OperatorWrites
+from drover._operator_writes import DEFAULT_CANCEL_GRACE, OperatorWrites, validate_enqueue
 from drover._records import KindStats, PeriodicInfo, WorkerInfo
 from drover.errors import InvalidArgument, NotFound
 from drover.health import HealthReport, HealthThresholds, diagnose
+from drover.insert_middleware import InsertMiddleware, checked_insert_chain
 from drover.job import (
     MAX_KIND_LENGTH,
     PUBLISHED_STATES,
@@ -34,8 +39,9 @@ from drover.job import (
     check_job_id,
 )
 from drover.limits import LimitKey, LimitState, Period, check_override, parse_limit_key
+from drover.middleware import Middleware
 from drover.progress import check_tags
-from drover.queues import QueueSummary
+from drover.queues import QueueState, QueueSummary
 from drover.unique import UniqueIdentity
 from drover.worker import Workers
 from drover.workflows import Workflow
@@ -111,7 +117,7 @@ def _containment_json(value: object) -> str:
     return text
 
 
-class Inspector(OperatorWrites, JobsAndQueues):
+class Inspector:
     """Operator access to jobs, queues and periodic jobs, without running any.
 
     No worker pool and no start/stop. ``pool_or_conninfo`` is a
@@ -121,6 +127,9 @@ class Inspector(OperatorWrites, JobsAndQueues):
     ``enqueue`` then validates args of a known kind against its class
     and applies the class's defaults. ``schema`` is the PostgreSQL schema of
     the installation to inspect (``Config.schema``; ``None`` is the default).
+    ``middleware``: the insert middleware ``enqueue`` goes through
+    (``drover.InsertMiddleware``; a ``Config.middleware`` list may be passed
+    as is, its execution middleware are left out).
     Thread-safe. Operator writes are conditioned on the job's state, so they
     are safe against a worker finishing the same job at the same moment: one
     of the two wins and the other is refused.
@@ -132,18 +141,194 @@ class Inspector(OperatorWrites, JobsAndQueues):
         *,
         workers: Workers | None = None,
         schema: str | None = None,
+        middleware: Sequence[Middleware | InsertMiddleware] = (),
     ) -> None:
         if workers is not None and not isinstance(workers, Workers):
             raise InvalidArgument(
                 f"Inspector workers must be a drover.Workers, not {type(workers).__name__}"
             )
         ns = namespace_for(schema, "Inspector schema")
-        self._workers = workers
+        # Checked before the pool opens: bad input changes nothing.
+        chain = checked_insert_chain(middleware, "Inspector middleware")
         self._store = Store.open(pool_or_conninfo, who="Inspector", max_size=2, ns=ns)
+        self._jobs = JobsAndQueues(self._store.operator)
+        self._writes = OperatorWrites(self._store, workers, chain)
+
+    # --- reading a job, switching queues (delegated to JobsAndQueues) -----------------------
+
+    def get_job(self, job_id: int) -> JobRow:
+        """The job's current row, read now (a snapshot; it does not follow the job).
+
+        Raises:
+            drover.NotFound: no job has that id (it never existed, or retention
+                deleted it).
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        return self._jobs.get_job(job_id)
+
+    def get_result(self, job_id: int) -> Any:
+        """The result stored for the job, read now, without waiting (``None``: none yet).
+
+        A job has a result once it completed and its handler returned
+        something other than ``None`` (parsed JSON: a model comes back as a
+        dict). To wait for a job's end, use ``Client.result``.
+
+        Raises:
+            drover.NotFound: no job has that id.
+            drover.InvalidArgument: ``job_id`` is not an int in 1..2**63-1.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        return self._jobs.get_result(job_id)
+
+    def pause_queue(self, name: str) -> QueueState:
+        """Stop every client from claiming jobs from ``name``, until ``resume_queue``.
+
+        Persisted in the database (``drover_queues``), so it applies to all
+        clients on this database, including ones started later, from their next
+        claim (within one poll interval). Jobs already running finish normally;
+        inserts into a paused queue are accepted and wait. Idempotent: pausing
+        a paused queue keeps its first ``paused_at``. Returns the queue's state.
+
+        Raises:
+            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
+        """
+        return self._jobs.pause_queue(name)
+
+    def resume_queue(self, name: str) -> bool:
+        """Let clients claim from ``name`` again; False if it was not paused (a no-op).
+
+        Listening clients (``Config.notify``) are woken at once by a
+        notification on the queue; others pick the queue up within one poll
+        interval.
+
+        Raises:
+            drover.InvalidInsertOpts: ``name`` is not a valid queue name.
+        """
+        return self._jobs.resume_queue(name)
+
+    def queue_states(self) -> list[QueueState]:
+        """Every queue ever paused, by name; ``QueueState.paused`` tells whether it still is."""
+        return self._jobs.queue_states()
+
+    # --- operator writes (delegated to OperatorWrites) ---------------------------------------
+
+    @staticmethod
+    def validate_enqueue(kind: object, args_json: object) -> tuple[str, str]:
+        """Check what ``enqueue`` would check, without a database: ``(kind, canonical_json)``.
+
+        Raises:
+            drover.InvalidJobArgs: as ``enqueue``.
+        """
+        return validate_enqueue(kind, args_json)
+
+    def enqueue(self, kind: str, args_json: str, opts: InsertOpts | None = None) -> JobRow:
+        """Insert a job by kind with raw JSON args, for operators and scripts.
+
+        Validation happens before anything is written: an empty kind, args
+        that are not JSON, contain a NUL character or exceed 1 MiB are
+        refused with ``drover.InvalidJobArgs``. When the Inspector was
+        given a ``workers`` registry that knows ``kind``, the args must also
+        validate as that kind's args class (the pydantic message says why
+        not), are stored as ``Client.insert`` would store them, and the
+        class's ``queue``, ``max_attempts`` and ``priority`` defaults apply
+        where ``opts`` leaves them unset; for an unknown kind any JSON value is
+        accepted, with queue ``default``, 25 attempts and priority 0. Honours
+        ``opts`` (queue, time, unique key, attempts, priority, tags, metadata) and wakes
+        listening workers; ``opts`` with ``unique``, ``debounce`` or
+        ``throttle`` is refused (``drover.InvalidInsertOpts``).
+        """
+        return self._writes.enqueue(kind, args_json, opts)
+
+    def cancel_job(
+        self,
+        job_id: int,
+        *,
+        reason: str | None = None,
+        hard: bool = False,
+        grace: Duration = DEFAULT_CANCEL_GRACE,
+    ) -> JobRow:
+        """Cancel a job: a pending, waiting or dead one at once; a running one through its worker.
+
+        A pending, waiting (available, scheduled, retryable) or dead job
+        becomes ``cancelled`` now, and the row returned says so. A running
+        job stays ``running`` in the row returned: the request is recorded
+        and its worker is told within a round trip of the commit (a
+        notification on ``drover_cancel``; a worker without notifications
+        learns it from its next heartbeat). Its handler's context is
+        cancelled, the same signal ``Timeout`` and shutdown use; whenever
+        the attempt ends (the handler returns, raises, or its worker dies
+        and the job is rescued), the job ends ``cancelled`` with an errors
+        entry giving ``reason``, never retried. A handler that ignores the
+        signal finishes its attempt, and the job is still recorded
+        cancelled (ADR 0030).
+
+        ``hard`` asks a supervised worker process (``drover worker
+        --processes N``) to hand back its other jobs and be replaced if the
+        handler has not returned ``grace`` (a ``timedelta`` or seconds,
+        default 10 s) after the worker learned of it; an unsupervised worker
+        treats it as a soft cancel and logs a WARNING saying so. A repeated
+        request replaces the first (a soft cancel can be made hard).
+
+        Raises:
+            drover.InvalidArgument: a bad id, a reason that is not a string
+                or longer than 1000 characters, a ``hard`` that is not a bool,
+                a negative or non-finite ``grace``. Nothing is written.
+            drover.NotFound: no such job.
+            drover.InvalidTransition: the job is completed or cancelled already.
+        """
+        return self._writes.cancel_job(job_id, reason=reason, hard=hard, grace=grace)
+
+    def retry_job(self, job_id: int) -> JobRow:
+        """Send a dead or cancelled job back to ``available`` with fresh attempts (errors kept).
+
+        Raises:
+            drover.NotFound: no such job.
+            drover.InvalidTransition: the job is not dead or cancelled.
+            drover.DuplicateJob: its unique key is now held by another active job.
+        """
+        return self._writes.retry_job(job_id)
+
+    def retry_jobs(self, ids: Iterable[int]) -> list[int]:
+        """Send every listed dead or cancelled job back to ``available``, in one statement.
+
+        Returns the ids redriven, ascending; the others are left as they are
+        (not retriable, missing, locked by a concurrent operator, or holding a
+        unique key or identity another job holds again; of several listed jobs
+        sharing one only the newest goes). At most 1000 ids;
+        duplicates count once. Listening workers are woken.
+
+        Raises:
+            drover.InvalidArgument: an id that cannot name a job, or too many.
+        """
+        return self._writes.retry_jobs(ids)
+
+    def cancel_jobs(self, ids: Iterable[int]) -> list[int]:
+        """Cancel every listed waiting or dead job, in one statement.
+
+        Returns the ids cancelled, ascending; running, finished and missing
+        jobs are left as they are. At most 1000 ids; duplicates count once.
+
+        Raises:
+            drover.InvalidArgument: an id that cannot name a job, or too many.
+        """
+        return self._writes.cancel_jobs(ids)
+
+    def retry_dead(self, kind: str, queue: str | None = None) -> int:
+        """Send every dead job of ``kind`` (on ``queue`` if given) back to ``available``.
+
+        One statement; returns how many were redriven. A dead job whose
+        unique key is held again by a waiting or running job stays dead, and
+        of several dead jobs sharing a key only the newest is redriven. Jobs
+        a concurrent operator holds are skipped. Listening workers are woken.
+        """
+        return self._writes.retry_dead(kind, queue)
+
+    # --- reads, limits, the doctor ---------------------------------------------------------------
 
     def stats(self) -> Stats:
         """Depth per queue and state, oldest claimable age per queue, paused queues."""
-        snapshot, states = self._store.queue_overview("stats")
+        snapshot, states = self._store.operator.queue_overview("stats")
         paused = [q.name for q in states if q.paused]
         return Stats(
             depths=[
@@ -166,7 +351,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         one connection; like ``stats``, the counts are served by partial
         indexes and never scan finished jobs.
         """
-        snapshot, states = self._store.queue_overview("list queues")
+        snapshot, states = self._store.operator.queue_overview("list queues")
         pauses = {q.name: q for q in states}
         names = sorted({q for q, _ in snapshot.depth} | set(snapshot.oldest_age) | set(pauses))
         return [
@@ -189,7 +374,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
             drover.DatabaseError: the database refused or could not be reached.
         """
         checked = check_job_id(job_id)
-        found = self._store.unique_identity(checked)
+        found = self._store.operator.unique_identity(checked)
         if found is False:
             raise NotFound(f"job {checked} does not exist")
         assert found is not True
@@ -203,7 +388,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         no client holds the lock). ``current`` is False for an entry the
         current leader does not have, which is therefore not firing.
         """
-        return self._store.periodic_list()
+        return self._store.operator.periodic_list()
 
     def list_jobs(
         self,
@@ -253,7 +438,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         before = None if before_id is None else check_job_id(before_id)
         args_json = None if args_contain is None else _containment_json(args_contain)
         wanted = None if tags is None else _tag_filter(tags)
-        return self._store.list_jobs(
+        return self._store.operator.list_jobs(
             queue=queue,
             state=parsed_state,
             limit=limit,
@@ -289,7 +474,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         """
         if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
             raise InvalidArgument(f"minutes must be an int between 1 and 1440, not {minutes!r}")
-        return self._store.kind_stats(minutes)
+        return self._store.operator.kind_stats(minutes)
 
     def lease_holder(self, job_id: int) -> str | None:
         """The worker whose claim set the job's current attempt (``None`` if never claimed).
@@ -301,7 +486,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
             drover.NotFound: no such job.
         """
         checked = check_job_id(job_id)
-        exists, holder = self._store.lease_holder(checked)
+        exists, holder = self._store.operator.lease_holder(checked)
         if not exists:
             raise NotFound(f"job {checked} does not exist")
         return holder
@@ -315,7 +500,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         """
         if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
             raise InvalidArgument(f"minutes must be an int between 1 and 1440, not {minutes!r}")
-        since, counts = self._store.throughput(minutes)
+        since, counts = self._store.operator.throughput(minutes)
         return [
             Throughput(
                 minute=minute,
@@ -356,7 +541,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         `drover.LimitState`). One statement; a snapshot, already changing as
         jobs start and end.
         """
-        return self._store.limits()
+        return self._store.operator.limits()
 
     def set_limit(
         self,
@@ -389,7 +574,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         """
         parsed = parse_limit_key(key)
         conc, rate_, period = check_override(concurrency, rate, per, "set_limit")
-        return self._store.set_limit(parsed, conc, rate_, period)
+        return self._store.operator.set_limit(parsed, conc, rate_, period)
 
     def clear_limit(self, key: str | LimitKey) -> bool:
         """Drop an operator's override: the declared values apply again, from the next claim.
@@ -402,7 +587,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         Raises:
             drover.InvalidLimit: a bad key; nothing is written.
         """
-        return self._store.clear_limit(parse_limit_key(key)) is not None
+        return self._store.operator.clear_limit(parse_limit_key(key)) is not None
 
     def delete_limit(self, key: str | LimitKey) -> bool:
         """Remove a limit, declared or not, from the next claim on; False when there was none.
@@ -413,7 +598,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
         Raises:
             drover.InvalidLimit: a bad key; nothing is written.
         """
-        return self._store.delete_limit(parse_limit_key(key))
+        return self._store.operator.delete_limit(parse_limit_key(key))
 
     def health(self, thresholds: HealthThresholds | None = None) -> HealthReport:
         """What hurts this queue now, with evidence and a remedy (the queue doctor, ADR 0035).
@@ -434,7 +619,7 @@ class Inspector(OperatorWrites, JobsAndQueues):
             raise InvalidArgument(
                 f"thresholds must be a drover.HealthThresholds, not {type(thresholds).__name__}"
             )
-        return diagnose(self._store.health_facts(thresholds), thresholds)
+        return diagnose(self._store.operator.health_facts(thresholds), thresholds)
 
     def close(self) -> None:
         """Close the pool if the Inspector opened it; idempotent."""

@@ -41,6 +41,7 @@ __all__ = [
     "async_form_of",
     "compose",
     "compose_async",
+    "execution_chain",
     "run_with_deadline",
     "with_async_form",
 ]
@@ -103,6 +104,13 @@ def compose_async(middleware: Sequence[Middleware], innermost: AsyncHandler) -> 
                 "instead of a handler function"
             )
     return handler
+
+
+def execution_chain(middleware: Sequence[object]) -> tuple[Middleware, ...]:
+    """The execution middleware among ``Config.middleware``'s entries: the callables, in
+    order (an entry that is only an insert middleware, ``drover.InsertMiddleware``, is not
+    one)."""
+    return tuple(entry for entry in middleware if callable(entry))
 
 
 def compose(middleware: Sequence[Middleware], innermost: Handler) -> Handler:

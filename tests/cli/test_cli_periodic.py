@@ -31,7 +31,7 @@ def test_periodic_list_with_a_leader_and_without(
     job = drover.PeriodicJob(
         "nightly", "30 2 * * *", Nightly(), drover.InsertOpts(queue="q"), timezone="Europe/Berlin"
     )
-    client = make_client(periodic_jobs=[job], poll_interval=0.1)
+    client = make_client(plugins=[drover.plugins.Periodic(jobs=[job])], poll_interval=0.1)
     client.start()
     poll(
         lambda: conn.execute("SELECT count(*) FROM drover_periodic_leader").fetchone() == (1,),

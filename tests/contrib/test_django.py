@@ -130,6 +130,59 @@ def test_insert_joins_atomic_savepoints_and_autocommit(project_db: str) -> None:
     assert report == {"inside": [1], "after": [1, 4, 5, 6], "queue": "mail"}
 
 
+def test_insert_goes_through_the_insert_middleware_of_drover_config(project_db: str) -> None:
+    """``DROVER["CONFIG"]["middleware"]``'s insert middleware see the helpers' inserts
+    (ADR 0047), and ``depends_on`` is honoured."""
+    report = django_script(
+        project_db,
+        """
+        import contextlib
+        from django.conf import settings
+        from django.db import transaction
+        from django.test import override_settings
+        import drover
+        from drover.contrib.django import insert, insert_many
+        from shop.jobs import SendReceipt
+
+        class Recorder:
+            def __init__(self):
+                self.seen = []
+
+            @contextlib.contextmanager
+            def around_insert(self, batch):
+                batch.add_tags("django")
+                yield
+                self.seen.append([batch.operation, [r.id for r in batch.rows]])
+
+        recorder = Recorder()
+        config = {**settings.DROVER.get("CONFIG", {}), "middleware": [recorder]}
+        with override_settings(DROVER={**settings.DROVER, "CONFIG": config}):
+            with transaction.atomic():
+                first = insert(SendReceipt(order_id=1))
+                waiting = insert(SendReceipt(order_id=2), drover.InsertOpts(depends_on=[first]))
+            batch = insert_many([SendReceipt(order_id=3)])
+        plain = insert(SendReceipt(order_id=4))
+        print(json.dumps({
+            "seen": recorder.seen,
+            "ids": [first.id, waiting.id, batch[0].id],
+            "tags": [list(r.tags) for r in (first, waiting, batch[0], plain)],
+            "waiting": waiting.state.value,
+        }))
+        """,
+    )
+    first, waiting, batched = report["ids"]
+    assert report["seen"] == [
+        ["insert_tx", [first]],
+        ["insert_tx", [waiting]],
+        ["insert_many_tx", [batched]],
+    ]
+    assert report["tags"] == [["django"], ["django"], ["django"], []]
+    assert report["waiting"] == "pending"
+    with psycopg.connect(project_db) as conn:
+        edges = conn.execute("SELECT job_id, depends_on FROM drover_job_deps").fetchall()
+    assert edges == [(waiting, first)]
+
+
 def test_a_request_commits_its_order_and_job_together_or_neither(project_db: str) -> None:
     report = django_script(
         project_db,

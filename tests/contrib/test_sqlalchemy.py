@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,3 +167,43 @@ def test_schema_puts_the_jobs_in_that_installation_whatever_the_search_path(
     with psycopg.connect(empty_db_url) as conn:
         ids = [r[0] for r in conn.execute("SELECT id FROM sa_jobs.drover_jobs ORDER BY id")]
     assert ids == [row.id, *(r.id for r in rows)]
+
+
+class _Recorder:
+    """An insert middleware (ADR 0047) that tags each job and records each call."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, list[int]]] = []
+
+    @contextlib.contextmanager
+    def around_insert(self, batch: drover.InsertBatch) -> Iterator[None]:
+        batch.add_tags("sa")
+        yield
+        self.seen.append((batch.operation, [r.id for r in batch.rows]))
+
+
+def test_the_helpers_go_through_the_insert_middleware_given(engine: Engine, conn: Conn) -> None:
+    recorder = _Recorder()
+    with Session(engine) as session:
+        first = drover_sa.insert(session, Receipt(order=1), middleware=[recorder])
+        waiting = drover_sa.insert(
+            session,
+            Receipt(order=2),
+            drover.InsertOpts(depends_on=[first]),
+            middleware=[recorder],
+        )
+        batch = drover_sa.insert_many(session, [Receipt(order=3)], middleware=[recorder])
+        plain = drover_sa.insert(session, Receipt(order=4))
+        session.commit()
+    assert recorder.seen == [
+        ("insert_tx", [first.id]),
+        ("insert_tx", [waiting.id]),
+        ("insert_many_tx", [batch[0].id]),
+    ]
+    assert [r.tags for r in (first, waiting, batch[0], plain)] == [("sa",)] * 3 + [()]
+    assert waiting.state is drover.JobState.PENDING
+    assert conn.execute("SELECT job_id, depends_on FROM drover_job_deps").fetchall() == [
+        (waiting.id, first.id)
+    ]
+    with Session(engine) as session, pytest.raises(drover.InvalidArgument, match="middleware"):
+        drover_sa.insert(session, Receipt(order=5), middleware=[object()])  # type: ignore[list-item]

@@ -111,16 +111,16 @@ def test_bad_input_is_refused_before_any_connection(db_url: str, conn: Conn) -> 
         client = drover.AsyncClient(db_url)
         errors = []
         for bad in (
-            lambda: client.insert({"to": "x"}),  # type: ignore[arg-type]
+            lambda: client.insert({"to": "x"}),  # type: ignore[call-overload]
             lambda: client.insert_many([Email(to="ok"), "nope"]),  # type: ignore[list-item]
         ):
             with pytest.raises(drover.InvalidJobArgs) as info:
                 await bad()
             errors.append(str(info.value))
-        with pytest.raises(drover.InvalidArgument, match="workflows"):
-            await client.insert(drover.chain(Email(to="a"), Email(to="b")))  # type: ignore[arg-type]
-        with pytest.raises(drover.InvalidArgument, match="depends_on"):
-            await client.insert(Email(to="a"), drover.InsertOpts(depends_on=[1]))
+        with pytest.raises(drover.InvalidArgument, match="options of a workflow"):
+            await client.insert(  # type: ignore[call-overload]
+                drover.chain(Email(to="a"), Email(to="b")), drover.InsertOpts()
+            )
         untouched = client.pool.closed
         await client.close()
         return untouched, errors
@@ -227,7 +227,7 @@ def test_insert_many_copies_a_large_batch(
             chunks.append(chunk.count("\n"))
             yield chunk
 
-    monkeypatch.setattr("drover._db.aio.copy_chunks", spy)
+    monkeypatch.setattr("drover._db.insert.copy_chunks", spy)
     later = datetime.now(UTC) + timedelta(days=1)
 
     async def go() -> tuple[list[drover.JobRow], list[drover.JobRow]]:

@@ -3,7 +3,8 @@
 The operator's statement records the request and notifies ``drover_cancel``;
 every write that ends the attempt (completion, failure, snooze, hand-back,
 rescue, ``complete_tx``) ends the job ``cancelled`` with the operator's reason;
-the heartbeat's statement returns the request; a redrive clears it.
+the cancels feature's statement returns the request of held claims (the
+kernel's renewal does not); a redrive clears it.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ import pytest
 from jobdb import table_snapshot
 
 import drover
-from drover._db.caller import complete_claim
+from drover._db.cancels import job_cancel_requests
 from drover._db.claims import (
     job_claim,
     job_claim_expired,
     job_extend_leases,
     job_record_outcomes,
 )
+from drover._db.features import FEATURES
+from drover._db.kernel import complete_claim
+from drover._db.store import Store
 from drover._records import Outcome, WriteResult
 from drover.job import JobState
 
@@ -187,7 +191,7 @@ def test_complete_tx_of_a_requested_job_ends_it_cancelled_without_raising(
         claimed = _running(inspector, worker)
         inspector.cancel_job(claimed.id)
     with psycopg.connect(db_url) as caller:
-        complete_claim(caller, claimed.id, 1, '"done"')
+        complete_claim(caller, claimed.id, 1, '"done"', watched=FEATURES.watched)
         caller.commit()
     assert _row(conn, claimed.id)["state"] == "cancelled"
 
@@ -216,7 +220,7 @@ def test_a_cancelled_job_cancels_its_pending_dependents(
     assert _row(conn, dependent)["state"] == "cancelled"
 
 
-def test_the_heartbeat_statement_returns_the_request_of_the_claims_it_renews(
+def test_the_requests_of_held_claims_are_read_by_the_cancels_statement_not_the_renewal(
     db_url: str, inspector: drover.Inspector
 ) -> None:
     with psycopg.connect(db_url, autocommit=True) as worker:
@@ -224,12 +228,37 @@ def test_the_heartbeat_statement_returns_the_request_of_the_claims_it_renews(
         left = _running(inspector, worker, "b")
         inspector.cancel_job(asked.id, reason="why not", hard=True, grace=3)
         renewals = job_extend_leases(worker, [(asked.id, 1), (left.id, 1)], LEASE)
+        requests = job_cancel_requests(worker, [(asked.id, 1), (left.id, 1)])
+        # A request belongs to the attempt it was written for.
+        assert job_cancel_requests(worker, [(asked.id, 2)]) == {}
+        assert job_cancel_requests(worker, []) == {}
+    # The kernel's renewal knows nothing of cancel requests (ADR 0045).
+    assert all(not hasattr(r, "cancel_request") for r in renewals)
     by_id = {r.id: r for r in renewals}
-    assert by_id[left.id].cancel_request is None
-    request = by_id[asked.id].cancel_request
-    assert request is not None
-    assert (request["reason"], request["hard"], request["grace"]) == ("why not", True, 3.0)
     assert by_id[asked.id].leased_until is not None  # still renewed: it is still running
+    assert list(requests) == [(asked.id, 1)]
+    request = requests[(asked.id, 1)]
+    assert (request["reason"], request["hard"], request["grace"]) == ("why not", True, 3.0)
+    assert "requested_at" in request
+
+
+def test_the_store_reads_the_requests_of_held_claims_for_the_cancels_feature(
+    db_url: str, inspector: drover.Inspector
+) -> None:
+    # Store.cancel_requests: what the cancel poller and the catch-up after LISTEN read.
+    with psycopg.connect(db_url, autocommit=True) as worker:
+        asked = _running(inspector, worker, "a")
+        left = _running(inspector, worker, "b")
+    inspector.cancel_job(asked.id, reason="stop")
+    store = Store.open(db_url, who="test", max_size=1)
+    try:
+        found = store.cancel_requests([(asked.id, 1), (left.id, 1)])
+        stale = store.cancel_requests([(asked.id, 2)])
+    finally:
+        store.close()
+    assert [(job_id, attempt) for job_id, attempt, _ in found] == [(asked.id, 1)]
+    assert found[0][2]["reason"] == "stop"
+    assert stale == []
 
 
 def test_a_rescued_job_with_a_request_ends_cancelled_and_never_runs_again(

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from jobdb import Conn, db_now, wiring
+from jobdb import Conn, db_now, kit
 
 import drover
 from drover._db.admin import job_get
@@ -24,9 +24,9 @@ from drover._db.claims import (
     job_extend_leases,
     job_record_outcomes,
 )
+from drover._kernel.disposition import RESCUE_MESSAGE
+from drover._kernel.rescuer import Rescuer
 from drover._records import Outcome, Recorded, Renewal, WriteResult
-from drover._runtime.disposition import RESCUE_MESSAGE
-from drover._runtime.rescuer import Rescuer
 from drover.job import JobRow, JobState
 
 LEASE = 60.0
@@ -619,7 +619,7 @@ def test_two_concurrent_sweeps_never_take_the_same_row(
 
 
 def _rescuer(client: drover.Client) -> Rescuer:
-    return Rescuer(wiring(client, rescue_interval=60, lease_duration=60, retry_policy=Immediate()))
+    return Rescuer(kit(client, rescue_interval=60, lease_duration=60, retry_policy=Immediate()))
 
 
 def test_rescue_makes_an_expired_job_retryable_without_spending_an_attempt(

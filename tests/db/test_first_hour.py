@@ -181,7 +181,7 @@ def test_a_pool_that_cannot_grow_still_serves_from_the_connections_it_has(
         conn.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
         client = drover.Client(psycopg.conninfo.make_conninfo(db_url, user=role))
         try:
-            pool = client.pool
+            pool = client._store.pool
             assert isinstance(pool, OwnedPool)
             # The pool's own first connection, alone: two attempts racing for a
             # one-connection role are both refused by the server.
@@ -191,7 +191,7 @@ def test_a_pool_that_cannot_grow_still_serves_from_the_connections_it_has(
             release = threading.Event()
 
             def hold() -> None:
-                with client.pool.connection():
+                with pool.connection():
                     held.set()
                     release.wait(10)
 
@@ -200,7 +200,7 @@ def test_a_pool_that_cannot_grow_still_serves_from_the_connections_it_has(
             assert held.wait(10)
             # Make the pool try to grow, and see that attempt refused.
             with pytest.raises(psycopg_pool.PoolTimeout):
-                client.pool.getconn(timeout=0.5)
+                pool.getconn(timeout=0.5)
             poll(lambda: pool.attempts.down, message="a refused attempt to grow")
             assert "too many connections" in str(pool.attempts.error)
             timer = threading.Timer(1.0, release.set)  # frees it while insert waits

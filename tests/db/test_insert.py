@@ -399,7 +399,7 @@ def test_owned_pool_is_closed_by_close(db_url: str) -> None:
     client.insert(SendEmail(to="x"))
     client.close()
     client.close()  # idempotent
-    assert client.pool.closed
+    assert client._store.pool.closed
     with pytest.raises(drover.DatabaseError):
         client.insert(SendEmail(to="y"))
 
@@ -407,7 +407,7 @@ def test_owned_pool_is_closed_by_close(db_url: str) -> None:
 def test_unreachable_database_is_a_drover_error_without_the_password() -> None:
     client = drover.Client("postgresql://drover:s3cret-pw@127.0.0.1:1/nowhere?connect_timeout=1")
     try:
-        client.pool.timeout = 1.0
+        client._store.pool.timeout = 1.0
         with pytest.raises(drover.DatabaseError) as info:
             client.insert(SendEmail(to="x"))
     finally:

@@ -44,7 +44,14 @@ def _updates(conn: Conn) -> int:
 
 def test_the_normal_claim_and_completion_write_nothing_more(db_url: str, conn: Conn) -> None:
     # The hot path's statements never mention the ledger...
-    for name in ("job_claim", "job_claim_limited", "job_complete_many", "job_record_outcomes"):
+    for name in (
+        "job_claim",
+        "job_claim_limited",
+        "job_complete",
+        "job_record",
+        "job_complete_many",
+        "job_record_outcomes",
+    ):
         assert "ledger" not in query(name), name
     [job_id] = _insert(db_url)
     # ...and a claim and its completion write exactly two row versions, as before
@@ -114,7 +121,7 @@ def test_a_rescue_names_the_lease_holder_the_rescuer_and_the_next_state(
 
         found, [recorded] = store.rescue(10, 30.0, decide, by="R (pid 2 on h)")
         assert (found, recorded.result) == (1, WriteResult.APPLIED)
-        row = store.get_job(job_id)
+        row = store.operator.get_job(job_id)
     finally:
         store.close()
     assert row is not None and row.state is JobState.RETRYABLE

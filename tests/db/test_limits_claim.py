@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from jobdb import Conn
 from psycopg.types.json import Jsonb
 
-from drover._db import held
+from drover._db import kernel
 from drover._db.claims import job_claim, job_claim_limited
 from drover._db.limits import limit_declare
 from drover._db.store import Store
@@ -260,24 +261,31 @@ def test_concurrent_claims_never_admit_past_a_rate_or_a_partition_budget(
     assert all(n == 1 for _, n in per_key)
 
 
+@pytest.mark.parametrize("kind", ["kernel", "engine"])
 def test_a_session_that_found_limits_goes_straight_to_the_limited_claim_then_rechecks(
-    db_url: str, conn: Conn, monkeypatch: pytest.MonkeyPatch
+    db_url: str, conn: Conn, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     _limit(conn, "kind:a", concurrency=1)
     _put(conn, 3)
     store = Store.open(db_url, who="test", max_size=2)
-    session = store.held("claim")
+    session = store.kernel.claim_session() if kind == "kernel" else store.held("claim")
+    gates: kernel.GatesSeen = session._gates
+
+    def through() -> str | None:
+        return gates.via("default", time.monotonic())
+
     try:
         assert len(session.claim("default", 5, LEASE, "t").rows) == 1
-        assert "default" in session._limited_since
+        assert through() == "limits"
         conn.execute("DELETE FROM drover_limits")
         # Within the recheck interval: straight to the limited claim, which
         # admits everything now that no limit exists.
         assert len(session.claim("default", 1, LEASE, "t").rows) == 1
-        assert "default" in session._limited_since
-        monkeypatch.setattr(held, "_RECHECK_LIMITS", 0.0)
+        assert through() == "limits"
+        monkeypatch.setattr(kernel, "_RECHECK_GATES", 0.0)
         assert len(session.claim("default", 1, LEASE, "t").rows) == 1
-        assert "default" not in session._limited_since
+        monkeypatch.undo()
+        assert through() is None
     finally:
         session.release()
         store.close()

@@ -85,6 +85,18 @@ def _array(values: list[int]) -> str:
 @pytest.mark.parametrize(
     ("name", "params"),
     [
+        ("job_complete", {"ids": _array(RUNNING), "attempts": _array([1] * 50)}),
+        (
+            "job_record",
+            {
+                "ids": RUNNING,
+                "attempts": [1] * 50,
+                "states": ["retryable"] * 50,
+                "scheduled_at": [None] * 50,
+                "errors": [None] * 50,
+                "refund_attempt": [False] * 50,
+            },
+        ),
         (
             "job_complete_many",
             {"ids": _array(RUNNING), "attempts": _array([1] * 50), "results": "{}"},

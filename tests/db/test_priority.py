@@ -167,9 +167,9 @@ def test_the_claim_reads_a_bounded_part_of_the_index_on_a_large_table(conn: Conn
     plan = _plan(conn, params)
     nodes = _nodes(plan)
     assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], nodes
-    # drover_limits is read whole, as it should be: a table of a few rows.
+    # drover_gates is read whole, as it should be: a table of a few rows (none here).
     seq = [n for n in nodes if n["Node Type"] == "Seq Scan"]
-    assert {n.get("Relation Name") for n in seq} <= {"drover_limits"}, seq
+    assert {n.get("Relation Name") for n in seq} <= {"drover_gates"}, seq
     scans = [n for n in nodes if n.get("Relation Name") == "drover_jobs" and "Index Name" in n]
     fetch = [n for n in scans if n["Index Name"] == "drover_jobs_fetch_v3_idx"]
     assert fetch, scans

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from jobdb import wiring
+from jobdb import plugin_service, wiring
 
 import drover
 from drover._runtime.pruner import Pruner
@@ -37,7 +38,12 @@ def _ids(conn: Conn) -> set[int]:
 
 
 def _pruner(client: drover.Client, retention: drover.Retention) -> Pruner:
-    return Pruner(wiring(client, retention=retention, prune_interval=60))
+    return Pruner(wiring(client), retention=retention, interval=timedelta(seconds=60))
+
+
+def _threads(client: drover.Client) -> set[str]:
+    suffix = f"-{client._id}"
+    return {t.name for t in threading.enumerate() if t.name.endswith(suffix)}
 
 
 def test_defaults() -> None:
@@ -47,8 +53,13 @@ def test_defaults() -> None:
         timedelta(hours=24),
         timedelta(days=7),
     )
-    assert drover.Config().retention == r
-    assert drover.Config(retention=None).retention is None
+    pruner = drover.Config().plugin("pruner")
+    assert pruner == drover.plugins.Pruner()
+    assert isinstance(pruner, drover.plugins.Pruner)
+    assert pruner.retention == r
+    assert pruner.interval == timedelta(seconds=60)
+    off = drover.Config(plugins=[drover.plugins.Pruner(retention=None)]).plugin("pruner")
+    assert isinstance(off, drover.plugins.Pruner) and off.retention is None
 
 
 def test_each_state_is_pruned_past_its_own_age(client: drover.Client, conn: Conn) -> None:
@@ -97,19 +108,38 @@ def test_only_one_client_prunes_at_a_time(client: drover.Client, conn: Conn, db_
 def test_a_started_client_prunes_in_the_background(make_client: Any, conn: Conn, poll: Any) -> None:
     producer = make_client()
     old = _plant(conn, producer, "completed", "2 days")
-    worker = make_client(prune_interval=0.05, poll_interval=0.05)
+    worker = make_client(plugins=[drover.plugins.Pruner(interval=0.05)], poll_interval=0.05)
     worker.start()
+    assert f"drover-pruner-{worker._id}" in _threads(worker)
     poll(lambda: old not in _ids(conn), timeout=10, message="old completed job pruned")
     worker.stop(5)
 
 
 def test_no_pruner_without_retention(make_client: Any, conn: Conn) -> None:
-    worker = make_client(retention=None, prune_interval=0.05)
+    worker = make_client(plugins=[drover.plugins.Pruner(retention=None, interval=0.05)])
     worker.start()
-    engine = worker._engine
-    assert engine is not None
-    assert engine.pruner is None
+    assert plugin_service(worker, "pruner") is None
+    assert f"drover-pruner-{worker._id}" not in _threads(worker)
+    assert f"drover-refresher-{worker._id}" in _threads(worker)  # the other defaults run
     worker.stop(5)
+
+
+def test_the_deprecated_fields_still_prune_and_still_turn_pruning_off(
+    make_client: Any, conn: Conn, poll: Any
+) -> None:
+    producer = make_client()
+    old = _plant(conn, producer, "completed", "2 days")
+    with pytest.warns(DeprecationWarning, match=r"Config.prune_interval is deprecated: use "):
+        worker = make_client(prune_interval=0.05, poll_interval=0.05)
+    assert worker.config.plugin("pruner") == drover.plugins.Pruner(interval=0.05)
+    worker.start()
+    poll(lambda: old not in _ids(conn), timeout=10, message="old completed job pruned")
+    worker.stop(5)
+    with pytest.warns(DeprecationWarning, match=r"drover.plugins.Pruner\(retention=...\)"):
+        keeper = make_client(retention=None)
+    keeper.start()
+    assert f"drover-pruner-{keeper._id}" not in _threads(keeper)
+    keeper.stop(5)
 
 
 @pytest.mark.parametrize(
@@ -119,5 +149,10 @@ def test_no_pruner_without_retention(make_client: Any, conn: Conn) -> None:
 def test_bad_retention_is_a_config_error(fields: dict[str, object], match: str) -> None:
     with pytest.raises(drover.ConfigError, match=match):
         drover.Retention(**fields)  # type: ignore[arg-type]
-    with pytest.raises(drover.ConfigError, match="Config.retention"):
+    with pytest.raises(drover.ConfigError, match="plugin 'pruner': retention must be"):
+        drover.plugins.Pruner(retention={"dead": 1})  # type: ignore[arg-type]
+    with (
+        pytest.warns(DeprecationWarning, match="Config.retention"),
+        pytest.raises(drover.ConfigError, match="Config.retention must be"),
+    ):
         drover.Config(retention={"dead": 1})  # type: ignore[arg-type]

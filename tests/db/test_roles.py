@@ -253,8 +253,10 @@ def test_the_worker_runs_jobs_end_to_end(roles: Roles, conn: Conn, poll: Poll) -
         poll_interval=0.05,
         retry_policy=Now(),
         rescue_interval=0.1,
-        periodic_jobs=[
-            drover.PeriodicJob("roles_beat", "@every 1h", Ping(n=-1), run_on_start=True)
+        plugins=[
+            drover.plugins.Periodic(
+                jobs=[drover.PeriodicJob("roles_beat", "@every 1h", Ping(n=-1), run_on_start=True)]
+            )
         ],
         queues={"default": drover.Queue(limits=drover.Limit(concurrency=2))},
     )

@@ -249,7 +249,7 @@ def test_the_doctor_reads_its_own_schemas_tables(empty_db_url: str) -> None:
     relations, _ = drover_objects()
     tables = {r for r in relations if not r.endswith("_seq")}
     with drover.Inspector(empty_db_url, schema="doc_a") as inspector:
-        facts = inspector._store.health_facts(drover.HealthThresholds())
+        facts = inspector._store.operator.health_facts(drover.HealthThresholds())
         report = inspector.health()
     # Each table once: doc_b's tables of the same names are not counted.
     assert sorted(t.table for t in facts.tables) == sorted(tables)

@@ -60,6 +60,7 @@ def test_every_state_set_used_in_sql_expands_to_the_python_tuple() -> None:
         ("job_cancel", job.CANCELLABLE_STATES),
         ("job_retry", job.RETRIABLE_STATES),
         ("job_record_outcomes", job.TERMINAL_STATES),
+        ("job_record", job.TERMINAL_STATES),
     ],
 )
 def test_loaded_queries_carry_the_python_sets(

@@ -21,16 +21,17 @@ from jobdb import (
     Poll,
     await_job_state,
     job_row,
+    kit,
     sample_row,
     start_client,
-    wiring,
 )
 
 import drover
 from drover._db.store import Store
-from drover._runtime.disposition import TX_NOT_COMMITTED
-from drover._runtime.heartbeat import Heartbeat
-from drover._runtime.inflight import Claim, InFlight
+from drover._kernel.claims import Claim, InFlight
+from drover._kernel.disposition import TX_NOT_COMMITTED
+from drover._kernel.heartbeat import Heartbeat
+from drover.ops.metrics import Metrics
 
 SAFETY = 20.0
 """Longest a handler waits for the test on its own (a failing test never hangs)."""
@@ -329,12 +330,13 @@ def _beat_once(db_url: str, claim: Claim) -> int:
     """One heartbeat round over ``claim`` alone; how many leases it reported lost."""
     store = Store.open(db_url, who="test", max_size=1)
     try:
-        wired = wiring(store, lease_duration=30, heartbeat_interval=1)
+        wired = kit(store, lease_duration=30, heartbeat_interval=1)
         wired.inflight.add(claim)
         Heartbeat(wired).run_once()
     finally:
         store.close()
-    lost = wired.metrics.registry.get_sample_value("drover_leases_lost_total")
+    assert isinstance(wired.events, Metrics)
+    lost = wired.events.registry.get_sample_value("drover_leases_lost_total")
     return int(lost or 0)
 
 

@@ -364,7 +364,7 @@ def test_an_insert_on_a_full_pool_names_the_servers_refusal_when_it_times_out(
     role.alter("CONNECTION LIMIT 1")
     client = drover.Client(role.url)
     try:
-        pool: Any = client.pool
+        pool: Any = client._store.pool
         poll(lambda: pool.attempts.live == 1, message="the pool's first connection")
         with (
             pool.connection(),
@@ -495,7 +495,7 @@ def test_idle_in_transaction_timeout_ending_a_pooled_connection_is_replaced(
     role.alter("SET idle_in_transaction_session_timeout = '200ms'")
     client = drover.Client(role.url)
     try:
-        pool: Any = client.pool
+        pool: Any = client._store.pool
         # Application code that leaves a transaction open on the client's pool.
         borrowed = pool.getconn()
         borrowed.execute("BEGIN")

@@ -12,7 +12,9 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -338,7 +340,7 @@ def test_with_block_starts_and_stops(make_client: MakeClient) -> None:
         assert client.running
         assert _engine(client).fetcher.alive
     assert not client.running
-    assert client.pool.closed
+    assert client._store.pool.closed
     assert _client_threads(client) == []
     with pytest.raises(drover.AlreadyStarted):
         client.start()
@@ -775,7 +777,7 @@ RUN_SCRIPT = textwrap.dedent(
     client = drover.Client(sys.argv[1], config)
     client.insert(Ping())
     client.run()
-    print("STOPPED", client.running, client.pool.closed, flush=True)
+    print("STOPPED", client.running, client._store.pool.closed, flush=True)
     """
 )
 
@@ -866,9 +868,9 @@ def test_run_outside_the_main_thread_raises(make_client: MakeClient) -> None:
 def test_stop_closes_an_owned_pool(make_client: MakeClient) -> None:
     client = make_client(poll_interval=0.05)
     client.start()
-    assert not client.pool.closed
+    assert not client._store.pool.closed
     client.stop(timeout=5)
-    assert client.pool.closed
+    assert client._store.pool.closed
     with pytest.raises(drover.DatabaseError):
         client.insert(Quick())
 
@@ -879,12 +881,32 @@ def test_stop_leaves_a_borrowed_pool_open(db_url: str) -> None:
         client.start()
         client.stop(timeout=5)
         client.close()
-        assert client.pool is pool
         assert not pool.closed
         row = client.insert(Quick())
         with pool.connection() as c:
             found = c.execute("SELECT state::text FROM drover_jobs WHERE id = %s", (row.id,))
             assert found.fetchone() == ("available",)
+
+
+def test_client_pool_is_deprecated_and_still_answers(db_url: str) -> None:
+    # Deprecated (ADR 0048): an application keeps its own pool; a client's own
+    # pool is the client's. Passing a pool in is not deprecated, and warns nothing.
+    with _application_pool(db_url, "lifecycle-deprecated", max_size=2) as pool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            borrowing = drover.Client(pool)
+            borrowing.insert(Quick())
+        with pytest.warns(DeprecationWarning, match=r"Client\.pool is deprecated") as caught:
+            assert borrowing.pool is pool
+        borrowing.close()
+    # The warning names the alternative and points at the caller's line.
+    assert "keep a reference to the psycopg_pool.ConnectionPool" in str(caught[0].message)
+    assert caught[0].filename == __file__
+    with closing(drover.Client(db_url)) as owning:
+        with pytest.warns(DeprecationWarning, match=r"Client\.pool is deprecated"):
+            own = owning.pool
+        assert own is not pool and not own.closed
+    assert own.closed
 
 
 # --- held connections ---------------------------------------------------------------------
@@ -898,12 +920,12 @@ def test_busy_loops_keep_their_connection_and_give_it_back_when_idle(
     workers.register(args=Quick)(recorder.record)
     client = make_client(workers=workers, concurrency=4, poll_interval=0.05)
     client.insert_many([Quick(n=i) for i in range(400)])
-    requests_before = client.pool.get_stats().get("requests_num", 0)
+    requests_before = client._store.pool.get_stats().get("requests_num", 0)
     client.start()
     poll(lambda: _count(conn, "completed") == 400, message="all 400 completed")
     engine = _engine(client)
     rounds = engine.fetcher.claims
-    requests = client.pool.get_stats().get("requests_num", 0) - requests_before
+    requests = client._store.pool.get_stats().get("requests_num", 0) - requests_before
     # A checkout per claim round and per completion write would be at least
     # one per claim round; held connections make it a handful for the drain.
     assert rounds >= 50, rounds

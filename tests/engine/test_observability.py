@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 import pytest
-from jobdb import idle_workers
+from jobdb import idle_workers, plugin_service
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
@@ -160,6 +160,11 @@ def gates() -> Iterator[Gates]:
 class RetryNow:
     def next_retry(self, job: drover.JobRow) -> datetime:
         return datetime.now(UTC)
+
+
+def stats(interval: float) -> drover.plugins.QueueStats:
+    """The queue-stats plugin refreshing every ``interval`` seconds."""
+    return drover.plugins.QueueStats(interval=interval)
 
 
 def _workers(gates: Gates | None = None) -> drover.Workers:
@@ -483,7 +488,7 @@ def test_pool_concurrency_gauge_is_the_configured_concurrency(
 def test_only_drovers_own_families_are_exposed(
     make_client: MakeClient, conn: Conn, poll: Poll
 ) -> None:
-    client = _start(make_client, workers=_workers(), stats_interval=0.1)
+    client = _start(make_client, workers=_workers(), plugins=[stats(0.1)])
     job = client.insert(Act(mode="ok"))
     _await_state(poll, conn, job.id, "completed")
     scrape = _scrape(client)
@@ -524,7 +529,7 @@ def test_only_drovers_own_families_are_exposed(
 def test_depth_and_age_reflect_the_database_after_a_refresh(
     make_client: MakeClient, conn: Conn, poll: Poll
 ) -> None:
-    client = _start(make_client, workers=_workers(), queues={"work": 1}, stats_interval=0.1)
+    client = _start(make_client, workers=_workers(), queues={"work": 1}, plugins=[stats(0.1)])
     # "parked" and "later" are not worked by this client, so their rows stay put.
     for _ in range(3):
         _insert_sql(conn, "parked")
@@ -583,7 +588,7 @@ def test_depth_and_age_reflect_the_database_after_a_refresh(
 
 
 def test_age_grows_with_the_database_clock(make_client: MakeClient, conn: Conn, poll: Poll) -> None:
-    client = _start(make_client, queues={"work": 1}, stats_interval=0.1)
+    client = _start(make_client, queues={"work": 1}, plugins=[stats(0.1)])
     _insert_sql(conn, "parked", scheduled_at="now() - interval '30 seconds'")
     first = poll(lambda: _scrape(client).age("parked"), 10.0, message="an age for parked")
     assert 29.0 <= first <= 35.0
@@ -605,7 +610,7 @@ def test_configured_queues_publish_zeros_before_the_first_refresh(
     make_client: MakeClient, conn: Conn, poll: Poll
 ) -> None:
     _insert_sql(conn, "parked")
-    client = make_client(queues={"work": 1, "idle": 2}, stats_interval=0.1, ops_addr=EPHEMERAL)
+    client = make_client(queues={"work": 1, "idle": 2}, plugins=[stats(0.1)], ops_addr=EPHEMERAL)
     # Hold the first refresh (and every claim) behind a table lock: whatever the
     # scrape shows now cannot have come from the database.
     with conn.transaction():
@@ -638,7 +643,7 @@ def test_configured_queues_publish_zeros_before_the_first_refresh(
 def test_series_of_a_vanished_queue_are_removed_and_configured_ones_stay(
     make_client: MakeClient, conn: Conn, poll: Poll
 ) -> None:
-    client = _start(make_client, queues={"work": 1}, stats_interval=0.1)
+    client = _start(make_client, queues={"work": 1}, plugins=[stats(0.1)])
     for _ in range(2):
         client.insert(Act(), drover.InsertOpts(queue="gone"))
     poll(
@@ -667,7 +672,7 @@ def test_a_scrape_never_touches_the_database(
     for _ in range(3):
         _insert_sql(conn, "parked")
     # A long interval: after the refresh at start nothing reads the database for the gauges.
-    client = _start(make_client, queues={"work": 1}, stats_interval=60)
+    client = _start(make_client, queues={"work": 1}, plugins=[stats(60)])
     before = poll(
         lambda: (s := _scrape(client)).depth("parked").get("available") == 3 and s,
         10.0,
@@ -695,7 +700,7 @@ def test_a_scrape_never_touches_the_database(
 
 
 def test_routes_answer_as_specified(make_client: MakeClient, poll: Poll) -> None:
-    client = _start(make_client, stats_interval=0.1)
+    client = _start(make_client, plugins=[stats(0.1)])
     addr = client.ops_addr
     assert addr is not None
     assert addr[0] == "127.0.0.1"
@@ -753,7 +758,7 @@ def test_ops_address_is_the_deprecated_name_of_ops_addr(make_client: MakeClient)
 def test_readyz_reports_draining_during_a_held_stop(
     make_client: MakeClient, conn: Conn, poll: Poll, gates: Gates
 ) -> None:
-    client = _start(make_client, workers=_workers(gates), stats_interval=0.1)
+    client = _start(make_client, workers=_workers(gates), plugins=[stats(0.1)])
     addr = client.ops_addr
     assert addr is not None
     poll(lambda: _ready(client) == (200, "ok"), 10.0, message="/readyz turning ready")
@@ -824,9 +829,7 @@ def pooled_client(db_url: str) -> Iterator[Callable[..., drover.Client]]:
 
 
 def _refresher(client: drover.Client) -> Any:
-    engine = client._engine
-    assert engine is not None
-    return engine.refresher
+    return plugin_service(client, "refresher")
 
 
 @pytest.mark.slow
@@ -836,7 +839,7 @@ def test_a_database_outage_turns_readyz_stale_and_recovery_ready_again(
     # The pool checks connections before handing them out and waits long for
     # one, so during the outage the refresher waits instead of failing: this
     # test is about the readiness transitions (failures: the next test).
-    client = pooled_client(pool_timeout=60, check=True, queues={"work": 1}, stats_interval=0.2)
+    client = pooled_client(pool_timeout=60, check=True, queues={"work": 1}, plugins=[stats(0.2)])
     client.start()
     addr = client.ops_addr
     assert addr is not None
@@ -876,7 +879,7 @@ def test_failed_refreshes_are_logged_and_retried_until_the_database_is_back(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="drover")
     # A short pool timeout: during the outage every refresh fails within about a second.
-    client = pooled_client(pool_timeout=1.0, check=False, queues={"work": 1}, stats_interval=0.2)
+    client = pooled_client(pool_timeout=1.0, check=False, queues={"work": 1}, plugins=[stats(0.2)])
     client.start()
     addr = client.ops_addr
     assert addr is not None
@@ -917,7 +920,7 @@ def test_a_busy_ops_port_fails_start_and_leaves_the_client_startable(
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()
         port = int(blocker.getsockname()[1])
-        client = make_client(ops_addr=f"127.0.0.1:{port}", stats_interval=0.1)
+        client = make_client(ops_addr=f"127.0.0.1:{port}", plugins=[stats(0.1)])
         before = set(threading.enumerate())
         with pytest.raises(drover.ConfigError, match=f"127.0.0.1:{port}"):
             client.start()
@@ -982,9 +985,15 @@ def test_two_clients_with_default_registries_each_count_their_own(
 
 @pytest.mark.parametrize("interval", [0, -1, timedelta(seconds=-3)])
 def test_a_stats_interval_that_is_not_positive_is_refused(interval: float | timedelta) -> None:
-    with pytest.raises(drover.ConfigError, match="Config.stats_interval must be positive"):
+    with pytest.raises(drover.ConfigError, match="plugin 'refresher': interval must be positive"):
+        drover.plugins.QueueStats(interval=interval)
+    assert drover.plugins.QueueStats(interval=0.25).interval == timedelta(seconds=0.25)
+    assert drover.Config().plugin("refresher") == drover.plugins.QueueStats(interval=15)
+    with (
+        pytest.warns(DeprecationWarning, match="Config.stats_interval is deprecated"),
+        pytest.raises(drover.ConfigError, match="Config.stats_interval must be positive"),
+    ):
         drover.Config(stats_interval=interval)
-    assert drover.Config(stats_interval=0.25).stats_interval == timedelta(seconds=0.25)
 
 
 @pytest.mark.parametrize("addr", ["nonsense", "127.0.0.1:", "127.0.0.1:99999", "host:port"])

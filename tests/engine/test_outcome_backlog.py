@@ -16,7 +16,7 @@ import pytest
 from jobdb import Conn, MakeClient, Poll
 
 import drover
-from drover._runtime.completer import Completer
+from drover._kernel.completer import Completer
 
 SAFETY = 20.0
 

@@ -14,12 +14,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from jobdb import plugin_service
 from prometheus_client import CollectorRegistry
 
 import drover
 from drover._db.ticks import fire_tick, lock_holders
 from drover._insert.encode import encode_insert
 from drover._records import JobInsertParams
+from drover._runtime.ticker import Ticker
 from drover.periodic import tick_key, tick_opts
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -43,15 +45,15 @@ def _beat(run_on_start: bool = False, queue: str = "parked") -> drover.PeriodicJ
 
 def _client(make_client: MakeClient, *jobs: drover.PeriodicJob, **fields: Any) -> drover.Client:
     fields.setdefault("poll_interval", POLL)
-    client = make_client(periodic_jobs=list(jobs), **fields)
+    client = make_client(plugins=[drover.plugins.Periodic(jobs=list(jobs))], **fields)
     client.start()
     return client
 
 
-def _scheduler(client: drover.Client) -> Any:
-    engine = client._engine
-    assert engine is not None and engine.ticker is not None
-    return engine.ticker
+def _scheduler(client: drover.Client) -> Ticker:
+    ticker = plugin_service(client, "periodic")
+    assert isinstance(ticker, Ticker)
+    return ticker
 
 
 def _ticks(conn: Conn, periodic_id: str = "beat") -> list[str]:
@@ -84,12 +86,24 @@ def test_without_periodic_jobs_there_is_no_scheduler_and_no_lock(
     make_client: MakeClient, conn: Conn
 ) -> None:
     client = make_client(poll_interval=POLL)
+    empty = make_client(poll_interval=POLL, plugins=[drover.plugins.Periodic(jobs=[])])
     client.start()
-    engine = client._engine
-    assert engine is not None and engine.ticker is None
+    empty.start()
+    assert plugin_service(client, "periodic") is None
+    assert plugin_service(empty, "periodic") is None
     assert not [t for t in threading.enumerate() if t.name.startswith("drover-periodic-")]
     assert _holders(conn) == []
     assert conn.execute("SELECT count(*) FROM drover_periodic_ticks").fetchone() == (0,)
+
+
+def test_the_deprecated_field_still_schedules(
+    make_client: MakeClient, conn: Conn, poll: Poll
+) -> None:
+    with pytest.warns(DeprecationWarning, match=r"drover.plugins.Periodic\(jobs=\[...\]\)"):
+        client = make_client(periodic_jobs=[_beat()], poll_interval=POLL)
+    client.start()
+    poll(lambda: len(_ticks(conn)) >= 2, message="two ticks from the deprecated field")
+    assert f"drover-periodic-{client._id}" in {t.name for t in threading.enumerate()}
 
 
 def test_two_clients_one_leader_one_row_per_tick_and_failover_on_stop(

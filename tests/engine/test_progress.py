@@ -11,7 +11,7 @@ import pytest
 from jobdb import Conn, MakeClient, Poll, start_client, wiring
 
 import drover
-from drover._runtime.inflight import Claim
+from drover._kernel.claims import Claim
 from drover._runtime.progress import ProgressWriter
 
 SAFETY = 20.0
@@ -142,6 +142,9 @@ def test_a_stale_attempt_s_report_is_refused(
     wired = wiring(client)
     wired.inflight.add(claim)
     writer = ProgressWriter(wired)
+    # What a started client passes every claim's context: the writer tracks the
+    # execution's slot from its first report on.
+    claim.context._progress_sink = writer.track
     job = _job_for(claim)
     job.set_progress(0.5, "half")
     job.update_meta({"b": 2})
@@ -173,6 +176,9 @@ def test_a_failed_round_is_written_by_the_next(
     wired = wiring(client)
     wired.inflight.add(claim)
     writer = ProgressWriter(wired)
+    # What a started client passes every claim's context: the writer tracks the
+    # execution's slot from its first report on.
+    claim.context._progress_sink = writer.track
     job = _job_for(claim)
     job.set_progress(0.3)
     job.update_meta({"x": 1})
@@ -197,6 +203,9 @@ def test_update_meta_refuses_metadata_past_its_limit_and_merges_nothing(
     wired = wiring(client)
     wired.inflight.add(claim)
     writer = ProgressWriter(wired)
+    # What a started client passes every claim's context: the writer tracks the
+    # execution's slot from its first report on.
+    claim.context._progress_sink = writer.track
     job = _job_for(claim)
     with pytest.raises(drover.InvalidArgument, match="65536"):
         job.update_meta({"more": "y" * 10_000})

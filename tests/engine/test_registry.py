@@ -18,7 +18,7 @@ from jobdb import Conn, MakeClient, Poll, db_now, idle_workers, sample_row, wiri
 
 import drover
 from drover._db.store import Store
-from drover._runtime.inflight import Claim
+from drover._kernel.claims import Claim
 from drover._runtime.registry import Registry
 from drover.inspector import WorkerInfo
 

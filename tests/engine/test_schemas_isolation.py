@@ -15,10 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from jobdb import plugin_service
 
 import drover
 from drover._db.namespace import namespace_for
 from drover._db.ticks import lock_holders
+from drover._runtime.ticker import Ticker
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Poll = Callable[..., Any]
@@ -175,14 +177,14 @@ def test_each_schema_has_its_own_periodic_leader_at_the_same_time(
 ) -> None:
     ran = Ran()
     entry = drover.PeriodicJob("beat", "@every 1h", Beat(), drover.InsertOpts(queue="parked"))
-    a = clients("a", ran, periodic_jobs=[entry])
-    b = clients("b", ran, periodic_jobs=[entry])
+    a = clients("a", ran, plugins=[drover.plugins.Periodic(jobs=[entry])])
+    b = clients("b", ran, plugins=[drover.plugins.Periodic(jobs=[entry])])
     a.start()
     b.start()
 
     def leading(client: drover.Client) -> bool:
-        engine = client._engine
-        return engine is not None and engine.ticker is not None and engine.ticker.leading
+        ticker = plugin_service(client, "periodic")
+        return isinstance(ticker, Ticker) and ticker.leading
 
     poll(lambda: leading(a) and leading(b), message="both schemas have a leader")
     with psycopg.connect(two_schemas, autocommit=True) as conn:

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import drover
-from drover._runtime.fetcher import Fetcher
-from drover._runtime.rescuer import Rescuer
-from drover._runtime.service import ThreadService
+from drover._kernel.fetcher import Fetcher
+from drover._kernel.rescuer import Rescuer
+from drover._kernel.service import ThreadService
 
 MakeClient = Callable[..., drover.Client]
 Poll = Callable[..., Any]
@@ -45,9 +45,9 @@ def test_a_service_that_fails_to_start_stops_the_ones_already_running(
         client.start()
     assert started == [
         "completer",
-        "progress",
         "heartbeat",
         "rescuer",
+        "progress",
         "refresher",
         "pruner",
         "health",
@@ -77,7 +77,11 @@ def test_a_dead_service_thread_makes_the_client_unready_and_is_counted(
 
     monkeypatch.setattr(Rescuer, "run_once", run_once)
     registry = CollectorRegistry()
-    client = make_client(rescue_interval=0.05, stats_interval=0.1, metrics_registry=registry)
+    client = make_client(
+        rescue_interval=0.05,
+        plugins=[drover.plugins.QueueStats(interval=0.1)],
+        metrics_registry=registry,
+    )
     assert _deaths(registry, "rescuer") == 0.0
     client.start()
     poll(lambda: client.ready() == (True, "ok"), message="client ready before the death")

@@ -1,6 +1,6 @@
 """The fast tier of the fault-injection suite: real worker processes, a real cluster, real faults.
 
-Each scenario runs ``python -m drover.faults``'s orchestrator with a fixed
+Each scenario runs ``python -m faults``'s orchestrator with a fixed
 seed: 1,500 jobs of mixed behaviour on three worker processes of four slots
 (among them a kind under two cluster-wide concurrency limits),
 while the nemesis injects a dozen faults drawn from every kind (SIGKILL,
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from drover.faults.suite.run import FAULT_KINDS, Scenario, run
-from drover.faults.suite.workload import LIMITED_CONCURRENCY
+from faults.suite.run import FAULT_KINDS, Scenario, run
+from faults.suite.workload import LIMITED_CONCURRENCY
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """The fault suite with a workflow-heavy workload: chains and chords under process and DB faults.
 
-One scenario of ``python -m drover.faults`` (its own cluster, as in
+One scenario of ``python -m faults`` (its own cluster, as in
 ``test_fault_suite.py``) with more workflows than the default mix: 60 chains
 and chords beside 300 jobs, while the nemesis SIGKILLs a worker, SIGSTOPs one
 past its lease, crashes PostgreSQL and cuts every connection. The history
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from drover.faults.suite.run import Scenario, run
+from faults.suite.run import Scenario, run
 
 pytestmark = pytest.mark.slow
 

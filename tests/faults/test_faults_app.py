@@ -26,8 +26,8 @@ import drover
 from drover.faults.app.report import Execution, KindReport, analyse
 from drover.faults.app.sample import sample_from
 from drover.faults.app.worker import outcome_of
+from drover.faults.harness.fleet import FAULT_KINDS
 from drover.faults.harness.history import Fault, JobFinal, Params
-from drover.faults.suite.run import FAULT_KINDS
 
 HERE = Path(__file__).parent
 APP = ["faults", "--app", "sample_app:workers"]

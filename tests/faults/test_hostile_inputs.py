@@ -404,7 +404,10 @@ def fire_hostile_periodic(env: Env) -> Any:
     )
     client = env.client(
         config=drover.Config(
-            workers=idle_workers(), periodic_jobs=[entry], poll_interval=0.05, notify=False
+            workers=idle_workers(),
+            plugins=[drover.plugins.Periodic(jobs=[entry])],
+            poll_interval=0.05,
+            notify=False,
         )
     )
     client.start()
@@ -1090,16 +1093,16 @@ API_CASES: list[Case] = [
     Case(
         "stats-interval-bool",
         "durations",
-        config(stats_interval=True),
+        lambda env: drover.plugins.QueueStats(interval=True),
         drover.ConfigError,
-        says=("Config.stats_interval", "not bool"),
+        says=("plugin 'refresher': interval", "not bool"),
     ),
     Case(
         "prune-interval-inf",
         "durations",
-        config(prune_interval=math.inf),
+        lambda env: drover.plugins.Pruner(interval=math.inf),
         drover.ConfigError,
-        says=("Config.prune_interval must be a finite number of seconds, not inf",),
+        says=("plugin 'pruner': interval must be a finite number of seconds, not inf",),
     ),
     Case(
         "shutdown-timeout-negative",
@@ -1134,9 +1137,9 @@ API_CASES: list[Case] = [
     Case(
         "stats-interval-timedelta-max",
         "durations",
-        config(stats_interval=timedelta.max),
+        lambda env: drover.plugins.QueueStats(interval=timedelta.max),
         drover.ConfigError,
-        says=("Config.stats_interval",),
+        says=("plugin 'refresher': interval must be at most 3650 days",),
         fixed=DEFECT_HUGE_DURATION,
     ),
     Case(
@@ -1436,14 +1439,14 @@ API_CASES: list[Case] = [
     Case(
         "periodic-jobs-duplicate-ids",
         "schedule",
-        lambda env: drover.Config(
-            periodic_jobs=[
+        lambda env: drover.plugins.Periodic(
+            jobs=[
                 drover.PeriodicJob("same", "@daily", Nothing()),
                 drover.PeriodicJob("same", "@hourly", Nothing()),
             ]
         ),
         drover.ConfigError,
-        says=("Config.periodic_jobs[1] duplicates id 'same'",),
+        says=("plugin 'periodic': jobs[1] duplicates id 'same'",),
     ),
     # -- injection through the operator API -----------------------------------------------------
     Case(

@@ -1,4 +1,4 @@
-"""A small soak, to keep ``python -m drover.faults soak`` working (docs/reliability.md "Soak").
+"""A small soak, to keep ``python -m faults soak`` working (docs/reliability.md "Soak").
 
 20,000 jobs through three worker processes under faults (SIGKILL, backend
 terminations, a server restart, drains), on the soak's own cluster: every
@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 import drover
-from drover.faults.soak.run import Soak, run
+from faults.soak.run import Soak, run
 
 pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_small_soak_holds_its_bounds(tmp_path: Path) -> None:
@@ -67,37 +69,55 @@ def test_a_small_soak_holds_its_bounds(tmp_path: Path) -> None:
 
 def test_the_soak_subcommand_refuses_bad_input_and_keeps_the_scenario_command() -> None:
     bad = subprocess.run(
-        [sys.executable, "-m", "drover.faults", "soak", "--kinds", "kill,nope"],
+        [sys.executable, "-m", "faults", "soak", "--kinds", "kill,nope"],
         capture_output=True,
         text=True,
         check=False,
+        cwd=ROOT,
     )
     assert bad.returncode == 2
     assert "unknown fault kind(s): nope" in bad.stderr
     small = subprocess.run(
-        [sys.executable, "-m", "drover.faults", "soak", "--jobs", "10"],
+        [sys.executable, "-m", "faults", "soak", "--jobs", "10"],
         capture_output=True,
         text=True,
         check=False,
+        cwd=ROOT,
     )
     assert small.returncode == 2
     assert "--jobs must be at least 1000" in small.stderr
     negative = subprocess.run(
-        [sys.executable, "-m", "drover.faults", "soak", "--fault-every", "0"],
+        [sys.executable, "-m", "faults", "soak", "--fault-every", "0"],
         capture_output=True,
         text=True,
         check=False,
+        cwd=ROOT,
     )
     assert negative.returncode == 2
     assert "--fault-every must be positive, not 0.0" in negative.stderr
     scenario = subprocess.run(
-        [sys.executable, "-m", "drover.faults", "--help"],
+        [sys.executable, "-m", "faults", "--help"],
         capture_output=True,
         text=True,
         check=False,
+        cwd=ROOT,
     )
     assert scenario.returncode == 0
     assert "--faults" in scenario.stdout
+
+
+def test_python_m_drover_faults_says_where_the_suite_went(tmp_path: Path) -> None:
+    # The installed package keeps the harness and `drover faults --app` only (ADR 0049).
+    moved = subprocess.run(
+        [sys.executable, "-m", "drover.faults", "--jobs", "10"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert moved.returncode == 2
+    assert "python -m faults soak" in moved.stderr
+    assert "drover faults --app" in moved.stderr
 
 
 def test_a_soak_needs_a_worker_besides_the_observed_one(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def test_inserts_and_reads_through_pgbouncer(pgb_url: str, conn: Conn) -> None:
         assert [None if j is None else j.args["text"] for j in found] == [
             f"n{i}" for i in range(RUNS)
         ]
-        assert client.pool.pooled is True  # type: ignore[attr-defined]
+        assert client._store.pool.pooled is True  # type: ignore[attr-defined]
     count = conn.execute("SELECT count(*) FROM drover_jobs WHERE kind = 'pgb_note'").fetchone()
     assert count == (RUNS,)
 
@@ -74,7 +74,7 @@ def test_config_pgbouncer_true_skips_the_detection(pgb_url: str) -> None:
     with closing(drover.Client(pgb_url, drover.Config(pgbouncer=True))) as client:
         for i in range(RUNS):
             client.insert(Note(text=str(i)))
-        assert client.pool.pooled is True  # type: ignore[attr-defined]
+        assert client._store.pool.pooled is True  # type: ignore[attr-defined]
 
 
 def test_insert_many_by_copy_direct_and_staged_through_pgbouncer(pgb_url: str, conn: Conn) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from jobdb import plugin_service
 
 import drover
 from drover._db.ticks import lock_holders
@@ -157,9 +158,13 @@ def _beat() -> drover.PeriodicJob:
 
 
 def _ticker(client: drover.Client) -> Any:
-    engine = client._engine
-    assert engine is not None and engine.ticker is not None
-    return engine.ticker
+    ticker = plugin_service(client, "periodic")
+    assert ticker is not None
+    return ticker
+
+
+def _periodic() -> list[drover.Plugin]:
+    return [drover.plugins.Periodic(jobs=[_beat()])]
 
 
 def _lease(conn: Conn) -> tuple[Any, ...] | None:
@@ -169,8 +174,8 @@ def _lease(conn: Conn) -> tuple[Any, ...] | None:
 def test_periodic_leader_holds_a_lease_row_and_hands_it_over(
     make_pgb_client: MakeClient, conn: Conn, poll: Poll, pgb_url: str
 ) -> None:
-    first = make_pgb_client(periodic_jobs=[_beat()], poll_interval=0.1)
-    second = make_pgb_client(periodic_jobs=[_beat()], poll_interval=0.1)
+    first = make_pgb_client(plugins=_periodic(), poll_interval=0.1)
+    second = make_pgb_client(plugins=_periodic(), poll_interval=0.1)
     first.start()
     poll(lambda: _ticker(first).leading, message="the first client leads")
     second.start()
@@ -207,7 +212,7 @@ def test_an_expired_lease_is_taken_over_on_the_database_clock(
         "INSERT INTO drover_periodic_lease (holder, leased_until) "
         "VALUES ('crashed', now() + interval '1.5 seconds')"
     )
-    client = make_pgb_client(periodic_jobs=[_beat()], poll_interval=0.1)
+    client = make_pgb_client(plugins=_periodic(), poll_interval=0.1)
     started = time.monotonic()
     client.start()
     poll(lambda: _ticker(client).leading, timeout=10, message="takes over after expiry")

@@ -6,6 +6,8 @@ mypy fails if one of them ever stops being an error.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -113,7 +115,82 @@ def running(url: str) -> None:
     drover.Config(concurrency="4")  # type: ignore[arg-type]
 
 
+class Housekeeping(drover.Plugin):
+    name = "housekeeping"
+
+    def __init__(self, *, interval: drover.Duration = 300, table: str = "sessions") -> None:
+        super().__init__(interval=interval)
+        self.table = table
+
+    def run_once(self, context: drover.PluginContext) -> int:
+        with context.connection(timeout=5) as conn:
+            cur = conn.execute("SELECT 1")
+        if context.stopped or context.wait(0.1):
+            return 0
+        context.logger.info("housekept for %s", context.client_id)
+        return cur.rowcount
+
+    def not_ready(self, status: drover.PluginStatus) -> str | None:
+        since: float | None = status.since_success
+        return None if since is None or since < 600 else "housekeeping stale"
+
+
+def plugins() -> None:
+    nightly = drover.PeriodicJob("nightly", "30 2 * * *", Resize(image_id=1))
+    config = drover.Config(
+        plugins=[
+            drover.plugins.Pruner(retention=drover.Retention(completed=3600), interval=60),
+            drover.plugins.HealthProbe(interval=0),
+            drover.plugins.QueueStats(interval=timedelta(seconds=30)),
+            drover.plugins.Periodic(jobs=[nightly]),
+            Housekeeping(interval=timedelta(minutes=10)),
+        ]
+    )
+    found: drover.Plugin | None = config.plugin("pruner")
+    every: tuple[drover.Plugin, ...] = config.effective_plugins
+    interval: timedelta | None = every[0].interval
+    print(found, interval)
+    drover.Config(plugins=drover.plugins.Pruner())  # type: ignore[arg-type]
+    drover.plugins.Pruner(retention=3600)  # type: ignore[arg-type]
+
+    class MyPruner(drover.plugins.Pruner):  # type: ignore[misc]
+        pass
+
+
 def signals(job: drover.Job[SendEmail]) -> None:
     if job.attempt > 3:
         raise drover.Cancel("gave up")
     raise drover.Snooze(timedelta(minutes=5))
+
+
+class Tenant:
+    """An insert middleware (ADR 0047): an object with ``around_insert``."""
+
+    @contextlib.contextmanager
+    def around_insert(self, batch: drover.InsertBatch) -> Iterator[None]:
+        operation: str = batch.operation
+        first: drover.InsertParams = batch[0]
+        queue: str = first.queue
+        batch.add_meta({"tenant": operation, "queue": queue})
+        batch.add_tags("tenant")
+        batch.replace(0, priority=5)
+        yield
+        rows: Sequence[drover.JobRow] = batch.rows
+        print(len(rows))
+
+
+async def insert_middleware(url: str, conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+    middleware: drover.InsertMiddleware = Tenant()
+    config = drover.Config(middleware=[audit, middleware])
+    async with drover.AsyncClient(url, config) as client:
+        row: drover.JobRow = await client.insert(SendEmail(to="a"))
+        flow: drover.InsertedWorkflow = await client.insert(
+            drover.chain(SendEmail(to="b"), Resize(image_id=1))
+        )
+        in_tx: drover.InsertedWorkflow = await client.insert_tx(
+            conn, drover.group(SendEmail(to="c"))
+        )
+        print(row, flow.id, in_tx.last)
+    with drover.Inspector(url, middleware=[middleware]) as inspector:
+        inspector.enqueue("send_email", '{"to": "d"}')
+    drover.Config(middleware=[object()])  # type: ignore[list-item]

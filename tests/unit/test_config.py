@@ -63,7 +63,7 @@ def test_config_is_immutable() -> None:
         ({"poll_interval": 0}, r"Config.poll_interval must be positive, not 0s"),
         ({"poll_interval": -1}, r"Config.poll_interval must be positive, not -1s"),
         ({"rescue_interval": -1}, r"Config.rescue_interval must be positive"),
-        ({"prune_interval": 0}, r"Config.prune_interval must be positive"),
+        ({"plugins": [None]}, r"Config.plugins\[0\] must be a drover.Plugin, not None"),
         ({"shutdown_timeout": -3}, r"Config.shutdown_timeout must not be negative, not -3s"),
         ({"queues": {}}, r"Config.queues must name at least one queue"),
         ({"queues": {"a": 0}}, r"Config.queues\['a'\]: weight must be between 1 and 100000, not 0"),
@@ -93,7 +93,9 @@ def test_replace_checks_again_and_keeps_the_rest() -> None:
     assert changed.heartbeat_interval == timedelta(seconds=10)
     with pytest.raises(drover.ConfigError, match="concurrency must be at least 1"):
         base.replace(concurrency=0)
-    with pytest.raises(drover.ConfigError, match="unknown Config field.*concurency"):
+    with pytest.raises(
+        drover.ConfigError, match=r"unknown Config field.*concurency \(did you mean 'concurrency'"
+    ):
         base.replace(concurency=3)
 
 

@@ -121,8 +121,8 @@ def test_a_name_that_does_not_exist_is_caught() -> None:
 def test_the_config_fields_the_guides_name_are_fields() -> None:
     fields = {f.name for f in dataclasses.fields(drover.Config)}
     named = {m for page in GUIDES for m in re.findall(r"\bConfig\.([a-z_]\w*)", page.read_text())}
-    named.discard("replace")  # the one method
-    assert {"shutdown_timeout", "lease_duration", "periodic_jobs", "retry_policy"} <= named
+    named -= {"replace", "plugin"}  # the methods
+    assert {"shutdown_timeout", "lease_duration", "plugins", "retry_policy"} <= named
     assert named <= fields, named - fields
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jobdb import sample_row
 
-from drover._runtime.inflight import Claim, InFlight
+from drover._kernel.claims import Claim, InFlight
 
 
 def _claim(job_id: int, queue: str, attempt: int = 1) -> Claim:

@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.limits",
             "drover.results",
             "drover.progress",
+            "drover.insert_middleware",
             "drover.workflows",
             "drover.schedule",
             "drover.retry",
@@ -50,11 +51,14 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.worker",
             "drover.log",
             "drover.health",
+            # The kernel's store protocol: what a store must do, no I/O (ADR 0045).
+            "drover._kernel.store",
         ],
     ),
     ("database", [r"drover\._db(\..+)?"]),
     ("insert side", [r"drover\._insert(\..+)?"]),
-    ("configuration", ["drover.periodic", "drover.config"]),
+    ("kernel", [r"drover\._kernel(?!\.store$)(\..+)?"]),
+    ("configuration", ["drover.periodic", "drover.plugins", "drover.config"]),
     ("observability", [r"drover\.ops(\..+)?"]),
     ("engine", [r"drover\._runtime(\..+)?"]),
     (
@@ -200,6 +204,71 @@ def test_no_layer_imports_a_higher_one() -> None:
     assert not upward, "imports against the layering:\n" + "\n".join(upward)
 
 
+# The surfaces reach the database through the facade (Client, Inspector) and
+# the Store, never a pool (ADR 0048): no import of drover._db.pool (its
+# borrow, its dedicated connections), and no `.pool` or `._pool` of a
+# Client, an Inspector or a Store. The source is read, not the objects, so any
+# attribute of that name counts; an application's own pool, built from
+# psycopg_pool, is not drover's and may be named anything else.
+_POOL_MODULE = "drover._db.pool"
+_POOL_ATTRIBUTES = frozenset({"pool", "_pool"})
+
+
+def _is_surface(module: str) -> bool:
+    return LAYERS[_layer(module)][0] == "surfaces"
+
+
+def _pool_uses(module: str, path: Path) -> Iterator[str]:
+    """``"<module>:<line> ..."`` for each use of a pool in ``path``: the import or the attribute."""
+    for target, line in _imports(module, path):
+        if target == _POOL_MODULE:
+            yield f"{module}:{line} imports {_POOL_MODULE}"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in _POOL_ATTRIBUTES:
+            yield f"{module}:{node.lineno} uses .{node.attr}"
+
+
+def test_no_surface_touches_a_pool() -> None:
+    uses = [
+        use
+        for module, path in MODULES.items()
+        if _is_surface(module)
+        for use in _pool_uses(module, path)
+    ]
+    assert not uses, (
+        "a surface reaches for a pool; go through the Client, the Inspector or the "
+        "Store (Store.operator) instead:\n" + "\n".join(uses)
+    )
+
+
+def test_the_pool_rule_finds_a_planted_use(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "from drover._db.pool import borrow\n"
+        "from drover._db import pool\n"
+        "def f(client, store):\n"
+        "    target = client.pool.conninfo\n"
+        "    with borrow(store._pool, 'x') as conn:\n"
+        "        return target, conn\n"
+    )
+    assert sorted(_pool_uses("drover.cli.planted", planted)) == [
+        "drover.cli.planted:1 imports drover._db.pool",
+        "drover.cli.planted:2 imports drover._db.pool",
+        "drover.cli.planted:4 uses .pool",
+        "drover.cli.planted:5 uses ._pool",
+    ]
+    clean = tmp_path / "clean.py"
+    clean.write_text(
+        "import logging\n"
+        "from drover._db.store import Store\n"
+        "logging.getLogger('psycopg.pool')\n"
+        "def f(store: Store):\n    return store.operator.job_counts()\n"
+    )
+    assert list(_pool_uses("drover.cli.clean", clean)) == []
+    assert _is_surface("drover.cli.planted") and _is_surface("drover.web.app")
+    assert not _is_surface("drover.client")
+
+
 # `drover faults --app` is the command that runs a user's handlers under the
 # harness (ADR 0039): its module is the one door, and it imports the harness
 # inside the command only, so `import drover.cli` still loads none of it.
@@ -226,17 +295,47 @@ def test_the_cli_loads_no_fault_harness_until_drover_faults_runs() -> None:
     assert loaded == "[]"
 
 
-def test_the_fault_harness_knows_nothing_of_drovers_own_suite() -> None:
+# drover's own fault suite and soak (faults/) and the developer tools (tools/)
+# live in the repository, outside the package and the wheel (ADR 0049).
+REPOSITORY_ONLY = ("faults", "tools")
+
+
+def _absolute_imports(path: Path) -> Iterator[tuple[str, int]]:
+    """``(module, line)`` for every absolute import in ``path``, wherever it is written."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, node.lineno
+
+
+def test_drover_never_imports_the_repositorys_own_suite_or_tools() -> None:
     # The harness is what a user's handlers can be run under; the suite is
-    # drover's own workload on top of it.
+    # drover's own workload on top of it, and it is not installed.
     leaks = [
-        f"{module}:{line} imports {target}"
-        for module, targets in GRAPH.items()
-        if module.startswith("drover.faults.harness")
-        for target, line in targets.items()
-        if target.startswith("drover.faults.suite")
+        f"{module}:{line} imports {name}"
+        for module, path in MODULES.items()
+        for name, line in _absolute_imports(path)
+        if name.split(".")[0] in REPOSITORY_ONLY
     ]
     assert not leaks, leaks
+
+
+def test_drovers_own_suite_uses_drover_as_any_program_would() -> None:
+    # The suite and the soak test the package as it ships: its public modules
+    # and the fault harness, never a private module (what a user cannot reach
+    # without reaching into drover's insides, the suite does not either).
+    root = SRC.parent / "faults"
+    found = sorted(root.rglob("*.py"))
+    assert found, f"no fault suite in {root}"
+    private = [
+        f"{path.relative_to(root.parent)}:{line} imports {name}"
+        for path in found
+        for name, line in _absolute_imports(path)
+        if name.split(".")[0] == "drover" and any(p.startswith("_") for p in name.split("."))
+    ]
+    assert not private, private
 
 
 def test_the_checker_sees_function_level_and_type_checking_imports(tmp_path: Path) -> None:
@@ -261,3 +360,94 @@ def test_the_checker_sees_function_level_and_type_checking_imports(tmp_path: Pat
 )
 def test_the_cycle_finder(graph: dict[str, dict[str, int]], expected: list[list[str]]) -> None:
     assert _cycles(graph) == expected
+
+
+# --- the kernel (ADR 0045) ----------------------------------------------------------------------
+
+# The kernel: claim, dispatch, completion, lease renewal, rescue and hand-back,
+# and PostgreSQL's statements for them. It knows no feature: it imports its own
+# modules and these, and nothing else (not limits, results, workflows,
+# progress, cancels, the ledger, uniqueness, periodic jobs, retention, the
+# configuration, the metrics or the engine that attaches them).
+KERNEL = re.compile(r"drover\._kernel(\..+)?|drover\._db\.(kernel|doors)")
+KERNEL_MAY_IMPORT = frozenset(
+    {
+        # the model it runs: rows, states, outcomes, errors, the handler's context
+        "drover.errors",
+        "drover.job",
+        "drover._records",
+        "drover.context",
+        "drover.retry",
+        "drover.log",
+        "drover.middleware",
+        "drover._durations",
+        "drover.queues",
+        # the database's plumbing: connections, errors, the SQL loader, the
+        # caller's transaction, the insert and the read of a row by id
+        "drover._db",
+        "drover._db.errors",
+        "drover._db.pool",
+        "drover._db.caller",
+        "drover._db.deadline",
+        "drover._db.namespace",
+        "drover._db.queries",
+        "drover._db.rows",
+        "drover._db.insert_one",
+        "drover._db.admin",
+    }
+)
+# The model's public types (a row names every column, the context every
+# handler-side call) are data: the kernel may reach them whatever they import.
+# Everything else the kernel reaches, however indirectly, is held to the list.
+# What the plumbing itself stands on (connections, names, the SQL loader).
+_DB_PLUMBING = frozenset({"drover._db.conninfo", "drover._db.qualify"})
+MODEL_LEAVES = frozenset(
+    {
+        "drover.errors",
+        "drover.job",
+        "drover._records",
+        "drover.context",
+        "drover.retry",
+        "drover.queues",
+    }
+)
+
+
+def test_the_kernel_imports_no_feature() -> None:
+    kernel = [m for m in MODULES if KERNEL.fullmatch(m)]
+    assert "drover._kernel.engine" in kernel and "drover._db.kernel" in kernel
+    found = [
+        f"{module}:{line} imports {target}"
+        for module in kernel
+        for target, line in GRAPH[module].items()
+        if not KERNEL.fullmatch(target) and target not in KERNEL_MAY_IMPORT
+    ]
+    assert not found, "the kernel imports a feature (ADR 0045):\n" + "\n".join(found)
+
+
+def test_what_the_kernel_reaches_indirectly_is_no_feature_either() -> None:
+    # Through the plumbing it may import (a loader, the insert of one job, the
+    # read of a row), the kernel must not reach a feature's statements or code.
+    reached: dict[str, str] = {}
+    stack = [m for m in MODULES if KERNEL.fullmatch(m)]
+    while stack:
+        module = stack.pop()
+        if module in MODEL_LEAVES:
+            continue
+        for target in GRAPH[module]:
+            if target not in reached and not KERNEL.fullmatch(target):
+                reached[target] = module
+                stack.append(target)
+    leaks = [
+        f"{target} (through {via})"
+        for target, via in sorted(reached.items())
+        if target not in KERNEL_MAY_IMPORT | _DB_PLUMBING
+    ]
+    assert not leaks, "the kernel reaches a feature (ADR 0045):\n" + "\n".join(leaks)
+
+
+def test_the_kernel_rule_sees_a_feature_import(tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text("from drover.limits import Limit\nfrom drover._kernel.kit import Kit\n")
+    targets = {t for t, _ in _imports("drover._kernel.probe", path)}
+    assert targets - KERNEL_MAY_IMPORT - {"drover._kernel.kit"} == {"drover.limits"}

@@ -12,8 +12,8 @@ from psycopg import errors as pgerrors
 
 import drover
 from drover._db.errors import classify
-from drover._runtime import outage
-from drover._runtime.outage import Backoff, Trouble
+from drover._kernel import outage
+from drover._kernel.outage import Backoff, Trouble
 
 
 def _wrapped(cause: BaseException) -> drover.DatabaseError:

@@ -59,34 +59,47 @@ def test_duplicate_ids_are_refused_naming_both_positions() -> None:
         drover.PeriodicJob("a", "@weekly", Report()),
     ]
     with pytest.raises(drover.ConfigError) as raised:
+        drover.plugins.Periodic(jobs=jobs)
+    assert str(raised.value) == ("plugin 'periodic': jobs[2] duplicates id 'a' of jobs[0]")
+    assert isinstance(raised.value, drover.InvalidArgument)
+    # The deprecated field names itself, as it always did.
+    with (
+        pytest.warns(DeprecationWarning, match="Config.periodic_jobs is deprecated"),
+        pytest.raises(drover.ConfigError) as raised,
+    ):
         drover.Config(periodic_jobs=jobs)
     assert str(raised.value) == (
         "Config.periodic_jobs[2] duplicates id 'a' of Config.periodic_jobs[0]"
     )
-    assert isinstance(raised.value, drover.InvalidArgument)
 
 
 @pytest.mark.parametrize(
     ("entries", "message"),
     [
-        ("nightly", "Config.periodic_jobs must be a list of drover.PeriodicJob"),
-        ([("a", "@hourly")], "Config.periodic_jobs[0] must be a drover.PeriodicJob"),
+        ("nightly", "plugin 'periodic': jobs must be a list of drover.PeriodicJob"),
+        ([("a", "@hourly")], "plugin 'periodic': jobs[0] must be a drover.PeriodicJob"),
     ],
 )
 def test_periodic_jobs_must_be_a_list_of_entries(entries: object, message: str) -> None:
     with pytest.raises(drover.ConfigError) as raised:
-        drover.Config(periodic_jobs=entries)  # type: ignore[arg-type]
+        drover.plugins.Periodic(jobs=entries)  # type: ignore[arg-type]
     assert message in str(raised.value)
 
 
 def test_two_entries_may_insert_the_same_kind() -> None:
     config = drover.Config(
-        periodic_jobs=[
-            drover.PeriodicJob("hourly", "@hourly", Report(day="h")),
-            drover.PeriodicJob("daily", "@daily", Report(day="d")),
+        plugins=[
+            drover.plugins.Periodic(
+                jobs=[
+                    drover.PeriodicJob("hourly", "@hourly", Report(day="h")),
+                    drover.PeriodicJob("daily", "@daily", Report(day="d")),
+                ]
+            )
         ]
     )
-    assert [j.id for j in config.periodic_jobs] == ["hourly", "daily"]
+    periodic = config.plugin("periodic")
+    assert isinstance(periodic, drover.plugins.Periodic)
+    assert [j.id for j in periodic.jobs] == ["hourly", "daily"]
 
 
 def test_a_tick_carries_its_key_and_time_and_the_entrys_options() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from drover._runtime.inflight import Slots
+from drover._kernel.claims import Slots
 
 
 def test_take_all_takes_every_idle_slot_and_finished_jobs_return_them() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from drover.faults.soak.figures import (
+from faults.soak.figures import (
     Latency,
     Sample,
     SlopeBound,

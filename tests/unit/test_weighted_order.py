@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from drover._runtime.fetcher import weighted_order
+from drover._kernel.fetcher import weighted_order
 
 ROUNDS = 60_000
 

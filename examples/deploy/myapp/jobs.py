@@ -63,6 +63,10 @@ def make_client() -> drover.Client:
         workers=workers,
         concurrency=10,
         queues={"email": 3, "maintenance": 1},
-        periodic_jobs=[drover.PeriodicJob("prune-sessions", "30 3 * * *", PruneSessions())],
+        plugins=[
+            drover.plugins.Periodic(
+                jobs=[drover.PeriodicJob("prune-sessions", "30 3 * * *", PruneSessions())]
+            )
+        ],
     )
     return drover.Client(os.environ["DATABASE_URL"], config)

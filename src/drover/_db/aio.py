@@ -1,11 +1,13 @@
 """Inserts on asyncio: the ``await`` twins of ``drover._db.insert`` and ``drover._db.caller``.
 
-Only the I/O is async here. The statements are the same named queries, and
-what is sent and what comes back is built by the same pure functions as the
-synchronous path (``insert_statement``/``inserted_row``, ``copy_chunks``,
-``staged_row``, ``unique_item``/``unique_rows``), so both paths write the
-same rows. ``translate`` wraps each ``await``: psycopg and pool errors
-become the same ``drover.DroverError`` subclasses as in synchronous code.
+Only the I/O is async here. A single insert sends what ``insert_statement``
+builds and reads its answer with ``inserted_row``, as ``job_insert`` does;
+every write of more than one statement (a unique insert, a batch, a graph)
+is the synchronous path's own plan (``drover._db.plans``), carried out by
+``arun`` with ``await`` where ``plans.run`` blocks (ADR 0047). So both paths
+make the same decisions and write the same rows. ``translate`` wraps each
+``await``: psycopg and pool errors become the same ``drover.DroverError``
+subclasses as in synchronous code.
 
 None of these functions commits, rolls back or changes session settings on a
 caller's connection. On drover's own (autocommit) pool connections a single
@@ -19,7 +21,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self, TypeAlias
+from typing import Any, Self, TypeAlias, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -28,33 +30,31 @@ from psycopg_pool import AsyncConnectionPool
 from drover._db.caller import check_transaction
 from drover._db.conninfo import check_conninfo, describe_target
 from drover._db.errors import redact, translate
-from drover._db.insert import (
-    copy_chunks,
-    copy_statement,
-    duplicate_error,
-    insert_statement,
-    inserted_row,
-    staged_row,
-)
+from drover._db.graph import GRAPH_ACTION, graph_plan
+from drover._db.insert import insert_statement, inserted_row, many_action, many_plan
 from drover._db.namespace import DEFAULT, Namespace
+from drover._db.plans import ALL, ONE, Atomic, Copy, Execute, Plan, atomic
 from drover._db.queries import query
-from drover._db.rows import row_from_db
-from drover._db.unique import unique_item, unique_rows
-from drover._records import EncodedBatch, Identity, JobInsertParams
-from drover.errors import DatabaseError, DuplicateJob, InvalidArgument, UnsupportedConnection
+from drover._db.unique import unique_one_plan
+from drover._records import EncodedBatch, EncodedGraph, Identity, JobInsertParams
+from drover.errors import DatabaseError, InvalidArgument, UnsupportedConnection
 from drover.job import JobRow
 
 __all__ = [
     "AsyncConnection",
     "aio_borrow",
     "aio_insert",
+    "aio_insert_graph",
     "aio_insert_many",
     "aio_insert_unique",
     "aio_notify_now",
     "aio_open",
     "aio_pool_from",
+    "arun",
     "resolve_async_connection",
 ]
+
+T = TypeVar("T")
 
 AsyncConnection: TypeAlias = psycopg.AsyncConnection[Any]
 """A psycopg async connection, as this module passes it around."""
@@ -315,32 +315,13 @@ async def aio_insert_unique(
     ns: Namespace = DEFAULT,
 ) -> JobRow:
     """Insert one job with a unique identity, debounce or throttle (ADR 0031), or return
-    the job holding it (flagged ``duplicate``).
-
-    Always one round trip through ``drover_insert_unique``, which decides
-    every case exactly; the synchronous path's leaner statements for a free
-    plain identity are an optimisation this path does not repeat.
-    """
-    rows = await _run_unique(conn, [params], {0: identity}, notify=notify, ns=ns)
-    row = rows[0]
-    assert row is not None
-    return row
-
-
-async def _run_unique(
-    conn: AsyncConnection,
-    batch: Sequence[JobInsertParams],
-    identities: dict[int, Identity],
-    *,
-    notify: bool,
-    ns: Namespace = DEFAULT,
-) -> list[JobRow | None]:
-    document = ",".join(unique_item(p, identities.get(i)) for i, p in enumerate(batch))
-    with translate(f"insert {len(batch)} unique job{'s' if len(batch) != 1 else ''}"):
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(query("job_insert_unique", ns), (f"[{document}]", notify))
-            found = await cur.fetchall()
-    return unique_rows(found)
+    the job holding it (flagged ``duplicate``): ``unique_one_plan``, as the synchronous
+    ``insert_one`` runs it."""
+    return await arun(
+        conn,
+        unique_one_plan(params, identity, notify=notify, ns=ns),
+        f"insert job kind {params.kind!r}",
+    )
 
 
 async def aio_insert_many(
@@ -351,123 +332,70 @@ async def aio_insert_many(
     notify: bool,
     ns: Namespace = DEFAULT,
 ) -> list[JobRow]:
-    """Insert an encoded batch (``job_insert_many``'s twin), rows in input order.
-
-    The same three paths: COPY straight into ``drover_jobs`` for a batch
-    without unique keys, tags or metadata; COPY into a staging table under a
-    savepoint (with ``caller_tx``) for one with them, so a collision writes
-    nothing and raises ``DuplicateJob``; one ``drover_insert_unique``
-    statement under a savepoint when an item has a unique identity.
-    """
-    batch = encoded.params
-    if not batch:
+    """Insert an encoded batch (``many_plan``, as ``job_insert_many`` runs it), rows in
+    input order: COPY straight into ``drover_jobs``, COPY into a staging table under a
+    savepoint, or one ``drover_insert_unique`` statement."""
+    if not encoded.params:
         return []
-    if encoded.identities:
-        return await _many_identified(conn, encoded, caller_tx=caller_tx, notify=notify, ns=ns)
-    if encoded.unique or encoded.decorated:
-        return await _many_staged(conn, batch, caller_tx=caller_tx, notify=notify, ns=ns)
-    queues = sorted(encoded.queues) if notify else []
-    with translate(f"insert {len(batch)} jobs"):
-        async with conn.cursor(row_factory=tuple_row) as cur:
-            if caller_tx:
-                # No savepoint, as in the synchronous path: nothing here can be
-                # refused, so a failure is a database error aborting the caller's
-                # transaction like any failed statement.
-                return await _copy_direct(
-                    cur, batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta, ns=ns
-                )
-            async with conn.transaction():
-                return await _copy_direct(
-                    cur, batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta, ns=ns
-                )
+    return await arun(
+        conn, many_plan(encoded, caller_tx=caller_tx, notify=notify, ns=ns), many_action(encoded)
+    )
 
 
-async def _copy_direct(
-    cur: psycopg.AsyncCursor[Any],
-    params: Sequence[JobInsertParams],
-    *,
-    timed: bool,
-    queues: list[str],
-    meta: str | None,
-    ns: Namespace = DEFAULT,
-) -> list[JobRow]:
-    await cur.execute(query("job_insert_batch_reserve", ns), (len(params), queues))
-    reserved = await cur.fetchone()
-    assert reserved is not None
-    now, ids, _ = reserved
-    ids.sort()
-    rows: list[JobRow] = []
-    async with cur.copy(copy_statement(params, timed=timed, meta=meta, ns=ns)) as copy:
-        for text in copy_chunks(params, ids, now, rows, timed=timed, meta=meta):
-            await copy.write(text)
-    return rows
-
-
-async def _many_staged(
+async def aio_insert_graph(
     conn: AsyncConnection,
-    batch: Sequence[JobInsertParams],
+    graph: EncodedGraph,
     *,
-    caller_tx: bool,
+    own_transaction: bool,
     notify: bool,
     ns: Namespace = DEFAULT,
-) -> list[JobRow]:
-    with translate(f"insert {len(batch)} jobs"):
+) -> tuple[list[JobRow], int | None]:
+    """Insert jobs with dependencies (``graph_plan``, as ``job_insert_graph`` runs it).
+
+    With ``own_transaction`` (a connection of drover's pool) the statements
+    run in a transaction of their own; otherwise in the caller's.
+    """
+    plan = graph_plan(graph, notify=notify, ns=ns)
+    return await arun(conn, atomic(plan) if own_transaction else plan, GRAPH_ACTION)
+
+
+async def arun(conn: AsyncConnection, plan: Plan[T], action: str) -> T:
+    """Carry ``plan`` out on ``conn`` (one cursor): ``drover._db.plans.run`` with ``await``."""
+    with translate(action):
         async with conn.cursor(row_factory=tuple_row) as cur:
-            if caller_tx:
-                # Opens the caller's transaction first, so that transaction()
-                # below is a savepoint and never commits the caller's work.
-                await cur.execute(query("job_insert_batch_stage", ns))
+            return await _drive(conn, cur, plan)
+
+
+async def _drive(conn: AsyncConnection, cur: psycopg.AsyncCursor[Any], plan: Plan[T]) -> T:
+    send = plan.send
+    answer: Any = None
+    while True:
+        try:
+            step = send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        if type(step) is Execute:
+            await cur.execute(step.statement, step.params)
+            fetch = step.fetch
+            if fetch == ONE:
+                answer = await cur.fetchone()
+            elif fetch == ALL:
+                answer = await cur.fetchall()
+            else:
+                answer = None
+        elif type(step) is Copy:
+            async with cur.copy(step.statement) as copy:
+                if step.rows:
+                    for row in step.data:
+                        await copy.write_row(row)
+                else:
+                    for text in step.data:
+                        await copy.write(text)
+            answer = None
+        else:
+            assert type(step) is Atomic
             async with conn.transaction():
-                if not caller_tx:
-                    await cur.execute(query("job_insert_batch_stage", ns))
-                async with cur.copy(query("job_insert_batch_copy", ns)) as copy:
-                    for ord_, p in enumerate(batch):
-                        await copy.write_row(staged_row(ord_, p))
-                await cur.execute(query("job_insert_batch_apply", ns))
-                rows = await cur.fetchall()
-                if len(rows) != len(batch):
-                    # Raising rolls the savepoint back: nothing of the batch stays.
-                    raise await _first_duplicate(cur, batch, {r[0] for r in rows}, ns=ns)
-                if notify:
-                    queues = sorted({p.queue for p in batch})
-                    await cur.execute(query("notify_queues", ns), {"queues": queues})
-    return [row_from_db(r) for r in rows]
-
-
-async def _first_duplicate(
-    cur: psycopg.AsyncCursor[Any],
-    batch: Sequence[JobInsertParams],
-    inserted: set[int],
-    *,
-    ns: Namespace = DEFAULT,
-) -> DuplicateJob:
-    await cur.execute(query("job_insert_batch_staged_ids", ns))
-    for ord_, id_ in await cur.fetchall():
-        if id_ not in inserted:
-            return duplicate_error(batch[ord_], f"item {ord_}: ")
-    return duplicate_error(next(p for p in batch if p.unique_key is not None))
-
-
-async def _many_identified(
-    conn: AsyncConnection,
-    encoded: EncodedBatch,
-    *,
-    caller_tx: bool,
-    notify: bool,
-    ns: Namespace = DEFAULT,
-) -> list[JobRow]:
-    batch = encoded.params
-    identities = dict(encoded.identities or {})
-    if caller_tx:
-        with translate(f"insert {len(batch)} unique jobs"):
-            await conn.execute(query("job_insert_unique_begin", ns))
-    with translate(f"insert {len(batch)} unique jobs"):
-        async with conn.transaction():
-            rows = await _run_unique(conn, batch, identities, notify=notify, ns=ns)
-            for index, row in enumerate(rows):
-                if row is None:
-                    raise duplicate_error(batch[index], f"item {index}: ")
-    return [row for row in rows if row is not None]
+                answer = await _drive(conn, cur, step.plan)
 
 
 async def aio_notify_now(

@@ -13,18 +13,13 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
-from psycopg.rows import tuple_row
 
 from drover._db import Connection
-from drover._db.errors import translate
-from drover._db.namespace import DEFAULT, Namespace
-from drover._db.queries import query
-from drover.errors import LeaseLost, NotInTransaction, UnsupportedConnection
+from drover.errors import NotInTransaction, UnsupportedConnection
 
 __all__ = [
     "Connection",
     "check_transaction",
-    "complete_claim",
     "resolve_connection",
     "transaction_open",
 ]
@@ -129,40 +124,3 @@ def transaction_open(conn: object) -> bool:
     if info is None or getattr(conn, "closed", True):
         return False
     return info.transaction_status in _OPEN
-
-
-def complete_claim(
-    conn: Connection,
-    job_id: int,
-    attempt: int,
-    result: str | None = None,
-    *,
-    ns: Namespace = DEFAULT,
-) -> None:
-    """Complete the claim ``(job_id, attempt)`` in ``conn``'s open transaction, or raise LeaseLost.
-
-    ``result`` is the job's result as JSON text (``None``: no result).
-
-    The completer's own completion statement, fenced on ``(id, attempt,
-    state = 'running')``; when it is refused, a second statement reads why
-    (for the message). Neither fails the caller's transaction, so the caller
-    decides: LeaseLost is meant to propagate and roll it back. The row stays
-    locked until that transaction ends.
-    """
-    claim = {
-        "ids": f"{{{job_id}}}",
-        "attempts": f"{{{attempt}}}",
-        "results": "{}" if result is None else [result],
-    }
-    with (
-        translate(f"complete job {job_id} in the caller's transaction"),
-        conn.cursor(row_factory=tuple_row) as cur,
-    ):
-        cur.execute(query("job_complete_many", ns), claim)
-        refused = cur.fetchone()
-        if refused is None or refused[2]:
-            return  # completed, or cancelled at an operator's request (ADR 0030)
-        cur.execute(query("job_current_states", ns), ([job_id],))
-        found = cur.fetchone()
-    state, now = (None, None) if found is None else (str(found[1]), int(found[2]))
-    raise LeaseLost(job_id, attempt, state, now)

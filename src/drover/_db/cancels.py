@@ -1,6 +1,11 @@
-"""An operator's cancel of one job, running or not (``cancel.sql``, ADR 0030)."""
+"""An operator's cancel of one job, running or not, and the requests a worker reads
+(``cancel.sql``, ADR 0030)."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
 
 from psycopg.rows import tuple_row
 
@@ -13,7 +18,7 @@ from drover._db.rows import JOB_COLUMNS, row_from_db
 from drover.errors import InvalidTransition, NotFound
 from drover.job import CANCELLABLE_STATES, JobRow, JobState
 
-__all__ = ["job_cancel_or_request"]
+__all__ = ["job_cancel_or_request", "job_cancel_requests"]
 
 _OPEN = frozenset((*CANCELLABLE_STATES, JobState.RUNNING))
 
@@ -52,3 +57,26 @@ def job_cancel_or_request(
             state=current.state,
         )
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def job_cancel_requests(
+    conn: Connection, held: Sequence[tuple[int, int]], *, ns: Namespace = DEFAULT
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """The operators' requests to cancel the ``(id, attempt)`` claims that have one, by claim.
+
+    The fallback for a client that missed the notification (it does not
+    listen, or a transaction pooler is in the way): one statement, no row
+    for a claim without a request. A request is ``{"reason", "hard",
+    "grace", "requested_at"}`` as ``job_cancel_or_request`` wrote it.
+    """
+    if not held:
+        return {}
+    with (
+        translate(f"read cancel requests of {len(held)} jobs"),
+        conn.cursor(row_factory=tuple_row) as cur,
+    ):
+        cur.execute(
+            query("job_cancel_requests", ns),
+            {"ids": [h[0] for h in held], "attempts": [h[1] for h in held]},
+        )
+        return {(id_, attempt): json.loads(text) for id_, attempt, text in cur.fetchall()}

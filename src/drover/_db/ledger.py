@@ -1,20 +1,22 @@
 """The duplicate ledger's statements: the Python side of ``sql/queries/ledger.sql`` (ADR 0037).
 
 Only the rare paths call ``job_ledger_append`` (a rescue, a hand-back, a
-refused stale write); the normal claim and completion never do. The entries
+refused stale write); the normal claim and completion never do. The rescue's
+and the hand-back's entries are written by hooks the kernel's store calls in
+those operations' transactions (``note_rescues``, ``note_hand_backs``:
+``drover._db.doors.Doors``). The entries
 are built here from what the caller knows, so every writer spells them alike.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from psycopg.rows import tuple_row
 
 from drover._db import Connection
-from drover._db.claims import job_claim_expired, job_record_outcomes
 from drover._db.errors import translate
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
@@ -27,11 +29,11 @@ from drover.ledger import HANDED_BACK, RESCUED, STALE_WRITE, LedgerEntry, parse_
 __all__ = [
     "LedgerNote",
     "LedgeredRow",
-    "hand_back_and_record",
     "handed_back_note",
     "job_get_with_ledger",
     "job_ledger_append",
-    "rescue_and_record",
+    "note_hand_backs",
+    "note_rescues",
     "rescued_note",
     "stale_write_note",
     "write_label",
@@ -164,21 +166,16 @@ def _moved_to(recorded: Recorded) -> str:
     return "cancelled" if recorded.cancelled else recorded.outcome.state.value
 
 
-def rescue_and_record(
+def note_rescues(
     conn: Connection,
-    limit: int,
-    lease_seconds: float,
-    decide: Callable[[JobRow], Outcome],
+    rows: Sequence[JobRow],
+    results: Sequence[Recorded],
     *,
     by: str,
     ns: Namespace = DEFAULT,
-) -> tuple[int, list[Recorded]]:
-    """The rescue's statements (claim the expired, record, ledger) on ``conn``, in the
-    caller's transaction; ``(rows found, the writes' results)``."""
-    rows = job_claim_expired(conn, limit, lease_seconds, ns=ns)
-    if not rows:
-        return 0, []
-    results = job_record_outcomes(conn, [decide(row) for row in rows], ns=ns)
+) -> None:
+    """The rescue's hook (``Doors.on_rescue``): a ledger entry for each rescue applied,
+    in the rescue's transaction, while its rows are still locked."""
     by_id = {row.id: row for row in rows}
     applied = [r for r in results if r.result is WriteResult.APPLIED]
     job_ledger_append(
@@ -186,15 +183,13 @@ def rescue_and_record(
         [rescued_note(by_id[r.outcome.id], by=by, to=_moved_to(r)) for r in applied],
         ns=ns,
     )
-    return len(rows), results
 
 
-def hand_back_and_record(
-    conn: Connection, outcomes: Sequence[Outcome], *, worker: str, ns: Namespace = DEFAULT
-) -> list[Recorded]:
-    """Shutdown's hand-back outcomes and their ledger entries on ``conn``, in the caller's
-    transaction; the writes' results."""
-    results = job_record_outcomes(conn, outcomes, ns=ns)
+def note_hand_backs(
+    conn: Connection, results: Sequence[Recorded], *, worker: str, ns: Namespace = DEFAULT
+) -> None:
+    """The hand-back's hook (``Doors.on_hand_back``): a ledger entry for each hand-back
+    applied, in the hand-back's transaction."""
     applied = [r for r in results if r.result is WriteResult.APPLIED]
     job_ledger_append(
         conn,
@@ -204,4 +199,3 @@ def hand_back_and_record(
         ],
         ns=ns,
     )
-    return results

@@ -13,7 +13,9 @@ from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
+from drover._db.rows import row_from_db
 from drover.errors import DatabaseError
+from drover.job import JobRow
 from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 
 __all__ = ["limit_clear", "limit_declare", "limit_delete", "limit_list", "limit_set"]
@@ -171,3 +173,25 @@ def limit_list(conn: Connection, *, ns: Namespace = DEFAULT) -> list[LimitState]
     """Every limit, with its use now, by scope, target and partition field."""
     with translate("list limits"), conn.cursor(row_factory=tuple_row) as cur:
         return _list(cur, None, ns=ns)
+
+
+def job_claim_limited(
+    conn: Connection,
+    queue: str,
+    limit: int,
+    lease_seconds: float,
+    holder: str | None = None,
+    *,
+    ns: Namespace = DEFAULT,
+) -> tuple[list[JobRow], frozenset[int]]:
+    """The 'limits' gate's claim (``drover._db.doors.GateClaim``, ADR 0025): up to
+    ``limit`` due jobs of ``queue`` admitted under every limit that applies, in one
+    round trip; the rows, and the ids claimed under a concurrency limit (their
+    outcomes free capacity other clients wait for). As correct without limits,
+    only slower than the kernel's claim."""
+    params = {"queue": queue, "limit": limit, "lease_seconds": lease_seconds, "holder": holder}
+    with conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_claim_limited", ns), params)
+        found = cur.fetchall()
+    limited = frozenset(r[0] for r in found if r[-1])
+    return [row_from_db(r[:-1]) for r in found], limited

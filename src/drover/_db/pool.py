@@ -20,6 +20,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
+from types import TracebackType
 from typing import Any, Self, TypeAlias
 
 import psycopg
@@ -38,6 +39,7 @@ __all__ = [
     "ConnectAttempts",
     "Connection",
     "ConnectionPool",
+    "HeldConnection",
     "OwnedPool",
     "PoolOrConninfo",
     "behind_pooler",
@@ -527,3 +529,70 @@ def dedicated_connect(
             conn.close()
             raise
         return conn
+
+
+# Long enough to cover a drain's rounds, short enough that the pool recycles
+# the connection on its usual schedule.
+_MAX_HOLD = 30.0
+
+
+class HeldConnection:
+    """``with held as conn:`` yields the connection kept from the last round, or a new one.
+
+    Not thread-safe: one loop thread owns it. Leaving the block with an
+    exception returns the connection to the pool, which rolls back or
+    discards it; ``release`` returns it when the loop goes idle. On a
+    pool that does not autocommit (a caller's own pool), each round is
+    committed as it ends, as a plain borrow would.
+    """
+
+    def __init__(self, pool: ConnectionPool[Any], action: str) -> None:
+        self._pool = pool
+        self._action = action
+        self._conn: Connection | None = None
+        self._since = 0.0
+
+    def __enter__(self) -> Connection:
+        conn = self._conn
+        if conn is None:
+            with translate(self._action):
+                conn = borrow_connection(self._pool, self._action)
+            self._conn = conn
+            self._since = time.monotonic()
+        return conn
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        if exc_type is not None:
+            self._return(conn)
+            return
+        if not conn.autocommit:
+            with translate(self._action):
+                try:
+                    conn.commit()
+                except BaseException:
+                    self._return(conn)
+                    raise
+        if time.monotonic() - self._since > _MAX_HOLD:
+            self._return(conn)
+
+    def release(self) -> None:
+        """Return the connection to the pool, if one is held."""
+        if self._conn is not None:
+            self._return(self._conn)
+
+    def _return(self, conn: Connection) -> None:
+        self._conn = None
+        self._pool.putconn(conn)
+
+    @property
+    def holding(self) -> bool:
+        """True while a connection is kept (for tests)."""
+        return self._conn is not None

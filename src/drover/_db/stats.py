@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from psycopg import sql
 from psycopg.rows import tuple_row
 
 from drover._db import Connection
@@ -14,11 +13,9 @@ from drover._db.queries import query
 from drover._records import KindStats, QueueStats
 
 __all__ = [
-    "analyze_jobs",
     "job_counts_by_state",
     "kind_stats",
     "queue_stats",
-    "server_settings",
     "throughput",
 ]
 
@@ -67,28 +64,3 @@ def kind_stats(conn: Connection, minutes: int, *, ns: Namespace = DEFAULT) -> li
         )
         for kind, completed, failed, dead, p50, p95 in rows
     ]
-
-
-def server_settings(conn: Connection) -> dict[str, str]:
-    """Version and durability settings of the server, for benchmark reports."""
-    with translate("read server settings"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("server_settings"))
-        return {str(name): str(value) for name, value in cur.fetchall()}
-
-
-def analyze_jobs(conn: Connection, *, ns: Namespace = DEFAULT) -> None:
-    """Refresh the planner's statistics for ``drover_jobs``."""
-    with translate("analyze drover_jobs"), conn.cursor() as cur:
-        cur.execute(query("stats_analyze", ns))
-
-
-def create_database(conn: Connection, name: str) -> None:
-    """Create database ``name`` (quoted as an identifier); ``conn`` must be in autocommit."""
-    with translate(f"create database {name}"):
-        conn.execute(sql.SQL(query("bench_create_database")).format(name=sql.Identifier(name)))
-
-
-def drop_database(conn: Connection, name: str) -> None:
-    """Drop database ``name``, disconnecting whoever is still in it."""
-    with translate(f"drop database {name}"):
-        conn.execute(sql.SQL(query("bench_drop_database")).format(name=sql.Identifier(name)))

@@ -11,10 +11,10 @@ Work inside a caller's transaction is not the Store's: see
 ``drover._db.caller``.
 
 This module keeps the pool, the sessions, the connections services keep
-and the inserts; the reads and operator actions are in
-``drover._db.store_operator``, the engine's writes and sweeps in
-``drover._db.store_engine``, mixed into ``Store`` so its callers see one
-class.
+and the inserts. The reads and operator actions are an object the Store
+holds, ``Store.operator`` (``drover._db.store_operator.OperatorStore``, on
+the same pool and namespace); the engine's writes and sweeps are in
+``drover._db.store_engine``, mixed into ``Store``.
 
 Every one-shot operation borrows one connection for its statements and
 returns it at once (committed by autocommit, or by the pool's context
@@ -24,19 +24,22 @@ manager on an application's pool). Thread-safe: the pool is.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from psycopg_pool import ConnectionPool
 
 from drover._db import Connection, graph, insert, ticks, unique
 from drover._db.conninfo import describe_target
+from drover._db.features import FEATURES
 from drover._db.held import HeldSession
+from drover._db.kernel import PgKernelStore
 from drover._db.migrator import require_current_schema
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.notify import Listening, notify_queues_now
 from drover._db.pool import OwnedPool, behind_pooler, borrow, dedicated_connect, pool_from
 from drover._db.store_engine import EngineOps
-from drover._db.store_operator import OperatorOps
+from drover._db.store_operator import OperatorStore
 from drover._records import EncodedBatch, EncodedGraph, Identity, JobInsertParams
 from drover.job import JobRow
 from drover.workflows import WorkflowJob
@@ -44,12 +47,13 @@ from drover.workflows import WorkflowJob
 __all__ = ["Store"]
 
 
-class Store(OperatorOps, EngineOps):
+class Store(EngineOps):
     """drover's database operations on one pool (see the module docstring).
 
-    The operator-side reads and actions come from ``OperatorOps``
-    (``_db/store_operator.py``), the engine's writes and sweeps and the
-    test helpers' reads from ``EngineOps`` (``_db/store_engine.py``).
+    The operator-side reads and actions are ``Store.operator``, an
+    ``OperatorStore`` (``_db/store_operator.py``) on this store's pool; the
+    engine's writes and sweeps and the test helpers' reads come from
+    ``EngineOps`` (``_db/store_engine.py``).
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class Store(OperatorOps, EngineOps):
         self._pooled = pgbouncer
         self._session_url = session_url
         self._ns = ns
+        self._operator = OperatorStore(pool, ns)
 
     @classmethod
     def open(
@@ -94,6 +99,17 @@ class Store(OperatorOps, EngineOps):
     def ns(self) -> Namespace:
         """The schema of the installation this store works on."""
         return self._ns
+
+    @property
+    def kernel(self) -> PgKernelStore:
+        """The kernel's operations on this store's pool (``drover._kernel.store.KernelStore``),
+        with drover's features plugged in (``drover._db.features.FEATURES``)."""
+        return PgKernelStore(self._pool, self._ns, doors=FEATURES)
+
+    @property
+    def operator(self) -> OperatorStore:
+        """The reads and operator actions on this store's pool: jobs, queues, limits, stats."""
+        return self._operator
 
     @property
     def pool(self) -> ConnectionPool[Any]:
@@ -137,6 +153,17 @@ class Store(OperatorOps, EngineOps):
         """Whether session state (LISTEN, a session lock) can be kept: a ``session_url``,
         or no transaction pooler in the way."""
         return self._session_url is not None or not self.behind_pooler()
+
+    def lend(self, action: str, timeout: float | None = None) -> AbstractContextManager[Connection]:
+        """One pool connection for a plugin's own statements (``PluginContext.connection``).
+
+        The one place a connection leaves the Store for code that is not
+        drover's (ADR 0046): returned at the block's end (committed on
+        success, rolled back on an error, on a pool not in autocommit), and
+        a psycopg error inside the block re-raised as ``drover.DatabaseError``
+        naming ``action``. ``timeout`` bounds the wait for a connection.
+        """
+        return borrow(self._pool, action, timeout=timeout)
 
     def _session_connect(self, action: str, role: str) -> Connection:
         # A session of its own: on session_url when set, else the pool's conninfo.
@@ -212,8 +239,10 @@ class Store(OperatorOps, EngineOps):
         self, encoded: EncodedGraph, *, notify: bool
     ) -> tuple[list[JobRow], int | None]:
         """Insert jobs with dependencies in one transaction of their own (``_db.graph``)."""
-        with borrow(self._pool, "insert jobs with dependencies") as conn, conn.transaction():
-            return graph.job_insert_graph(conn, encoded, notify=notify, ns=self._ns)
+        with borrow(self._pool, "insert jobs with dependencies") as conn:
+            return graph.job_insert_graph(
+                conn, encoded, notify=notify, own_transaction=True, ns=self._ns
+            )
 
     def parent_results(self, job_id: int) -> list[graph.ParentResult]:
         """The dependencies of a job that still exist, with their results, in id order."""

@@ -10,20 +10,20 @@ the Store is: every method borrows its own connection.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from drover._db import claims, clients, ledger, retention, testing
+from drover._db import cancels, clients, kernel, ledger, retention, testing
 from drover._db.clients import ClientEntry
 from drover._db.deadline import socket_deadline
+from drover._db.features import FEATURES
 from drover._db.namespace import Namespace
 from drover._db.pool import borrow
 from drover._db.progress import ProgressReport, job_report_progress
-from drover._records import Outcome, Recorded, Renewal, WorkerInfo
+from drover._records import Outcome, Recorded, WorkerInfo
 from drover.job import JobRow
 
 __all__ = ["EngineOps"]
@@ -84,29 +84,12 @@ class EngineOps:
     def record_outcomes(self, outcomes: Sequence[Outcome], action: str) -> list[Recorded]:
         """Write outcomes in one statement, each fenced on its claim (one result per outcome)."""
         with borrow(self._pool, action) as conn:
-            return claims.job_record_outcomes(conn, outcomes, ns=self._ns)
+            return kernel.record_outcomes(conn, outcomes, doors=FEATURES, ns=self._ns)
 
     def report_progress(self, reports: Sequence[ProgressReport]) -> set[int]:
         """Write progress reports in one statement, each fenced on its execution."""
         with borrow(self._pool, "report job progress") as conn:
             return job_report_progress(conn, reports, ns=self._ns)
-
-    def extend_leases(
-        self, held: Sequence[tuple[int, int]], lease_seconds: float, *, deadline: float
-    ) -> tuple[float, list[Renewal]]:
-        """Renew the leases of the ``(id, attempt)`` claims still current.
-
-        Returns when the statement was sent (``time.monotonic()``, once the
-        connection was in hand) with one renewal per claim. A call that takes
-        longer than ``deadline`` seconds has its connection shut down under it
-        (a half-open connection would hang it for good) and fails.
-        """
-        with (
-            borrow(self._pool, "extend job leases") as conn,
-            socket_deadline(conn, deadline),
-        ):
-            sent = time.monotonic()
-            return sent, claims.job_extend_leases(conn, held, lease_seconds, ns=self._ns)
 
     def rescue(
         self, limit: int, lease_seconds: float, decide: Callable[[JobRow], Outcome], *, by: str
@@ -119,13 +102,22 @@ class EngineOps:
         the entry skip it). Returns ``(rows found, the writes' results)``.
         """
         with borrow(self._pool, "rescue expired jobs") as conn, conn.transaction():
-            return ledger.rescue_and_record(conn, limit, lease_seconds, decide, by=by, ns=self._ns)
+            return kernel.rescue(
+                conn, limit, lease_seconds, decide, by=by, doors=FEATURES, ns=self._ns
+            )
 
     def hand_back(self, outcomes: Sequence[Outcome], *, worker: str) -> list[Recorded]:
         """Record shutdown's hand-back outcomes and note each in its job's duplicate ledger,
         in one transaction, as ``rescue``. Returns the writes' results."""
         with borrow(self._pool, "return jobs to the queue") as conn, conn.transaction():
-            return ledger.hand_back_and_record(conn, outcomes, worker=worker, ns=self._ns)
+            return kernel.hand_back(conn, outcomes, worker=worker, doors=FEATURES, ns=self._ns)
+
+    def cancel_requests(self, held: Sequence[tuple[int, int]]) -> list[tuple[int, int, Any]]:
+        """``(id, attempt, request)`` for those ``(id, attempt)`` claims that have an
+        operator's request to cancel them (ADR 0030): the cancels feature's read."""
+        with borrow(self._pool, "read cancel requests") as conn:
+            found = cancels.job_cancel_requests(conn, held, ns=self._ns)
+        return [(job_id, attempt, request) for (job_id, attempt), request in found.items()]
 
     def append_ledger(self, notes: Sequence[ledger.LedgerNote]) -> set[int]:
         """Append entries to jobs' duplicate ledgers (rare paths only); the ids written."""

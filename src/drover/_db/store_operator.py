@@ -1,10 +1,12 @@
-"""The Store's operator-side operations: jobs and queues, limits, statistics.
+"""The operator side of the Store: jobs and queues, limits, statistics, the doctor's facts.
 
-A mixin of ``drover._db.store.Store``, kept apart so the Store's module
-stays small: these are the reads and operator actions the Inspector, the
-CLI and the status page run (one borrowed connection each, returned at
-once), while ``store.py`` keeps the pool, the sessions and the inserts.
-Thread-safe as the Store is: every method borrows its own connection.
+``OperatorStore`` is an object the ``drover._db.store.Store`` holds
+(``Store.operator``) on the Store's own pool and namespace: the reads and
+operator actions the Inspector, the Client's job reads and queue switches,
+the CLI, the status page, ``drover.testing`` and the engine's refresher,
+awaiter and health probe run. Each method borrows one connection for its
+statements and returns it at once. Thread-safe: the pool is. It neither
+opens nor closes the pool; the Store that made it does.
 """
 
 from __future__ import annotations
@@ -39,15 +41,18 @@ from drover.limits import Limit, LimitKey, LimitState
 from drover.queues import QueueState
 from drover.unique import UniqueIdentity
 
-__all__ = ["OperatorOps"]
+__all__ = ["OperatorStore"]
 
 
-class OperatorOps:
-    """Reads and operator actions of ``Store`` (see the module docstring)."""
+class OperatorStore:
+    """The reads and operator actions on a Store's pool (see the module docstring).
 
-    # Set by Store.__init__.
-    _pool: ConnectionPool[Any]
-    _ns: Namespace
+    Built by ``Store.__init__``; reached as ``store.operator``.
+    """
+
+    def __init__(self, pool: ConnectionPool[Any], ns: Namespace) -> None:
+        self._pool = pool
+        self._ns = ns
 
     # --- jobs and queues --------------------------------------------------------------------
 
@@ -201,6 +206,12 @@ class OperatorOps:
         """Per kind over the last ``minutes``: outcomes and run-time percentiles."""
         with borrow(self._pool, "read per-kind stats") as conn:
             return stats.kind_stats(conn, minutes, ns=self._ns)
+
+    def job_counts(self) -> dict[tuple[str, str], int]:
+        """``{(queue, state): count}`` over every job, finished ones too (a sequential scan:
+        for ``drover demo``'s progress line, not for a hot path)."""
+        with borrow(self._pool, "count jobs") as conn:
+            return stats.job_counts_by_state(conn, ns=self._ns)
 
     def periodic_list(self) -> list[PeriodicInfo]:
         """Every registered periodic job, with the leader now."""

@@ -19,6 +19,7 @@ from psycopg.rows import tuple_row
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.namespace import DEFAULT, Namespace
+from drover._db.plans import ALL, ONE, Execute, Plan, run
 from drover._db.queries import query
 from drover._db.rows import new_row, row_from_db
 from drover._records import Identity, JobInsertParams
@@ -30,7 +31,9 @@ __all__ = [
     "insert_one",
     "job_insert_unique",
     "job_unique_identity",
+    "unique_batch_plan",
     "unique_item",
+    "unique_one_plan",
     "unique_rows",
 ]
 
@@ -92,13 +95,20 @@ def job_insert_unique(
     woken when the transaction commits. Runs in the connection's current
     transaction (on an autocommit connection, one of its own).
     """
+    action = f"insert {len(batch)} unique job{'s' if len(batch) != 1 else ''}"
+    return run(conn, unique_batch_plan(batch, identities, notify=notify, ns=ns), action)
+
+
+def unique_batch_plan(
+    batch: Sequence[JobInsertParams],
+    identities: Mapping[int, Identity],
+    *,
+    notify: bool,
+    ns: Namespace = DEFAULT,
+) -> Plan[list[JobRow | None]]:
+    """``job_insert_unique`` as a plan (``drover._db.plans``)."""
     document = ",".join(unique_item(p, identities.get(i)) for i, p in enumerate(batch))
-    with (
-        translate(f"insert {len(batch)} unique job{'s' if len(batch) != 1 else ''}"),
-        conn.cursor(row_factory=tuple_row) as cur,
-    ):
-        cur.execute(query("job_insert_unique", ns), (f"[{document}]", notify))
-        found = cur.fetchall()
+    found = yield Execute(query("job_insert_unique", ns), (f"[{document}]", notify), ALL)
     return unique_rows(found)
 
 
@@ -124,6 +134,21 @@ def insert_one(
 ) -> JobRow:
     """Insert one job with ``identity``, or return the job holding it (an ``ExistingRow``).
 
+    ``unique_one_plan`` carried out on ``conn`` (``drover._db.aio`` carries
+    out the same plan on an async connection).
+    """
+    return run(
+        conn,
+        unique_one_plan(params, identity, notify=notify, ns=ns),
+        f"insert job kind {params.kind!r}",
+    )
+
+
+def unique_one_plan(
+    params: JobInsertParams, identity: Identity, *, notify: bool, ns: Namespace = DEFAULT
+) -> Plan[JobRow]:
+    """One job with ``identity``: inserted, or the job holding it (an ``ExistingRow``).
+
     A plain unique identity that is free takes one INSERT as lean as
     ``job_insert_now`` (``job_insert_identified_now``; with a period or a
     time, ``job_insert_identified``); a held one costs a second statement
@@ -135,63 +160,53 @@ def insert_one(
     # lean statements below stay as short as a plain insert's.
     lean = identity.form == "u" and not params.tags and params.meta is None
     if lean and identity.period_us is None and params.scheduled_at is None:
-        with (
-            translate(f"insert job kind {params.kind!r}"),
-            conn.cursor(row_factory=tuple_row) as cur,
-        ):
-            cur.execute(
-                query("job_insert_identified_now", ns),
-                (
-                    params.kind,
-                    params.queue,
-                    params.args_json,
-                    params.max_attempts,
-                    params.priority,
-                    identity.hash,
-                    identity.states,
-                    notify,
-                ),
-            )
-            now_row = cur.fetchone()
+        now_row = yield Execute(
+            query("job_insert_identified_now", ns),
+            (
+                params.kind,
+                params.queue,
+                params.args_json,
+                params.max_attempts,
+                params.priority,
+                identity.hash,
+                identity.states,
+                notify,
+            ),
+            ONE,
+        )
         if now_row is not None:
             return new_row(params, now_row[0], now_row[1])
     elif lean:
-        with (
-            translate(f"insert job kind {params.kind!r}"),
-            conn.cursor(row_factory=tuple_row) as cur,
-        ):
-            cur.execute(
-                query("job_insert_identified", ns),
-                (
-                    params.kind,
-                    params.queue,
-                    params.args_json,
-                    params.max_attempts,
-                    params.priority,
-                    params.scheduled_at,
-                    params.scheduled_at,
-                    identity.hash,
-                    identity.period_us,
-                    identity.states,
-                    notify,
-                ),
-            )
-            found = cur.fetchone()
+        found = yield Execute(
+            query("job_insert_identified", ns),
+            (
+                params.kind,
+                params.queue,
+                params.args_json,
+                params.max_attempts,
+                params.priority,
+                params.scheduled_at,
+                params.scheduled_at,
+                identity.hash,
+                identity.period_us,
+                identity.states,
+                notify,
+            ),
+            ONE,
+        )
         if found is not None:
             id_, created_at, state, scheduled_at, _ = found
             return new_row(params, id_, created_at, JobState(state), scheduled_at)
     if lean:
         # Held: read the holder. If it left its states meanwhile (or a new
         # period began), the function below inserts or finds, exactly.
-        with (
-            translate(f"insert job kind {params.kind!r}"),
-            conn.cursor(row_factory=tuple_row) as cur,
-        ):
-            cur.execute(query("job_unique_holder", ns), (identity.hash, identity.period_us))
-            holder = cur.fetchone()
+        holder = yield Execute(
+            query("job_unique_holder", ns), (identity.hash, identity.period_us), ONE
+        )
         if holder is not None:
             return ExistingRow(*row_from_db(holder))
-    row = job_insert_unique(conn, [params], {0: identity}, notify=notify, ns=ns)[0]
+    rows = yield from unique_batch_plan([params], {0: identity}, notify=notify, ns=ns)
+    row = rows[0]
     assert row is not None
     return row
 

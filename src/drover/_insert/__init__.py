@@ -1,9 +1,10 @@
-"""The insert side: validating and encoding what is inserted, combining concurrent inserts,
-and inserting inside a caller's transaction.
+"""The insert side: the one funnel every insert goes through (ADR 0047).
 
-``encode`` checks and encodes args and options before
-anything touches the database; ``combiner`` runs
-``Client.insert`` calls that arrive together as one statement;
-``tx`` is the one path for inserts in a caller's
-transaction. The statements themselves are ``drover._db.insert``'s.
+``funnel`` checks and encodes an insert call's input (``encode``, with the
+unique identity of ``identity`` and the dependencies of ``graph``), fixes
+its route, and runs the insert middleware around the write; the writers
+carry the route out: ``combiner`` (concurrent ``Client.insert`` calls
+combined into one statement) and the client's pool for the client's own
+transactions, ``tx`` for a caller's transaction, ``aio_tx`` for
+``AsyncClient``. The statements themselves are ``drover._db``'s.
 """

@@ -1,18 +1,20 @@
-"""Inserting inside a caller's transaction: the one path behind ``Client.insert_tx``,
-``Client.insert_many_tx`` and the Django and SQLAlchemy integrations.
+"""The writer for inserts inside a caller's transaction: behind ``Client.insert_tx``,
+``Client.insert_many_tx`` and the Django and SQLAlchemy helpers.
 
 Each caller differs only in how it finds the psycopg connection under what it
 was given (a psycopg connection or cursor, a Django alias, a SQLAlchemy
-session), so each passes a ``resolve`` function; the order of what happens is
-the same for all: the input is validated and encoded first, so bad input is
-refused before the connection is touched, then the connection is resolved
-(and checked to be in a transaction), then the statements run in that
-transaction. drover never commits it.
+session), so each passes a ``resolve`` function. The order is the funnel's
+(``drover._insert.funnel``): the input is validated and encoded first, so bad
+input is refused before the connection is touched; then the connection is
+resolved (and checked to be in a transaction) by ``CallerWriter``; then the
+route's statements run in that transaction. drover never commits it, and the
+wake-ups are queued inside it, so listeners hear of the jobs only if it
+commits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from drover._db import Connection
 from drover._db.caller import resolve_connection
@@ -20,19 +22,16 @@ from drover._db.graph import job_insert_graph
 from drover._db.insert import job_insert, job_insert_many
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.unique import insert_one
-from drover._insert.encode import encode_batch, encode_insert
-from drover._insert.identity import identity_of, needs_identity
-from drover._insert.tracing import stamp, stamp_batch
-from drover._records import EncodedGraph
-from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
+from drover._insert.funnel import MANY, ONE, UNIQUE, Prepared
+from drover.job import JobRow
 
-__all__ = ["Resolve", "caller", "insert_graph_tx", "insert_many_tx", "insert_tx"]
+__all__ = ["CallerWriter", "Resolve", "caller"]
 
 Resolve = Callable[[], tuple[Connection, bool]]
 """Finds the caller's connection: ``(connection, inside_callers_transaction)``.
 
 The flag is False only where the caller allows autocommit (Django outside
-``atomic()``): a batch then runs in a transaction of its own."""
+``atomic()``): a batch or a graph then runs in a transaction of its own."""
 
 
 def caller(obj: object, api: str = "insert_tx") -> Resolve:
@@ -42,66 +41,48 @@ def caller(obj: object, api: str = "insert_tx") -> Resolve:
     return lambda: (resolve_connection(obj, api), True)
 
 
-def insert_tx(
-    resolve: Resolve,
-    args: JobArgs,
-    opts: InsertOpts | None,
-    *,
-    notify: bool,
-    members: str | None = None,
-    ns: Namespace = DEFAULT,
-) -> JobRow:
-    """Insert one job through the caller's connection; with ``notify`` it wakes at commit.
+class CallerWriter:
+    """Writes a prepared insert on the caller's connection (a funnel writer).
 
-    With a unique identity, debounce or throttle (ADR 0031) the job holding
-    the identity may come back instead, flagged ``duplicate``. ``members``:
-    the trace context to stamp the job with (``drover._insert.tracing``).
+    ``notify``: queue each job's wake-up in the transaction, delivered if it
+    commits. A batch with unique keys runs under a savepoint, so a collision
+    writes nothing and leaves the transaction usable; an empty batch makes no
+    round trip (the connection is still resolved and checked, so a misuse
+    fails the same way whatever the batch holds).
     """
-    params = encode_insert(args, opts)
-    if members:
-        params = stamp(params, members)
-    if needs_identity(opts):
-        assert opts is not None
-        identity = identity_of(args, params, opts)
-        conn, _ = resolve()
-        return insert_one(conn, params, identity, notify=notify, ns=ns)
-    conn, _ = resolve()
-    return job_insert(conn, params, notify=notify, ns=ns)
 
+    __slots__ = ("_conn", "_notify", "_ns", "_resolve")
 
-def insert_many_tx(
-    resolve: Resolve,
-    items: Iterable[InsertItem],
-    *,
-    notify: bool,
-    members: str | None = None,
-    ns: Namespace = DEFAULT,
-) -> list[JobRow]:
-    """Insert a batch with COPY through the caller's connection; rows in input order.
+    def __init__(
+        self,
+        resolve: Resolve | None = None,
+        *,
+        conn: object = None,
+        notify: bool,
+        ns: Namespace = DEFAULT,
+    ) -> None:
+        # Either resolve, or conn: what was handed to insert_tx (the common
+        # case, resolved without a closure per call).
+        self._resolve = resolve
+        self._conn = conn
+        self._notify = notify
+        self._ns = ns
 
-    An empty batch makes no round trip (the connection is still resolved and
-    checked, so a misuse fails the same way whatever the batch holds).
-    ``members``: the trace context to stamp each job with.
-    """
-    batch = encode_batch(items)
-    conn, in_callers_tx = resolve()
-    if not batch.params:
-        return []
-    if members:
-        batch = stamp_batch(batch, members)
-    return job_insert_many(conn, batch, caller_tx=in_callers_tx, notify=notify, ns=ns)
-
-
-def insert_graph_tx(
-    resolve: Resolve, graph: EncodedGraph, *, notify: bool, ns: Namespace = DEFAULT
-) -> tuple[list[JobRow], int | None]:
-    """Insert jobs with dependencies (a workflow) through the caller's connection.
-
-    Where the caller allows autocommit (Django outside ``atomic()``), the
-    graph gets a transaction of its own: its statements must commit together.
-    """
-    conn, in_callers_tx = resolve()
-    if in_callers_tx:
-        return job_insert_graph(conn, graph, notify=notify, ns=ns)
-    with conn.transaction():
-        return job_insert_graph(conn, graph, notify=notify, ns=ns)
+    def __call__(self, prepared: Prepared) -> list[JobRow]:
+        if self._resolve is None:
+            conn, in_callers_tx = resolve_connection(self._conn, "insert_tx"), True
+        else:
+            conn, in_callers_tx = self._resolve()
+        route, payload, notify, ns = prepared.route, prepared.payload, self._notify, self._ns
+        if route == ONE:
+            return [job_insert(conn, payload, notify=notify, ns=ns)]
+        if route == UNIQUE:
+            return [insert_one(conn, payload[0], payload[1], notify=notify, ns=ns)]
+        if route == MANY:
+            return job_insert_many(conn, payload, caller_tx=in_callers_tx, notify=notify, ns=ns)
+        # Where the caller allows autocommit, the graph's statements get a
+        # transaction of their own: they must commit together.
+        rows, _ = job_insert_graph(
+            conn, payload, notify=notify, own_transaction=not in_callers_tx, ns=ns
+        )
+        return rows

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from drover._db.notify import Listening
 from drover._db.results import StoredResult
 from drover._db.store import Store
-from drover._runtime.service import ThreadService
+from drover._kernel.service import ThreadService
 from drover.errors import NotFound, ResultTimeout
 from drover.job import TERMINAL_STATES
 
@@ -76,9 +76,9 @@ class Awaiter(ThreadService):
         with self._waiters_lock:
             self._waiters.setdefault(job_id, []).append(event)
         try:
-            self._store.mark_awaited(job_id)
+            self._store.operator.mark_awaited(job_id)
             while True:
-                found = self._store.job_result(job_id)
+                found = self._store.operator.job_result(job_id)
                 if found is None:
                     raise NotFound(f"no job with id {job_id}")
                 if found.state in _TERMINAL:

@@ -1,13 +1,16 @@
 """Operators' requests to cancel a running job, delivered to the claim they name (ADR 0030).
 
-A request reaches this client two ways: the listener's notification on
-channel ``drover_cancel`` (within a round trip of the operator's commit),
-and the heartbeat's answer, which carries the request of every job it
-renews (the fallback when notifications are off or one was lost). Either
-way ``Cancels.deliver`` sets the claim's cancellation signal, the same
+A feature outside the kernel (ADR 0045). A request reaches this client
+three ways: the listener's notification on channel ``drover_cancel``
+(within a round trip of the operator's commit); a read of the requests of
+every held claim each time the listener (re)starts listening, so none sent
+while it was away is missed; and, for a client that does not listen
+(notifications off, or behind a transaction pooler without a session URL),
+the same read every heartbeat interval (``CancelPoller``). Either way
+``Cancels.deliver`` sets the claim's cancellation signal, the same
 ``JobContext`` that ``Timeout`` and shutdown cancel. The database, not
-this module, makes the attempt end ``cancelled``: every write that ends
-a running job whose request is set ends it so.
+this module, makes the attempt end ``cancelled``: a job with a request is
+watched, and the completion of a watched job ends it so.
 """
 
 from __future__ import annotations
@@ -15,14 +18,26 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drover._runtime.inflight import Claim, InFlight
+from drover._kernel.claims import Claim, InFlight
+from drover._kernel.service import IntervalService
+from drover._records import Recorded, WriteResult
 from drover.log import JOB, log_job
 
-__all__ = ["CancelRequest", "Cancels", "HardCancel", "cancel_reason", "log_cancelled"]
+__all__ = [
+    "CancelPoller",
+    "CancelRequest",
+    "Cancels",
+    "HardCancel",
+    "cancel_reason",
+    "log_cancelled",
+]
+
+_EXTRA = "cancel"
+"""The key of a claim's delivered request in ``Claim.extras``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +137,10 @@ class Cancels:
         if claim is None or (request.attempt is not None and claim.row.attempt != request.attempt):
             return False
         with self._lock:
-            known = claim.cancel_request
+            known = claim.feature(_EXTRA)
             if known is not None and (known.hard or not request.hard):
                 return False
-            claim.cancel_request = request
+            claim.set_feature(_EXTRA, request)
         claim.context.cancel(cancel_reason(request.reason))
         self._counted(via)
         log_job(
@@ -152,6 +167,30 @@ class Cancels:
             return False
         return self.deliver(request, "notification")
 
+    def catch_up(
+        self,
+        read: Callable[[list[tuple[int, int]]], list[tuple[int, int, Any]]],
+        via: str = "heartbeat",
+    ) -> int:
+        """Read the requests of every held claim with ``read`` and deliver them; how many
+        were new. Run after each LISTEN starts (``via`` notification) and by
+        ``CancelPoller`` (``via`` heartbeat: what ``drover_cancels_delivered_total``
+        calls the fallback)."""
+        held = self._inflight.held()
+        if not held:
+            return 0
+        delivered = 0
+        for job_id, attempt, value in read(held):
+            request = CancelRequest.from_column(job_id, attempt, value)
+            delivered += self.deliver(request, via)
+        return delivered
+
+    def written(self, results: Sequence[Recorded]) -> None:
+        """The ``written`` hook: say which writes ended a job cancelled on request."""
+        for recorded in results:
+            if recorded.result is WriteResult.APPLIED and recorded.cancelled:
+                log_cancelled(self._log, recorded.outcome.id, recorded.outcome.attempt)
+
     def _hard(self, claim: Claim, request: CancelRequest) -> None:
         if self._on_hard is None:
             log_job(
@@ -165,3 +204,28 @@ class Cancels:
             )
             return
         self._on_hard(HardCancel(request.job_id, request.grace, lambda: claim.finished))
+
+
+class CancelPoller(IntervalService):
+    """For a client that does not listen: every heartbeat interval, reads the cancel requests
+    of the claims it holds (one statement, only while it holds some) and delivers them."""
+
+    name = "cancels"
+    action = "read cancel requests"
+
+    def __init__(
+        self,
+        cancels: Cancels,
+        read: Callable[[list[tuple[int, int]]], list[tuple[int, int, Any]]],
+        *,
+        interval: float,
+        client_id: str,
+        logger: logging.Logger,
+    ) -> None:
+        super().__init__(interval=interval, client_id=client_id, logger=logger)
+        self._cancels = cancels
+        self._read = read
+
+    def run_once(self) -> int:
+        """Read and deliver once; how many requests were new."""
+        return self._cancels.catch_up(self._read)

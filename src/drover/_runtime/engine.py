@@ -1,35 +1,42 @@
-"""Builds the services of a started client and runs the shutdown sequence."""
+"""A started client's engine: the kernel, with the features a client runs attached at its doors.
+
+The kernel (``drover._kernel.engine.Kernel``) claims, runs, completes,
+renews, rescues and hands back, and knows no feature (ADR 0045). This
+module builds it from a ``Config`` and attaches what the configuration and
+drover's built-in features need:
+
+- services (started after the kernel's own, stopped before them): the
+  progress writer, the plugins' services (the stats refresher, the pruner,
+  the health probe, the periodic ticker and the application's own, ADR
+  0046), the listener (or, without one, the cancel poller), the registry
+  and the event loop's lag watch;
+- hooks: the progress writer before outcomes are written, the duplicate
+  ledger for stale writes, the cancel log for jobs that ended cancelled on
+  request, and the wake-up of fetchers when a cluster-wide concurrency
+  limit frees capacity;
+- what every handler's context can reach: its parents' results
+  (workflows) and the progress writer.
+"""
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable, Collection
 
 from drover._db.store import Store
-from drover._records import WriteResult
-from drover._runtime.aioloop import EventLoop, LoopWatch
-from drover._runtime.cancels import Cancels, HardCancel, log_cancelled
-from drover._runtime.completer import Completer
-from drover._runtime.fetcher import Fetcher
-from drover._runtime.healthprobe import HealthProbe
-from drover._runtime.heartbeat import Heartbeat
-from drover._runtime.inflight import Claim, InFlight, Slots
-from drover._runtime.jobpool import JobPool
+from drover._kernel.claims import InFlight, Slots
+from drover._kernel.engine import Kernel
+from drover._kernel.kit import Hooks, Kit, Settings
+from drover._kernel.service import ThreadService
+from drover._runtime.cancels import CancelPoller, Cancels, HardCancel
+from drover._runtime.ledger import stale_writes_hook
 from drover._runtime.listener import Listener
-from drover._runtime.outage import Trouble
+from drover._runtime.loopwatch import LoopWatch
+from drover._runtime.plugins import build_plugins
 from drover._runtime.progress import ProgressWriter
-from drover._runtime.pruner import Pruner
-from drover._runtime.refresher import StatsRefresher
 from drover._runtime.registry import Registry
-from drover._runtime.rescuer import Rescuer
-from drover._runtime.runner import Runner
-from drover._runtime.service import ThreadService
-from drover._runtime.ticker import Ticker
 from drover._runtime.wiring import Wiring
 from drover.config import Config
 from drover.errors import DrainIncomplete
-from drover.log import JOB, log_job
 from drover.middleware import AsyncHandler, Handler
 from drover.ops.metrics import Metrics
 from drover.queues import caps_of, format_queues
@@ -40,27 +47,32 @@ __all__ = ["Engine"]
 _LISTEN_BEFORE_CLAIMING = 2.0
 
 
-class Engine:
-    """The machinery behind a started client.
+def settings_of(config: Config) -> Settings:
+    """The kernel's numbers from a client's configuration."""
+    return Settings(
+        concurrency=config.concurrency,
+        weights={name: q.weight for name, q in config.queues.items()},
+        caps=caps_of(config.queues),
+        poll_interval=config.poll_interval.total_seconds(),
+        lease_seconds=config.lease_duration.total_seconds(),
+        heartbeat_interval=config.heartbeat_interval.total_seconds(),
+        rescue_interval=config.rescue_interval.total_seconds(),
+        retry_policy=config.retry_policy,
+        logger=config.logger,
+    )
 
-    ``services`` lists the background loops in start order: the
-    completer, the heartbeat, the rescuer, the stats refresher, the pruner,
-    the health probe, the listener and the ticker (when configured), and
-    last the fetcher, so nothing is claimed before everything that handles a claim runs
-    (the fetcher also waits up to 2 s for the listener's LISTEN, so a cancel of a job
-    claimed at once is heard by notification). The job
-    pool's ``concurrency`` threads start before them all. ``start``
-    starts them in that order and, if one fails to start, stops those
-    already running; ``stop`` stops them in reverse order, draining
-    after the intake services (see its docstring). ``max_jobs`` caps the
-    claims this engine ever makes. ``released`` is called with the queues
-    of jobs a cluster-wide concurrency limit held, once their outcomes are
-    written (the client wakes fetchers with it). ``hard_cancel`` receives
-    operators' hard cancels of this client's jobs (a supervised worker
-    process, ADR 0030). ``async_chain`` (given when some workers are
-    ``async def``) adds the event loop and its lag watch after the completer
-    (ADR 0033): the fetcher hands async jobs to the loop, the rest to the
-    pool, all under the one ``concurrency``.
+
+class Engine:
+    """The machinery behind a started client: the kernel and the features attached to it.
+
+    ``max_jobs`` caps the claims this engine ever makes. ``released`` is
+    called with the queues of jobs a cluster-wide concurrency limit held,
+    once their outcomes are written (the client wakes fetchers with it).
+    ``hard_cancel`` receives operators' hard cancels of this client's jobs
+    (a supervised worker process, ADR 0030). ``async_chain`` (given when some
+    workers are ``async def``) adds the event loop and its lag watch.
+    ``services`` lists every background loop in start order (the kernel's
+    and the features'); ``start`` and ``stop`` are the kernel's.
     """
 
     def __init__(
@@ -78,7 +90,8 @@ class Engine:
     ) -> None:
         self._config = config
         self._log = config.logger
-        self.inflight = InFlight(caps_of(config.queues))
+        settings = settings_of(config)
+        self.inflight = InFlight(settings.caps)
         self.slots = Slots(config.concurrency, max_jobs)
         wiring = Wiring(
             store=store,
@@ -88,48 +101,37 @@ class Engine:
             metrics=metrics,
             client_id=client_id,
         )
+        hooks = Hooks()
         self.progress = ProgressWriter(wiring)
-        self.completer = Completer(wiring, released=released, progress=self.progress)
-        runner = Runner(
-            chain=chain,
-            retry_policy=config.retry_policy,
-            slots=self.slots,
-            inflight=self.inflight,
-            settle=self.completer.settle,
-            logger=self._log,
-        )
-        self.pool = JobPool(
-            concurrency=config.concurrency, client_id=client_id, run=runner.run, logger=self._log
-        )
-        self.events: EventLoop | None = None
-        self.loopwatch: LoopWatch | None = None
-        dispatch: Callable[[list[Claim]], None] = self.pool.dispatch
-        if async_chain is not None:
-            self.events = EventLoop(
-                chain=async_chain,
-                retry_policy=config.retry_policy,
-                slots=self.slots,
-                inflight=self.inflight,
-                settle=self.completer.settle,
-                client_id=client_id,
-                logger=self._log,
-            )
-            self.loopwatch = LoopWatch(
-                self.events, observe=metrics.loop_lag, client_id=client_id, logger=self._log
-            )
-            dispatch = self._router(self.events)
-        self.fetcher = Fetcher(wiring, dispatch=dispatch)
         self.cancels = Cancels(
             self.inflight, self._log, counted=metrics.cancel_delivered, on_hard=hard_cancel
         )
-        self.heartbeat = Heartbeat(wiring, cancels=self.cancels)
-        self.rescuer = Rescuer(wiring)
-        self.refresher = StatsRefresher(wiring)
-        retention = config.retention is not None and bool(config.retention.by_state())
-        self.pruner = Pruner(wiring) if retention else None
-        self.health = HealthProbe(wiring) if config.health_interval else None
+        kit = Kit(
+            store=store.kernel,
+            settings=settings,
+            inflight=self.inflight,
+            slots=self.slots,
+            client_id=client_id,
+            events=metrics,
+            hooks=hooks,
+            context_args={
+                "_read_parents": store.parent_results,
+                "_progress_sink": self.progress.track,
+            },
+        )
+        hooks.before_write.append(self.progress.before_outcomes)
+        hooks.written.append(self.progress.written)
+        hooks.written.append(self.cancels.written)
+        hooks.stale.append(stale_writes_hook(self._log, store.append_ledger, kit.holder))
+        if released is not None:
+            hooks.capacity_freed.append(released)
+
+        # The plugins' services (ADR 0046): the stats refresher, the pruner, the
+        # health probe, the periodic ticker and the application's own, each
+        # only when configured (_runtime/plugins.py).
+        self.plugins = build_plugins(wiring)
         # Behind a transaction pooler a LISTEN needs Config.session_url; without
-        # one the fetcher polls and the heartbeat delivers cancels (ADR 0040).
+        # one the fetcher polls and the cancel poller reads requests (ADR 0040).
         listens = config.notify and store.has_sessions()
         if config.notify and not listens:
             self._log.info(
@@ -139,76 +141,92 @@ class Engine:
                 config.poll_interval.total_seconds(),
                 extra={"event": "pooler_without_sessions"},
             )
-        self.listener = (
-            Listener(wiring, wake=self.fetcher.wake, on_cancel=self.cancels.notified)
-            if listens
-            else None
-        )
-        self.ticker = Ticker(wiring) if config.periodic_jobs else None
+        self._store = store
+        self.listener: Listener | None = None
+        self.cancel_poller: CancelPoller | None = None
+        if listens:
+            self.listener = Listener(
+                wiring,
+                wake=self._wake,
+                on_cancel=self.cancels.notified,
+                on_listening=self._catch_up,
+            )
+        else:
+            self.cancel_poller = CancelPoller(
+                self.cancels,
+                store.cancel_requests,
+                interval=settings.heartbeat_interval,
+                client_id=client_id,
+                logger=self._log,
+            )
         self.registry = Registry(wiring)
-        optional = (self.pruner, self.health, self.listener, self.ticker)
-        self.services: list[ThreadService] = [
-            self.completer,
-            *(s for s in (self.events, self.loopwatch) if s is not None),
+        plugins: list[ThreadService] = [
             self.progress,
-            self.heartbeat,
-            self.rescuer,
-            self.refresher,
-            *(s for s in optional if s is not None),
+            # Plugins' services before the listener; those that bring work in
+            # (the ticker) after it, so they stop with the intake, before the drain.
+            *self.plugins.services(intake=False),
+            *(s for s in (self.listener, self.cancel_poller) if s is not None),
+            *self.plugins.services(intake=True),
             self.registry,
-            self.fetcher,
         ]
-        self.trouble = Trouble(self._log, counted=metrics.database_error)
-        """The loops' transient database failures: one warning per episode, and readiness."""
-        for service in self.services:
-            service.on_death = metrics.service_died
-            service.trouble = self.trouble
-            self.trouble.watch(service.name, service.retry_now)
+        listener = self.listener
 
-    def _router(self, events: EventLoop) -> Callable[[list[Claim]], None]:
-        """The fetcher's dispatch: async kinds to the loop, the others to the pool threads."""
-        is_async = self._config.workers.is_async
-        pool = self.pool.dispatch
-        loop = events.dispatch
+        def listening_first() -> None:
+            # Listen before the first claim, so an operator's cancel of a job
+            # claimed at once is heard by notification. Bounded: with the
+            # database slow, claiming starts anyway and the catch-up after the
+            # LISTEN covers the gap.
+            if listener is not None:
+                listener.listening.wait(_LISTEN_BEFORE_CLAIMING)
 
-        def dispatch(claims: list[Claim]) -> None:
-            on_loop = [c for c in claims if is_async(c.row.kind)]
-            if len(on_loop) == len(claims):
-                loop(claims)
-                return
-            if on_loop:
-                loop(on_loop)
-                pool([c for c in claims if not is_async(c.row.kind)])
-            else:
-                pool(claims)
+        self.kernel = Kernel(
+            kit,
+            chain=chain,
+            async_chain=async_chain,
+            is_async=config.workers.is_async if async_chain is not None else None,
+            plugins=plugins,
+            before_fetch=listening_first if listener is not None else None,
+        )
+        self.loopwatch: LoopWatch | None = None
+        if self.kernel.events is not None:
+            self.loopwatch = LoopWatch(
+                self.kernel.events,
+                observe=metrics.loop_lag,
+                client_id=client_id,
+                logger=self._log,
+            )
+            # Started right after the loop it watches, stopped right before it.
+            index = self.kernel.services.index(self.kernel.events) + 1
+            self.kernel.services.insert(index, self.loopwatch)
+            self.loopwatch.on_death = metrics.service_died
+            self.loopwatch.trouble = self.kernel.trouble
+        self.services = self.kernel.services
+        self.completer = self.kernel.completer
+        self.fetcher = self.kernel.fetcher
+        self.heartbeat = self.kernel.heartbeat
+        self.rescuer = self.kernel.rescuer
+        self.events = self.kernel.events
+        self.pool = self.kernel.pool
+        self.trouble = self.kernel.trouble
 
-        return dispatch
+    def _wake(self) -> None:
+        self.kernel.wake()
+
+    def _catch_up(self) -> None:
+        """After each LISTEN: deliver the cancel requests announced before it."""
+        try:
+            self.cancels.catch_up(self._store.cancel_requests, "notification")
+        except Exception:
+            # The next LISTEN (or the operator's next request) tries again.
+            self._log.warning("reading cancel requests after LISTEN failed", exc_info=True)
 
     def dead_services(self) -> list[str]:
         """The names of the services whose thread ended on its own, in start order."""
-        return [s.name for s in self.services if s.died is not None]
+        return self.kernel.dead_services()
 
     def start(self) -> None:
-        """Start every service in order; on failure stop the started ones and re-raise."""
-        started: list[ThreadService] = []
-        try:
-            if self.events is None:
-                # With async workers the threads start with the first sync job.
-                self.pool.start()
-            for service in self.services:
-                if service is self.fetcher and self.listener is not None:
-                    # Listen before the first claim, so an operator's cancel of a
-                    # job claimed at once is heard by notification, not a heartbeat
-                    # later. Bounded: with the database slow, claiming starts anyway
-                    # and polling (and the heartbeat) cover the gap.
-                    self.listener.listening.wait(_LISTEN_BEFORE_CLAIMING)
-                service.start()
-                started.append(service)
-        except BaseException:
-            for service in reversed(started):
-                service.stop()
-            self.pool.end(wait=False)
-            raise
+        """Start the kernel and every feature service in order (see ``Kernel.start``)."""
+        self.kernel.start()
         c = self._config
         queues = format_queues(c.queues)
         self._log.info(
@@ -226,93 +244,9 @@ class Engine:
         )
 
     def wake(self) -> None:
-        self.fetcher.wake()
+        """Cut the fetcher's poll sleep short (new work was inserted)."""
+        self.kernel.wake()
 
     def stop(self, timeout: float | None) -> DrainIncomplete | None:
-        """Stop claiming, drain, hand back what did not finish, then stop the services.
-
-        1. The intake services (fetcher, listener) stop: no claim starts after this.
-        2. Wait up to ``timeout`` for every in-flight job to record its outcome
-           (the completer and heartbeat keep running meanwhile).
-        3. Out of time: return the unfinished jobs to the queue in one fenced
-           statement, claimable at once, then cancel their contexts (an async
-           job's task with it).
-        4. The other services stop in reverse start order, the completer last
-           (it writes what is queued); the pool threads are released
-           (abandoned handlers are not waited for).
-        """
-        self._log.info("worker pool stopping")
-        started = time.monotonic()
-        # Intake first (reverse start order puts the fetcher and the listener
-        # there): no claim starts after this.
-        for service in reversed(self.services):
-            if service.intake:
-                service.stop(timeout=service.join_timeout(timeout))
-        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        verdict: DrainIncomplete | None = None
-        escalated = not self.inflight.wait_empty(remaining)
-        if escalated:
-            verdict = self._hand_back()
-        # Then the rest, in reverse start order: the completer, first started,
-        # stops last and writes whatever outcomes are still queued.
-        for service in reversed(self.services):
-            if not service.intake:
-                service.stop(timeout=service.join_timeout(timeout))
-        # After the budget ran out, never wait for pool threads: a handler that
-        # ignores cancellation (even one whose job finished or was taken over)
-        # would hold stop() hostage.
-        self.pool.end(wait=not escalated)
-        self._log.info("worker pool stopped")
-        return verdict
-
-    def _hand_back(self) -> DrainIncomplete | None:
-        unfinished = [c for c in self.inflight.snapshot() if not c.finished]
-        if not unfinished:
-            return None  # the last job finished just as the budget ran out
-        for claim in unfinished:
-            # Lost before the write, so a heartbeat racing it takes the
-            # refusal for what it is, not for a lease lost elsewhere.
-            claim.lease._lose("handed back at shutdown")
-        self._log.warning(
-            "shutdown deadline reached with %d job(s) still running: %s",
-            len(unfinished),
-            ", ".join(str(c.row.id) for c in unfinished),
-            extra={"jobs": [c.row.id for c in unfinished]},
-        )
-        try:
-            results = self.completer.hand_back(unfinished) or []
-        finally:
-            # Cancelled once the hand-back is written: a handler that stops at
-            # once (an async task is cancelled within a loop turn) cannot
-            # record its own failure first and turn the hand-back into a retry
-            # at the policy's time.
-            for claim in unfinished:
-                claim.context.cancel("shutdown")
-        # A job whose write was refused finished (or was taken over) in the
-        # meantime: it is not incomplete. One whose write failed is, and stays
-        # running for the rescuer.
-        moved_on: set[int] = set()
-        rows = {c.row.id: c.row for c in unfinished}
-        for recorded in results:
-            row = rows[recorded.outcome.id]
-            if recorded.result is WriteResult.APPLIED and recorded.cancelled:
-                log_cancelled(self._log, row.id, row.attempt)
-            elif recorded.result is WriteResult.APPLIED:
-                log_job(
-                    self._log,
-                    logging.WARNING,
-                    row,
-                    "job_handed_back",
-                    "returned unfinished " + JOB + " to the queue",
-                )
-            else:
-                moved_on.add(recorded.outcome.id)
-                log_job(
-                    self._log,
-                    logging.DEBUG,
-                    row,
-                    "job_finished_before_hand_back",
-                    JOB + " finished before it could be returned to the queue",
-                )
-        incomplete = [c.row.id for c in unfinished if c.row.id not in moved_on]
-        return DrainIncomplete(incomplete) if incomplete else None
+        """Stop claiming, drain, hand back, stop every service (see ``Kernel.stop``)."""
+        return self.kernel.stop(timeout)

@@ -1,7 +1,8 @@
 """Writing the duplicate ledger from the engine's rare paths (ADR 0037).
 
-The completer, the heartbeat and the progress writer each learn of a stale
-write of their own; they record it here. An entry is worth less than the
+The kernel's completer and heartbeat report the writes the fence refused
+through their ``stale`` hook (ADR 0045), which ``stale_writes_hook`` makes;
+the progress writer records its own here. An entry is worth less than the
 work around it: a failure to write one is logged and never retried, and
 never stops the service that noticed it.
 """
@@ -11,10 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from drover._db.ledger import LedgerNote
+from drover._db.ledger import LedgerNote, stale_write_note
+from drover._kernel.kit import StaleWrite
 from drover.errors import DroverError
 
-__all__ = ["record_notes"]
+__all__ = ["record_notes", "stale_writes_hook"]
 
 
 def record_notes(
@@ -50,3 +52,31 @@ def record_notes(
                 note.entry,
                 extra={"event": "ledger_not_recorded", "job_id": note.job_id, "entry": note.entry},
             )
+
+
+def stale_writes_hook(
+    log: logging.Logger,
+    append: Callable[[Sequence[LedgerNote]], set[int]],
+    worker: str,
+) -> Callable[[Sequence[StaleWrite]], None]:
+    """The kernel's ``stale`` hook that writes each refused write in its job's ledger.
+
+    ``worker`` names this client in the entries.
+    """
+
+    def record(stale: Sequence[StaleWrite]) -> None:
+        notes = [
+            stale_write_note(
+                s.job_id,
+                s.attempt,
+                worker=worker,
+                write=s.write,
+                refused=s.refused,
+                state=s.state,
+                state_attempt=s.state_attempt,
+            )
+            for s in stale
+        ]
+        record_notes(log, append, notes)
+
+    return record

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from drover._db.notify import CANCEL_CHANNEL, Listening
-from drover._runtime.service import ThreadService
+from drover._kernel.service import ThreadService
 from drover._runtime.wiring import Wiring
 
 __all__ = ["Listener"]
@@ -38,6 +38,9 @@ class Listener(ThreadService):
     ones at WARNING, and the recovery at INFO, so an outage logs a bounded
     number of lines. ``listening`` is set while LISTEN is active (a NOTIFY
     sent before that is not delivered); ``reconnects`` counts recoveries.
+    ``on_listening`` runs after every LISTEN, first and later ones: the
+    catch-up of what was announced before it (an operator's cancel of a held
+    job, ADR 0030).
     """
 
     name = "listener"
@@ -49,6 +52,7 @@ class Listener(ThreadService):
         *,
         wake: Callable[[], None],
         on_cancel: Callable[[str], object] | None = None,
+        on_listening: Callable[[], object] | None = None,
         first_retry: float | None = None,
         max_retry: float | None = None,
         ping_every: float | None = None,
@@ -59,6 +63,7 @@ class Listener(ThreadService):
         self._queues = frozenset(wiring.config.queues)
         self._wake_fetcher = wake
         self._on_cancel = on_cancel
+        self._on_listening = on_listening
         # The module constants are read here, not bound as defaults, so a test
         # can shorten them for the clients it builds.
         self._first_retry = _FIRST_RETRY if first_retry is None else first_retry
@@ -94,6 +99,10 @@ class Listener(ThreadService):
                 failures = 0
                 retry = self._first_retry
                 self._ok()
+                if self._on_listening is not None:
+                    # What was announced before this LISTEN (at start, or while
+                    # away) is read once, now that nothing more can be missed.
+                    self._on_listening()
                 while not self._stopping.is_set():
                     self.run_once()
             except Exception as exc:

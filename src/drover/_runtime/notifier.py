@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Callable, Collection
 
 from drover._db.store import Store
-from drover._runtime.service import ThreadService
+from drover._kernel.service import ThreadService
 
 __all__ = ["Notifier"]
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from drover._runtime.service import IntervalService
+from datetime import timedelta
+
+from drover._kernel.service import IntervalService
 from drover._runtime.wiring import Wiring
+from drover.retention import Retention
 
 __all__ = ["Pruner"]
 
@@ -14,6 +17,8 @@ MAX_BATCHES = 50
 class Pruner(IntervalService):
     """Every interval, deletes terminal jobs older than their state's retention.
 
+    Built by the ``drover.plugins.Pruner`` plugin, with its options.
+
     Each batch is its own short transaction holding a try-lock, so only one
     client prunes at a time and a sweep never holds locks for long; other
     clients skip the sweep. At most 50 batches of 1000 per state per sweep,
@@ -23,12 +28,12 @@ class Pruner(IntervalService):
     name = "pruner"
     action = "prune finished jobs"
 
-    def __init__(self, wiring: Wiring) -> None:
-        interval = wiring.config.prune_interval.total_seconds()
-        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
+    def __init__(self, wiring: Wiring, *, retention: Retention, interval: timedelta) -> None:
+        super().__init__(
+            interval=interval.total_seconds(), client_id=wiring.client_id, logger=wiring.log
+        )
         self._store = wiring.store
-        retention = wiring.config.retention
-        self._retention = retention.by_state() if retention is not None else {}
+        self._retention = retention.by_state()
 
     def run_once(self) -> int:
         """One sweep; returns how many jobs were deleted (0 when another client holds the lock)."""

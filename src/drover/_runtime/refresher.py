@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 
+from drover._kernel.service import IntervalService
 from drover._records import QueueStats
-from drover._runtime.service import IntervalService
 from drover._runtime.wiring import Wiring
 
 __all__ = ["StatsRefresher"]
 
 
 class StatsRefresher(IntervalService):
-    """Reads depth and oldest age once at start, then every ``stats_interval``.
+    """Reads depth and oldest age once at start, then every interval.
+
+    Built by the ``drover.plugins.QueueStats`` plugin, with its interval.
 
     Scrapes only read the published snapshot, so scrape rate never adds
     database load. A failed refresh changes nothing and is logged at WARNING
@@ -26,9 +29,10 @@ class StatsRefresher(IntervalService):
     action = "refresh queue stats"
     failure_level = logging.WARNING
 
-    def __init__(self, wiring: Wiring) -> None:
-        interval = wiring.config.stats_interval.total_seconds()
-        super().__init__(interval=interval, client_id=wiring.client_id, logger=wiring.log)
+    def __init__(self, wiring: Wiring, *, interval: timedelta) -> None:
+        super().__init__(
+            interval=interval.total_seconds(), client_id=wiring.client_id, logger=wiring.log
+        )
         self._store = wiring.store
         self._metrics = wiring.metrics
         self.last_success: float | None = None
@@ -36,7 +40,7 @@ class StatsRefresher(IntervalService):
 
     def run_once(self) -> QueueStats:
         """Read and publish once; raises on failure (the loop logs it)."""
-        stats = self._store.queue_stats()
+        stats = self._store.operator.queue_stats()
         self._metrics.publish_queue_stats(stats.depth, stats.oldest_age)
         self.last_success = time.monotonic()
         return stats

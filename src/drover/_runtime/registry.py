@@ -9,7 +9,7 @@ import socket
 from datetime import datetime
 
 from drover._db.clients import ClientEntry
-from drover._runtime.service import IntervalService
+from drover._kernel.service import IntervalService
 from drover._runtime.wiring import Wiring
 from drover._version import VERSION
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from datetime import datetime
 
 from drover._db.store import Store
 from drover._db.ticks import Leadership, LeasedLeadership
 from drover._insert.encode import encode_insert
-from drover._runtime.service import ThreadService
+from drover._insert.ticks import insert_tick
+from drover._kernel.service import ThreadService
 from drover._runtime.wiring import Wiring
 from drover.errors import DroverError
+from drover.insert_middleware import insert_chain
 from drover.periodic import PeriodicJob, tick_key, tick_opts
 
 __all__ = ["Ticker"]
@@ -21,6 +24,8 @@ ENQUEUED, DUPLICATE, FAILED = "enqueued", "duplicate", "failed"
 
 class Ticker(ThreadService):
     """Competes for leadership and, while it leads, inserts each periodic job's ticks.
+
+    Built by the ``drover.plugins.Periodic`` plugin, with its jobs.
 
     Leadership is a session advisory lock held on a connection of this
     service's own. Every turn (at most one ``poll_interval`` apart) the
@@ -46,10 +51,11 @@ class Ticker(ThreadService):
     name = "periodic"
     intake = True  # inserts work: stops before the drain, like the fetcher
 
-    def __init__(self, wiring: Wiring) -> None:
+    def __init__(self, wiring: Wiring, *, jobs: Sequence[PeriodicJob]) -> None:
         super().__init__(client_id=wiring.client_id, logger=wiring.log)
         self._store: Store = wiring.store
-        self._jobs = tuple(wiring.config.periodic_jobs)
+        self._jobs = tuple(jobs)
+        self._insert_chain = insert_chain(wiring.config.middleware)
         self._poll = wiring.config.poll_interval.total_seconds()
         self._count = wiring.metrics.periodic_tick
         self._leading_hook = wiring.metrics.periodic_leading
@@ -110,9 +116,15 @@ class Ticker(ThreadService):
         # leader, or one that was stalled, fires a missed period once.
         following = job.schedule.next(now)
         try:
-            params = encode_insert(job.args, tick_opts(job, fire))
-            tick = conn.fire_tick(
-                params, periodic_id=job.id, fire=fire, upto=now, next_fire=following
+            tick = insert_tick(
+                self._insert_chain,
+                conn,
+                job.args,
+                tick_opts(job, fire),
+                periodic_id=job.id,
+                fire=fire,
+                upto=now,
+                next_fire=following,
             )
         except DroverError as exc:
             self._count(job.id, FAILED)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from dataclasses import dataclass
 
 from drover._db.store import Store
-from drover._runtime.inflight import InFlight, Slots
+from drover._kernel.claims import InFlight, Slots
+from drover._kernel.kit import holder_of
 from drover.config import Config
 from drover.ops.metrics import Metrics
 
@@ -36,9 +35,8 @@ class Wiring:
 
     @property
     def holder(self) -> str:
-        """``"<client id> (pid <pid> on <host>)"``: how claims (``leased_by``) and the
-        duplicate ledger name this client. Read at the call, so a forked process names itself."""
-        return f"{self.client_id} (pid {os.getpid()} on {socket.gethostname()})"
+        """How claims and the duplicate ledger name this client (``holder_of``)."""
+        return holder_of(self.client_id)
 
     @property
     def lease_seconds(self) -> float:

@@ -33,9 +33,8 @@ from typing import Any
 from psycopg.conninfo import make_conninfo
 
 import drover
+from drover._db.bench import analyze_jobs, create_database, drop_database, server_settings
 from drover._db.embedded import embedded_postgres
-from drover._db.pool import borrow
-from drover._db.stats import analyze_jobs, create_database, drop_database, server_settings
 
 __all__ = ["BenchResult", "run_bench"]
 
@@ -107,13 +106,11 @@ def _fresh(url: str, wanted: bool) -> Iterator[str]:
         yield url
         return
     name = f"drover_bench_burst_{secrets.token_hex(4)}"
-    with borrow(url, "create a benchmark database") as conn:
-        create_database(conn, name)
+    create_database(url, name)
     try:
         yield make_conninfo(url, dbname=name)
     finally:
-        with borrow(url, "drop the benchmark database") as conn:
-            drop_database(conn, name)
+        drop_database(url, name)
 
 
 def _queue_names(prefix: str, count: int) -> list[str]:
@@ -162,8 +159,7 @@ def _drain(
     if analyze:
         # The steady state: statistics that describe the filled table, so
         # autovacuum's ANALYZE does not land mid-drain. ``burst`` skips this.
-        with borrow(url, "analyze drover_jobs") as conn:
-            analyze_jobs(conn)
+        analyze_jobs(url)
     latencies: list[float] = []
     done = threading.Event()
     count = 0
@@ -247,8 +243,7 @@ def run_bench(
             seconds, latencies = _drain(url, jobs, concurrency, names, analyze=mode == "drain")
         else:
             seconds, latencies = _latency(url, jobs, names)
-        with borrow(url, "read server settings") as conn:
-            settings = server_settings(conn)
+        settings = server_settings(url)
     return BenchResult(
         mode=mode,
         jobs=jobs,

@@ -227,8 +227,7 @@ def load_workers(spec: str) -> drover.Workers:
 
 def database_of(client: drover.Client) -> str:
     """`host:port/dbname` of the database a client uses, for messages (never the password)."""
-    conninfo = client.pool.conninfo
-    return describe_target(conninfo) if isinstance(conninfo, str) else "the database"
+    return client._target()
 
 
 def get_globals(ctx: typer.Context) -> Globals:

@@ -19,8 +19,7 @@ from typing import TextIO
 
 import drover
 from drover._db.embedded import embedded_postgres
-from drover._db.pool import borrow
-from drover._db.stats import job_counts_by_state
+from drover._db.store import Store
 from drover.job import TERMINAL_STATES
 
 __all__ = ["run_demo"]
@@ -109,9 +108,15 @@ def run_demo(url: str | None, *, jobs: int, concurrency: int, out: TextIO = sys.
         else {}
     )
     try:
-        with _database(url, out) as database:
+        with _database(url, out) as database, contextlib.ExitStack() as stack:
             applied = drover.migrate(database)
             print(f"schema ready ({len(applied)} migration(s) applied)", file=out)
+            # The progress lines count every job, finished ones too: a read of
+            # the store's operator side on a pool of its own, which outlives
+            # the client's (closed by stop) for the last count.
+            store = stack.enter_context(
+                contextlib.closing(Store.open(database, who="drover demo", max_size=1))
+            )
             config = drover.Config(
                 workers=_workers(),
                 concurrency=concurrency,
@@ -137,8 +142,7 @@ def run_demo(url: str | None, *, jobs: int, concurrency: int, out: TextIO = sys.
             counts: dict[tuple[str, str], int] = {}
             live = out.isatty()
             while not interrupted.wait(0.5):
-                with borrow(client.pool, "count jobs") as conn:
-                    counts = job_counts_by_state(conn)
+                counts = store.operator.job_counts()
                 line = f"[{time.monotonic() - started:5.1f}s] {_progress(counts)}"
                 # On a terminal, redraw one line; in a log, append one per tick.
                 print(f"\r{line:<100}" if live else line, end="" if live else "\n", file=out)
@@ -155,8 +159,7 @@ def run_demo(url: str | None, *, jobs: int, concurrency: int, out: TextIO = sys.
                 client.stop(config.shutdown_timeout)
             except drover.DrainIncomplete as exc:
                 print(f"stopped with {exc.count} job(s) handed back to the queue", file=out)
-            with borrow(database, "count jobs") as conn:
-                counts = job_counts_by_state(conn)
+            counts = store.operator.job_counts()
             print(f"done in {elapsed:.1f}s: {_progress(counts)}", file=out)
             for (queue, state), n in sorted(counts.items()):
                 print(f"  {queue:<8} {state:<10} {n:>6}", file=out)

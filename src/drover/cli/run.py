@@ -199,7 +199,7 @@ def worker_command(
         return
     if changes:
         original = client
-        client = drover.Client(original.pool, config)
+        client = original._derive(config)
     if supervised:
         try:
             code = run_child(

@@ -122,9 +122,7 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
         with_async_form(count, count_async)
         changes["middleware"] = (count, *config.middleware)
     # Claims stop at the limit itself, so a process runs exactly max_jobs.
-    child = drover.Client(
-        client.pool, config.replace(**changes), max_jobs=max_jobs, hard_cancel=hard.add
-    )
+    child = client._derive(config.replace(**changes), max_jobs=max_jobs, hard_cancel=hard.add)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()

@@ -4,11 +4,12 @@ One line turns it on, for a producer and a worker alike:
 
     config = drover.Config(workers=workers, middleware=[TracingMiddleware()])
 
-The entry is a middleware (with an async form, so ``async def`` handlers are
-traced too) and an insert tracer: a ``Client`` or ``AsyncClient`` built with
-that config opens a span around each public insert call and stores the
-span's W3C trace context (``traceparent``, ``tracestate``) in every job it
-inserts, under those two keys of the job's metadata. Each execution then
+The entry is an execution middleware (with an async form, so ``async def``
+handlers are traced too) and an insert middleware (``around_insert``, ADR
+0047): every insert made with that config (a ``Client``'s or an
+``AsyncClient``'s, and the client's periodic ticks) runs in a span that
+stores its W3C trace context (``traceparent``, ``tracestate``) in every job
+it inserts, under those two keys of the job's metadata. Each execution then
 opens a ``process`` span that is a child of that context, so a job's
 attempts (retries, snoozes) are spans of the producer's trace.
 
@@ -20,16 +21,17 @@ This module needs ``opentelemetry-api``; drover itself never imports it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from types import MappingProxyType, TracebackType
+from types import TracebackType
 from typing import Any
 
-from drover._insert.tracing import TRACE_KEYS, InsertSpan
-from drover._runtime.disposition import find_signal
+from drover._insert.tracing import TRACE_KEYS, trace_members
+from drover._kernel.disposition import find_signal
 from drover._version import VERSION
 from drover.context import JobContext
 from drover.errors import ArgsDecodeError, Cancel, InvalidArgument, Snooze
+from drover.insert_middleware import InsertBatch
 from drover.job import JobRow
 from drover.middleware import AsyncHandler, Handler, with_async_form
 
@@ -124,20 +126,17 @@ def _failed(span: Span, row: JobRow, exc: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__qualname__}: {exc}"))
 
 
-_NO_CARRIER: Mapping[str, str] = MappingProxyType({})
-
-
 class _InsertSpan:
-    """An insert call's span, current while the call runs, and the context to store with
+    """An insert call's span, current while the call writes, whose context it stores with
     its jobs. A class rather than ``start_as_current_span``: its three nested generator
     context managers cost more than the span itself."""
 
-    __slots__ = ("_operation", "_span", "_token", "_tracer", "carrier")
+    __slots__ = ("_batch", "_operation", "_span", "_token", "_tracer")
 
-    def __init__(self, tracer: trace.Tracer, operation: str) -> None:
+    def __init__(self, tracer: trace.Tracer, batch: InsertBatch) -> None:
         self._tracer = tracer
-        self._operation = operation
-        self.carrier = _NO_CARRIER
+        self._batch = batch
+        self._operation = batch.operation
 
     def __enter__(self) -> _InsertSpan:
         span = self._span = self._tracer.start_span(
@@ -154,7 +153,12 @@ class _InsertSpan:
         if span.get_span_context().is_valid:
             carrier: dict[str, str] = {}
             _PROPAGATOR.inject(carrier, context=context)
-            self.carrier = carrier
+            members = trace_members(carrier)
+            if members:
+                # Into every job's metadata, ahead of the job's own keys (a
+                # traceparent the caller put there wins); the batch keeps its
+                # COPY path (InsertBatch.add_meta, without re-encoding).
+                self._batch._add_members(members)
         return self
 
     def __exit__(
@@ -165,7 +169,9 @@ class _InsertSpan:
     ) -> None:
         span = self._span
         try:
-            if exc is not None and span.is_recording():
+            if exc is None:
+                self._inserted(self._batch.rows)
+            elif span.is_recording():
                 span.record_exception(exc)
                 span.set_attribute("error.type", type(exc).__qualname__)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__qualname__}: {exc}"))
@@ -173,7 +179,7 @@ class _InsertSpan:
             otel_context.detach(self._token)
             span.end()
 
-    def inserted(self, rows: Sequence[JobRow]) -> None:
+    def _inserted(self, rows: Sequence[JobRow]) -> None:
         span = self._span
         if not span.is_recording() or not rows:
             return
@@ -201,10 +207,12 @@ class TracingMiddleware:
     (``opentelemetry.trace.set_tracer_provider``): with none set, the spans
     are OpenTelemetry's no-op spans and nothing is stored with the jobs.
 
-    Inserts: each public insert call of a ``Client`` or ``AsyncClient`` built
-    with the config (``insert``, ``insert_tx``, ``insert_many``,
-    ``insert_many_tx``, workflows and unique inserts included) runs in a
-    ``PRODUCER`` span, a child of the caller's current span; that span's
+    Inserts: each insert call made through the insert funnel with this
+    middleware (a ``Client``'s or ``AsyncClient``'s ``insert``,
+    ``insert_tx``, ``insert_many``, ``insert_many_tx``, workflows and unique
+    inserts included; the client's periodic ticks, ``periodic``; an
+    ``Inspector`` or a helper given it) runs in a ``PRODUCER`` span named
+    after the call, a child of the caller's current span; that span's
     context is stored in each inserted job's metadata (``traceparent``,
     ``tracestate``). A batch shares one span and so one stored context.
     A unique insert that returns the job already holding its identity keeps
@@ -233,8 +241,6 @@ class TracingMiddleware:
             "drover.contrib.otel", VERSION, tracer_provider=tracer_provider
         )
         with_async_form(self, self._async_form)
-        # Read by Client and AsyncClient (drover._insert.tracing.insert_tracer_of).
-        self.drover_insert_tracer = self
 
     def __call__(self, next_handler: Handler) -> Handler:
         """The sync form: wrap ``next_handler`` in a ``process`` span per execution."""
@@ -283,11 +289,12 @@ class TracingMiddleware:
 
         return handle
 
-    def insert_span(self, operation: str) -> AbstractContextManager[InsertSpan]:
-        """The span of one insert call (``operation``: the client method's name), current
-        inside the ``with`` block; an exception raised there is recorded on it (status
+    def around_insert(self, batch: InsertBatch) -> AbstractContextManager[object]:
+        """The insert middleware (``drover.InsertMiddleware``): the span of one insert call,
+        named after ``batch.operation`` and current during the write, whose context is
+        stored with each job of ``batch``; the write's exception is recorded on it (status
         ``ERROR``) and goes on. Cheap: one object per call."""
-        return _InsertSpan(self._tracer, operation)
+        return _InsertSpan(self._tracer, batch)
 
     def __repr__(self) -> str:
         return "drover.contrib.otel.TracingMiddleware()"

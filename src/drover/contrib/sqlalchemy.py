@@ -7,7 +7,7 @@ Use a ``postgresql+psycopg://`` URL, so the driver is psycopg 3.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection as SAConnection
@@ -15,8 +15,11 @@ from sqlalchemy.orm import Session, scoped_session
 
 from drover._db.namespace import namespace_for
 from drover._insert import tx
+from drover._insert.funnel import prepare_many, prepare_one, through
 from drover.errors import UnsupportedConnection
+from drover.insert_middleware import InsertMiddleware, checked_insert_chain
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow
+from drover.middleware import Middleware
 
 __all__ = ["complete", "insert", "insert_many"]
 
@@ -47,6 +50,7 @@ def insert(
     *,
     notify: bool = True,
     schema: str | None = None,
+    middleware: Sequence[Middleware | InsertMiddleware] = (),
 ) -> JobRow:
     """Insert one job in the session's (or connection's) transaction; return the row.
 
@@ -56,20 +60,29 @@ def insert(
     usable. With ``notify`` (the default) listening workers are woken when the
     transaction commits. ``schema`` is the installation's schema
     (``Config.schema``; ``None``: the default), whatever the session's
-    ``search_path``.
+    ``search_path``. ``middleware``: the insert middleware the insert goes
+    through (``drover.InsertMiddleware``, ``operation`` ``insert_tx``; a
+    ``Config.middleware`` list may be passed as is). A job with
+    ``InsertOpts.depends_on`` is inserted ``pending`` with its dependencies.
 
     Raises:
         drover.InvalidJobArgs, drover.InvalidInsertOpts: bad input, before any SQL.
-        drover.InvalidArgument: ``schema`` is not a plain lowercase name.
+        drover.InvalidArgument: ``schema`` is not a plain lowercase name, or
+            ``middleware`` is not a list of middleware.
         drover.UnsupportedConnection: not a SQLAlchemy session or connection, or
             not on psycopg 3.
         drover.DuplicateJob: the unique key is held by a waiting or running job.
         drover.DatabaseError: the statement failed (the transaction is then aborted).
     """
     ns = namespace_for(schema)
-    return tx.insert_tx(
-        lambda: tx.caller(_driver(session_or_connection))(), args, opts, notify=notify, ns=ns
-    )
+    chain = checked_insert_chain(middleware, "middleware")
+    prepared = prepare_one(args, opts, "insert_tx", workflows=False)
+    writer = tx.CallerWriter(_resolver(session_or_connection), notify=notify, ns=ns)
+    return through(chain, prepared, writer)[0]
+
+
+def _resolver(target: object) -> tx.Resolve:
+    return lambda: tx.caller(_driver(target))()
 
 
 def insert_many(
@@ -78,13 +91,15 @@ def insert_many(
     *,
     notify: bool = True,
     schema: str | None = None,
+    middleware: Sequence[Middleware | InsertMiddleware] = (),
 ) -> list[JobRow]:
     """Insert a batch with COPY in the session's transaction (as ``Client.insert_many_tx``);
-    ``schema`` as for ``insert``."""
+    ``schema`` and ``middleware`` as for ``insert`` (``operation`` ``insert_many_tx``)."""
     ns = namespace_for(schema)
-    return tx.insert_many_tx(
-        lambda: tx.caller(_driver(session_or_connection))(), items, notify=notify, ns=ns
-    )
+    chain = checked_insert_chain(middleware, "middleware")
+    prepared = prepare_many(items, "insert_many_tx")
+    writer = tx.CallerWriter(_resolver(session_or_connection), notify=notify, ns=ns)
+    return through(chain, prepared, writer)
 
 
 def complete(

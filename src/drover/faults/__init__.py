@@ -1,11 +1,11 @@
 """Fault injection, kept apart from the library: nothing else in ``drover`` imports it.
 
 ``drover.faults.harness`` is the reusable part (a throwaway cluster, a
-loopback proxy, the history model and its checker); ``drover.faults.suite``
-is drover's own workload and orchestrator, ``python -m drover.faults`` (see
-docs/reliability.md and ADR 0014); ``drover.faults.soak`` runs many jobs
-under periodic faults and checks that nothing grows,
-``python -m drover.faults soak`` (ADR 0041).
+loopback proxy, the worker fleet and the nemesis, the history model and its
+checker); ``drover.faults.app`` runs a user's handlers under it, as
+``drover faults --app`` (ADR 0039). drover's own fault suite and soak are
+not in the package: they live in a clone of the repository, ``python -m
+faults`` and ``python -m faults soak`` (docs/reliability.md, ADR 0049).
 """
 
 from __future__ import annotations

@@ -1,17 +1,22 @@
-"""``python -m drover.faults``: one fault-injection scenario, checked; ``... soak``: a soak run.
+"""``python -m drover.faults``: drover's own fault suite moved out of the package (ADR 0049).
 
-See docs/reliability.md.
+It says where the suite and the soak are now, and which command runs your
+own handlers under faults, and exits 2.
 """
 
 from __future__ import annotations
 
 import sys
 
-if sys.argv[1:2] == ["soak"]:
-    from drover.faults.soak.run import main as soak_main
+MOVED = """\
+drover's own fault suite and soak are not in the installed package (ADR 0049).
+From a clone of drover's repository, at its root:
 
-    sys.exit(soak_main(sys.argv[2:]))
+    python -m faults --jobs 5000 --faults 30     the fault suite
+    python -m faults soak                        the soak
 
-from drover.faults.suite.run import main
+To run your own handlers under faults: drover faults --app module:attr
+(docs/your-handlers-under-faults.md)."""
 
-sys.exit(main())
+print(MOVED, file=sys.stderr)
+sys.exit(2)

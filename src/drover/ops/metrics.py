@@ -108,7 +108,7 @@ class Metrics:
     sent to run again) and ``drover_stale_writes_refused_total{reason,write}``
     (this client's writes of claims that had moved on). With async workers, from the
     loop watch: ``drover_event_loop_lag_seconds``. From the health probe
-    (the queue doctor, every ``Config.health_interval``):
+    (the queue doctor, every ``drover.plugins.HealthProbe`` interval):
     ``drover_health_findings{code}`` (findings of each code, 0 for every code
     not found) and ``drover_health_checked_timestamp_seconds``. Job kind is
     never a label.
@@ -285,6 +285,11 @@ class Metrics:
     def cancel_delivered(self, via: str) -> None:
         """Count one delivered request to cancel a running job (``via``: how it came)."""
         self._cancels.labels(via).inc()
+
+    def known_service(self, service: str) -> None:
+        """Publish ``drover_service_deaths_total{service}`` at 0 for a plugin's service, so an
+        alert on its increase sees the first death."""
+        self._deaths.labels(service)
 
     def service_died(self, service: str) -> None:
         """Count a background service whose thread ended on its own."""

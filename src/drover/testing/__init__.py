@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from drover._kernel import disposition
+from drover._kernel.claims import Claim
 from drover._records import Outcome
-from drover._runtime import disposition
-from drover._runtime.inflight import Claim
 from drover.client import Client
 from drover.errors import InvalidArgument
 from drover.job import JobArgs, JobRow, JobState
@@ -176,7 +176,11 @@ class Jobs:
             if not rows:
                 break
             for row in sorted(rows, key=lambda r: (-r.priority, r.scheduled_at, r.id)):
-                claim = Claim(row, read_parents=self._store.parent_results, ns=self._store.ns)
+                claim = Claim(
+                    row,
+                    store=self._store.kernel,
+                    context_args={"_read_parents": self._store.parent_results},
+                )
                 error: BaseException | None = None
                 try:
                     with job_scope(row):
@@ -200,7 +204,7 @@ class Jobs:
         if outcome is not None and not outcome.settles_tx:
             error = outcome.error.get("error") if outcome.error else None
             return outcome.state, error
-        current = self._store.get_job(row.id)
+        current = self._store.operator.get_job(row.id)
         errors = current.errors if current is not None else ()
         state = current.state if current is not None else JobState.RUNNING
         error = errors[-1].get("error") if errors and state is not JobState.COMPLETED else None

@@ -10,7 +10,8 @@ from django.db import connections
 from drover._db import Connection
 from drover._db.namespace import namespace_for
 from drover._insert import tx
-from drover.contrib.django.settings import alias, schema
+from drover._insert.funnel import prepare_many, prepare_one, through
+from drover.contrib.django.settings import alias, insert_middleware, schema
 from drover.contrib.django.wording import django_remedy
 from drover.errors import NotInTransaction
 from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow
@@ -48,7 +49,11 @@ def insert(
     if and only if the block commits, and a savepoint that rolls back (a
     nested ``atomic()`` that raised) takes the job with it. Outside one
     (autocommit), it is a single committed insert. No commit of drover's own
-    either way. Wakes listening workers at commit when ``notify``.
+    either way. Wakes listening workers at commit when ``notify``. A job with
+    ``InsertOpts.depends_on`` is inserted ``pending`` with its dependencies.
+    The insert goes through the insert middleware of
+    ``DROVER["CONFIG"]["middleware"]`` (``drover.InsertMiddleware``;
+    ``operation`` ``insert_tx``).
 
     Raises:
         drover.InvalidJobArgs, drover.InvalidInsertOpts: bad input, before any SQL.
@@ -61,16 +66,21 @@ def insert(
     """
     with django_remedy():
         ns = namespace_for(schema())
-        return tx.insert_tx(_resolver(using), args, opts, notify=notify, ns=ns)
+        prepared = prepare_one(args, opts, "insert_tx", workflows=False)
+        writer = tx.CallerWriter(_resolver(using), notify=notify, ns=ns)
+        return through(insert_middleware(), prepared, writer)[0]
 
 
 def insert_many(
     items: Iterable[InsertItem], using: str | None = None, *, notify: bool = True
 ) -> list[JobRow]:
-    """Insert a batch with COPY on the Django connection (see `insert`)."""
+    """Insert a batch with COPY on the Django connection (see `insert`; ``operation``
+    ``insert_many_tx``)."""
     with django_remedy():
         ns = namespace_for(schema())
-        return tx.insert_many_tx(_resolver(using), items, notify=notify, ns=ns)
+        prepared = prepare_many(items, "insert_many_tx")
+        writer = tx.CallerWriter(_resolver(using), notify=notify, ns=ns)
+        return through(insert_middleware(), prepared, writer)
 
 
 def complete(job: Job[Any], using: str | None = None) -> None:

@@ -11,8 +11,17 @@ from django.db import connections
 
 from drover._db.namespace import check_schema_name
 from drover.errors import InvalidArgument
+from drover.insert_middleware import InsertMiddleware, checked_insert_chain
 
-__all__ = ["KNOWN_KEYS", "alias", "conninfo", "database_problem", "drover_settings", "schema"]
+__all__ = [
+    "KNOWN_KEYS",
+    "alias",
+    "conninfo",
+    "database_problem",
+    "drover_settings",
+    "insert_middleware",
+    "schema",
+]
 
 KNOWN_KEYS = frozenset({"DATABASE", "CONFIG", "WORKERS"})
 """The keys `settings.DROVER` may have."""
@@ -67,6 +76,19 @@ def schema() -> str | None:
         return None
     try:
         return check_schema_name("DROVER['CONFIG']['schema']", value)
+    except InvalidArgument as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+
+
+def insert_middleware() -> tuple[InsertMiddleware, ...]:
+    """The insert middleware of ``DROVER["CONFIG"]["middleware"]`` (the worker's
+    ``Config.middleware``), which the ``insert`` helpers go through too (ADR 0047)."""
+    fields = drover_settings().get("CONFIG") or {}
+    listed = fields.get("middleware") if isinstance(fields, dict) else None
+    if not listed:
+        return ()
+    try:
+        return checked_insert_chain(listed, "DROVER['CONFIG']['middleware']")
     except InvalidArgument as exc:
         raise ImproperlyConfigured(str(exc)) from None
 

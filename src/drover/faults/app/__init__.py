@@ -3,8 +3,8 @@
 ``.worker`` is the worker process (your ``drover.Workers``, each execution
 recorded by a middleware); ``.sample`` turns your args factory or a real
 database's rows into the jobs of the run, and your effect checks into
-callables; ``.run`` is the orchestrator (the suite's cluster, proxy, fleet and
-nemesis); ``.report`` the per-kind verdict.
+callables; ``.run`` is the orchestrator (the harness's cluster, proxy, fleet
+and nemesis); ``.report`` the per-kind verdict.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 ``analyse`` turns what a run left (the worker processes' execution records,
 the nemesis's fault records, the database's final rows and the user's effect
 counts) into an ``AppReport``. Duplicate executions (a handler that returned
-more than once for one job) are attributed to a fault by the suite's own
+more than once for one job) are attributed to a fault by the harness's
 checker (``drover.faults.harness.checker.check``, run on each kind's slice of
-the history), so ``drover faults --app`` and ``python -m drover.faults``
-explain a duplicate the same way.
+the history), so ``drover faults --app`` and drover's own suite (``python -m
+faults`` in a clone) explain a duplicate the same way.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The orchestrator of ``drover faults --app``: your workers, a throwaway database, faults.
 
-It reuses the suite's pieces (``Cluster``, ``TcpProxy``, the nemesis and
-the worker fleet of ``drover.faults.suite.run``) and changes only what the
+It runs on the harness (``Cluster``, ``TcpProxy``, the ``Fleet`` and the
+``Nemesis`` of ``drover.faults.harness.fleet``) and brings only what the
 workers run (``drover.faults.app.worker``: the user's registry, recorded by a
 middleware) and what is checked (``drover.faults.app.report``).
 """
@@ -29,25 +29,23 @@ from drover.faults.app.report import AppReport, analyse, read_executions, read_f
 from drover.faults.app.sample import SampledJob, check_args_source, effect_checks, sample_args
 from drover.faults.app.worker import DATABASE_URL_ENV, DRIVER_URL_ENV
 from drover.faults.harness.cluster import Cluster
-from drover.faults.harness.history import JobFinal, Params
-from drover.faults.harness.proxy import TcpProxy, proxy_target
-from drover.faults.suite.run import (
+from drover.faults.harness.fleet import (
     FAULT_KINDS,
-    Scenario,
-    _chunks,
-    _feed,
-    _Fleet,
-    _Nemesis,
-    _schedule,
-    _workdir,
-    _Worker,
+    SERVER_FAULTS,
+    Fleet,
+    FleetSettings,
+    Nemesis,
+    Worker,
+    chunks,
+    feed,
+    schedule,
+    workdir,
 )
-from drover.faults.suite.workload import HistoryFile
+from drover.faults.harness.history import JobFinal, Params
+from drover.faults.harness.jsonl import HistoryFile
+from drover.faults.harness.proxy import TcpProxy, proxy_target
 
 __all__ = ["SERVER_FAULTS", "AppRunFailed", "AppScenario", "run_app"]
-
-SERVER_FAULTS = frozenset({"pg_restart", "pg_crash"})
-"""Fault kinds that need a server of the run's own; left out with ``database_url``."""
 
 _READY_TIMEOUT = 60.0
 
@@ -92,31 +90,31 @@ class AppScenario:
     log: Callable[[str], None] = field(default=print, repr=False)
 
 
-class _AppFleet(_Fleet):
-    """The suite's fleet running the user's workers; faults pick the busiest worker."""
+class _AppFleet(Fleet):
+    """The harness's fleet running the user's workers; faults pick the busiest worker."""
 
     def __init__(
         self,
-        scenario: Scenario,
+        settings: FleetSettings,
         app: str,
         dsn: str,
         effects_dsn: str,
         queues: list[str],
         history: Path,
     ) -> None:
-        super().__init__(scenario, dsn, effects_dsn, history)
+        super().__init__(settings, dsn, effects_dsn, history)
         self._app = app
         self._queues = queues
         self._spawned = 0
         self._logs: dict[int, Path] = {}
 
-    def spawn(self) -> _Worker:
-        s = self._s
+    def spawn(self) -> Worker:
+        s = self.settings
         self._spawned += 1
-        log = self._history / f"process-{self._spawned}.log"
+        log = self.history / f"process-{self._spawned}.log"
         command = [
             sys.executable, "-m", "drover.faults.app.worker", "--app", self._app,
-            "--history", str(self._history),
+            "--history", str(self.history),
             "--queues", ",".join(self._queues), "--concurrency", str(s.concurrency),
             "--lease", str(s.lease), "--heartbeat", str(s.heartbeat), "--rescue", str(s.rescue),
             "--poll", str(s.poll), "--shutdown-timeout", str(s.drain_budget),
@@ -127,22 +125,22 @@ class _AppFleet(_Fleet):
         # password, and a process's arguments are visible to every local user.
         env = {
             **os.environ,
-            DATABASE_URL_ENV: self._effects_dsn,
-            DRIVER_URL_ENV: self._dsn,
+            DATABASE_URL_ENV: self.effects_dsn,
+            DRIVER_URL_ENV: self.dsn,
             "PYTHONFAULTHANDLER": "1",
         }
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=os.getcwd()
             )
-        worker = _Worker(proc, time.time())
+        worker = Worker(proc, time.time())
         self._logs[proc.pid] = log
         self.workers.append(worker)
         return worker
 
-    def pick(self, rng: random.Random) -> _Worker:
+    def pick(self, rng: random.Random) -> Worker:
         """The worker with the most executions in flight (the seeded draw breaks ties)."""
-        load = {w.proc.pid: _in_flight(self._history, w.proc.pid) for w in self.workers}
+        load = {w.proc.pid: _in_flight(self.history, w.proc.pid) for w in self.workers}
         most = max(load.values())
         return rng.choice([w for w in self.workers if load[w.proc.pid] == most])
 
@@ -150,7 +148,7 @@ class _AppFleet(_Fleet):
         """Until a worker has an execution in flight (so a fault lands on work), or ``timeout``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if any(_in_flight(self._history, w.proc.pid) > 0 for w in self.workers):
+            if any(_in_flight(self.history, w.proc.pid) > 0 for w in self.workers):
                 return
             time.sleep(0.02)
 
@@ -158,7 +156,7 @@ class _AppFleet(_Fleet):
         """Wait until every worker has loaded the app; raise ``AppRunFailed`` if one exits first."""
         deadline = time.monotonic() + timeout
         for w in self.workers:
-            path = self._history / f"worker-{w.proc.pid}.jsonl"
+            path = self.history / f"worker-{w.proc.pid}.jsonl"
             while not path.exists():
                 if w.proc.poll() is not None:
                     tail = self._logs[w.proc.pid].read_text(errors="replace")[-1500:]
@@ -317,11 +315,11 @@ def run_app(scenario: AppScenario) -> AppReport:
     lease = to_seconds(scenario.lease, "AppScenario.lease")
     if not 0.1 <= lease <= 60:
         raise drover.InvalidArgument(f"the lease must be from 0.1 to 60 seconds, not {lease:g}")
-    suite = Scenario(
-        jobs=0, faults=scenario.faults, seed=scenario.seed, workers=scenario.processes,
+    settings = FleetSettings(
+        faults=scenario.faults, seed=scenario.seed, workers=scenario.processes,
         concurrency=scenario.concurrency, kinds=kinds, lease=lease,
     )  # fmt: skip
-    with _workdir(scenario.out) as work, _database(scenario) as (dsn, cluster):
+    with workdir(scenario.out) as work, _database(scenario) as (dsn, cluster):
         history_dir = work / "history"
         history_dir.mkdir(exist_ok=True)
         drover.migrate(dsn)
@@ -338,12 +336,14 @@ def run_app(scenario: AppScenario) -> AppReport:
             items: list[drover.InsertItem] = [a for args in sampled.values() for a in args]
             rng.shuffle(items)
             began = time.time()
-            faults_done, codes = _exercise(scenario, suite, dsn, cluster, items, history_dir, rng)
+            faults_done, codes = _exercise(
+                scenario, settings, dsn, cluster, items, history_dir, rng
+            )
             jobs = _final_jobs(dsn, sorted(sampled))
             counts = _effect_counts(jobs, scenario.workers, checks)
         params = Params(
-            lease=suite.lease, rescue_interval=suite.rescue, heartbeat=suite.heartbeat,
-            poll_interval=suite.poll,
+            lease=settings.lease, rescue_interval=settings.rescue, heartbeat=settings.heartbeat,
+            poll_interval=settings.poll,
         )  # fmt: skip
         executions = read_executions(history_dir)
         report = AppReport(
@@ -355,7 +355,7 @@ def run_app(scenario: AppScenario) -> AppReport:
                 "seed": scenario.seed,
                 "processes": scenario.processes,
                 "concurrency": scenario.concurrency,
-                "lease": suite.lease,
+                "lease": settings.lease,
                 "per_kind": scenario.per_kind,
                 "worker_exit_codes": codes,
             },
@@ -366,7 +366,7 @@ def run_app(scenario: AppScenario) -> AppReport:
 
 def _exercise(
     scenario: AppScenario,
-    suite: Scenario,
+    settings: FleetSettings,
     dsn: str,
     cluster: Cluster | None,
     items: list[drover.InsertItem],
@@ -381,31 +381,31 @@ def _exercise(
     """
     say = scenario.log
     queues = sorted({getattr(type(a), "default_queue", None) or "default" for a in items})
-    rounds = _chunks(items, suite.faults + 1)
+    rounds = chunks(items, settings.faults + 1)
     # TCP or a Unix socket upstream; the workers always reach the proxy over loopback TCP.
     upstream = proxy_target(dsn)
     orchestrator = HistoryFile(history_dir / "orchestrator.jsonl")
     # Named apart from the workers' connections, so `terminate` never picks it.
     feeder = drover.Client(make_conninfo(dsn, application_name="fault-feeder"))
     with TcpProxy(upstream) as proxy, contextlib.closing(feeder), contextlib.closing(orchestrator):
-        fleet = _AppFleet(suite, scenario.app, proxy.via(dsn), dsn, queues, history_dir)
+        fleet = _AppFleet(settings, scenario.app, proxy.via(dsn), dsn, queues, history_dir)
         with fleet:
-            for _ in range(suite.workers):
+            for _ in range(settings.workers):
                 fleet.spawn()
             fleet.await_ready(_READY_TIMEOUT)
-            say(f"{len(items)} jobs in {len(rounds)} rounds; {suite.workers} worker processes")
+            say(f"{len(items)} jobs in {len(rounds)} rounds; {settings.workers} worker processes")
             # Without a cluster of the run's own no server fault is scheduled (run_app).
-            nemesis = _Nemesis(suite, fleet, cluster, proxy, dsn, orchestrator, rng)  # type: ignore[arg-type]
-            _feed(feeder, rounds[0])
-            for n, kind in enumerate(_schedule(suite, rng)):
-                _feed(feeder, rounds[n + 1])
-                fleet.await_busy(suite.fault_every + 2)
+            nemesis = Nemesis(settings, fleet, cluster, proxy, dsn, orchestrator, rng)
+            feed(feeder, rounds[0])
+            for n, kind in enumerate(schedule(settings, rng)):
+                feed(feeder, rounds[n + 1])
+                fleet.await_busy(settings.fault_every + 2)
                 nemesis.inject(kind)
-                say(f"fault {n + 1}/{suite.faults}: {kind}")
+                say(f"fault {n + 1}/{settings.faults}: {kind}")
             left = _quiesce(
                 dsn, to_seconds(scenario.quiesce_timeout, "AppScenario.quiesce_timeout")
             )
-            codes = fleet.stop_all(timeout=suite.drain_budget + 30)
+            codes = fleet.stop_all(timeout=settings.drain_budget + 30)
     say(f"quiesced with {left} unsettled job(s); workers exited {codes}")
     return {k: v for k, v in nemesis.counts.items() if v}, codes
 

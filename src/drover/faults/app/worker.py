@@ -28,7 +28,8 @@ from pathlib import Path
 import typer
 
 import drover
-from drover.faults.suite.workload import HistoryFile, QuickRetry, run_client
+from drover.faults.harness.jsonl import HistoryFile
+from drover.faults.harness.worker import QuickRetry, run_client
 
 __all__ = ["DATABASE_URL_ENV", "DRIVER_URL_ENV", "main", "outcome_of", "recorder"]
 

@@ -1,0 +1,3 @@
+"""Developer commands run from a clone of drover (``python -m tools.<name>``); not in the wheel."""
+
+from __future__ import annotations
