@@ -102,8 +102,9 @@ def test_a_long_run_once_returns_when_the_client_stops(make_client: MakeClient) 
     assert entered.wait(10), "run_at_start: the first run starts with the client"
     started = time.monotonic()
     client.stop(timeout=5)
-    # The stop event reached the plugin: well under the 10 s join it would otherwise wait.
-    assert time.monotonic() - started < 5
+    # The stop event reached the plugin: under the 10 s join it would otherwise wait, with
+    # room for a busy machine.
+    assert time.monotonic() - started < 8
     assert "drover-patient" not in _threads(client)
 
 
