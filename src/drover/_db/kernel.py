@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from psycopg.rows import tuple_row
@@ -149,32 +150,48 @@ def record_outcomes(
     """
     if not outcomes:
         return []
+    if any(map(_RESULT, outcomes)):
+        return _with_results(conn, outcomes, doors=doors, ns=ns)
+    write = _complete if all(map(is_plain_completion, outcomes)) else _record
+    recorded, watched = write(conn, outcomes, ns=ns)
+    if watched:
+        again = doors.watched(conn, [outcomes[i] for i in watched], ns=ns)
+        for i, answer in zip(watched, again, strict=True):
+            recorded[i] = answer
+    return recorded
+
+
+# An outcome's result (None for none; a result is JSON text, never empty).
+_RESULT = attrgetter("result")
+_APPLIED = WriteResult.APPLIED
+
+
+def _with_results(
+    conn: Connection, outcomes: Sequence[Outcome], *, doors: Doors, ns: Namespace
+) -> list[Recorded]:
+    """A batch where some handlers returned a value: those go to the watch, the rest as usual."""
     done: list[Recorded | None] = [None] * len(outcomes)
     kernel = [i for i, o in enumerate(outcomes) if o.result is None]
     watched = [i for i, o in enumerate(outcomes) if o.result is not None]
     if kernel:
         mine = [outcomes[i] for i in kernel]
-        if all(is_plain_completion(o) for o in mine):
-            written = _complete(conn, mine, ns=ns)
-        else:
-            written = _record(conn, mine, ns=ns)
+        write = _complete if all(map(is_plain_completion, mine)) else _record
+        written, refused = write(conn, mine, ns=ns)
+        watched.extend(kernel[i] for i in refused)
         for i, recorded in zip(kernel, written, strict=True):
-            if recorded is None:
-                watched.append(i)
-            else:
-                done[i] = recorded
-    if watched:
-        watched.sort()
-        again = doors.watched(conn, [outcomes[i] for i in watched], ns=ns)
-        for i, recorded in zip(watched, again, strict=True):
             done[i] = recorded
+    watched.sort()
+    again = doors.watched(conn, [outcomes[i] for i in watched], ns=ns)
+    for i, recorded in zip(watched, again, strict=True):
+        done[i] = recorded
     return [r for r in done if r is not None]
 
 
 def _complete(
     conn: Connection, outcomes: Sequence[Outcome], *, ns: Namespace
-) -> list[Recorded | None]:
-    """The plain completions' statement; ``None`` for a claim to send to the watch."""
+) -> tuple[list[Recorded], list[int]]:
+    """The plain completions' statement: a result per outcome, and the indexes of the
+    claims to send to the watch (their place holds a refusal until then)."""
     with (
         translate(f"record {len(outcomes)} job outcomes"),
         conn.cursor(row_factory=tuple_row) as cur,
@@ -192,23 +209,26 @@ def _complete(
             # A new snapshot: the row as it is now, whatever the write waited for.
             cur.execute(query("job_current_states", ns), ([i for i, _ in refused],))
             current = {id_: (state, attempt) for id_, state, attempt in cur.fetchall()}
-    recorded: list[Recorded | None] = []
-    for o in outcomes:
-        if not refused or (o.id, o.attempt) not in refused:
-            recorded.append(Recorded(o, WriteResult.APPLIED, None, None))
+    if not refused:  # the usual batch: every claim applied
+        return [Recorded(o, _APPLIED, None, None) for o in outcomes], []
+    recorded: list[Recorded] = []
+    watched: list[int] = []
+    for i, o in enumerate(outcomes):
+        if (o.id, o.attempt) not in refused:
+            recorded.append(Recorded(o, _APPLIED, None, None))
             continue
         state, attempt = current.get(o.id, (None, None))
         if state == JobState.RUNNING.value and attempt == o.attempt:
-            recorded.append(None)  # still this claim's: a feature watches the job
-        else:
-            recorded.append(Recorded(o, refusal(state), state, attempt))
-    return recorded
+            watched.append(i)  # still this claim's: a feature watches the job
+        recorded.append(Recorded(o, refusal(state), state, attempt))
+    return recorded, watched
 
 
 def _record(
     conn: Connection, outcomes: Sequence[Outcome], *, ns: Namespace
-) -> list[Recorded | None]:
-    """The general outcomes' statement; ``None`` for a claim to send to the watch."""
+) -> tuple[list[Recorded], list[int]]:
+    """The general outcomes' statement: a result per outcome, and the indexes of the claims
+    to send to the watch (their place holds a refusal until then)."""
     params = {
         "ids": [o.id for o in outcomes],
         "attempts": [o.attempt for o in outcomes],
@@ -224,19 +244,20 @@ def _record(
         cur.execute(query("job_record", ns), params)
         rows = cur.fetchall()
     by_claim = {(id_, attempt): (applied, state, now) for id_, attempt, applied, state, now in rows}
-    recorded: list[Recorded | None] = []
-    for o in outcomes:
+    recorded: list[Recorded] = []
+    watched: list[int] = []
+    for i, o in enumerate(outcomes):
         applied, state, now = by_claim[(o.id, o.attempt)]
         if applied:
-            recorded.append(Recorded(o, WriteResult.APPLIED, None, None))
-        elif state == JobState.RUNNING.value and now == o.attempt:
+            recorded.append(Recorded(o, _APPLIED, None, None))
+            continue
+        if state == JobState.RUNNING.value and now == o.attempt:
             # Running with this claim's attempt as the statement saw it: a
             # feature watches the job, or the row changed under the write. The
             # watch's statement decides, in a new snapshot.
-            recorded.append(None)
-        else:
-            recorded.append(Recorded(o, refusal(state), state, now))
-    return recorded
+            watched.append(i)
+        recorded.append(Recorded(o, refusal(state), state, now))
+    return recorded, watched
 
 
 def extend_leases(

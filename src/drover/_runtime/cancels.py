@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from drover._kernel.claims import Claim, InFlight
@@ -36,6 +37,7 @@ __all__ = [
     "log_cancelled",
 ]
 
+_ENDED_CANCELLED = attrgetter("cancelled")
 _EXTRA = "cancel"
 """The key of a claim's delivered request in ``Claim.extras``."""
 
@@ -187,6 +189,8 @@ class Cancels:
 
     def written(self, results: Sequence[Recorded]) -> None:
         """The ``written`` hook: say which writes ended a job cancelled on request."""
+        if not any(map(_ENDED_CANCELLED, results)):
+            return  # the usual batch: one pass in C
         for recorded in results:
             if recorded.result is WriteResult.APPLIED and recorded.cancelled:
                 log_cancelled(self._log, recorded.outcome.id, recorded.outcome.attempt)
