@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar, overload
 from drover._job_args import JobArgs
 from drover.context import JobContext, Lease
 from drover.errors import InvalidArgument
-from drover.progress import MAX_PROGRESS_MESSAGE, check_progress
+from drover.progress import MAX_PROGRESS_MESSAGE, ProgressSlot, check_progress
 from drover.results import DEFAULT_MAX_RESULT_BYTES, decode_result, encode_result
 
 __all__ = ["Job"]
@@ -76,7 +76,7 @@ class Job(Generic[ArgsT]):
 
         Raises ``drover.InvalidArgument`` for a job not claimed by a worker.
         """
-        read = self.context._read_parents
+        read = self.context._execution.read_parents
         if read is None:
             raise InvalidArgument(
                 "parent_results needs a job claimed by a drover worker; this Job was built by hand"
@@ -120,10 +120,9 @@ class Job(Generic[ArgsT]):
                 fraction = check_progress(fraction, message)
             except (TypeError, ValueError) as exc:
                 raise InvalidArgument(str(exc)) from None
-        context = self.context
-        slot = context._progress
+        slot = self.context._execution.progress
         if slot is None:
-            slot = context._progress_slot()
+            slot = _progress_slot(self.context)
         slot.latest = (fraction, message)
 
     def update_meta(self, values: Mapping[str, Any]) -> None:
@@ -138,7 +137,7 @@ class Job(Generic[ArgsT]):
         the metadata past its size limit.
         """
         try:
-            self.context._progress_slot().merge(values)
+            _progress_slot(self.context).merge(values)
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(str(exc)) from None
 
@@ -177,14 +176,36 @@ class Job(Generic[ArgsT]):
         ``drover.InvalidResult`` for a result it cannot store; each before
         anything is written.
         """
-        complete = self.context._complete_tx
+        execution = self.context._execution
+        complete = execution.complete_tx
         if complete is None:
             raise InvalidArgument(
                 "complete_tx needs a job claimed by a drover worker; this Job was built by hand"
             )
-        slot = self.context._result_slot
         text = encode_result(
-            result, kind=self.kind, max_bytes=slot.max_bytes or DEFAULT_MAX_RESULT_BYTES
+            result, kind=self.kind, max_bytes=execution.max_bytes or DEFAULT_MAX_RESULT_BYTES
         )
         complete(conn, text)
-        slot.in_tx = True
+        execution.in_tx = True
+
+
+_SLOT_LOCK = threading.Lock()
+"""Serialises the making of progress slots (an execution's first report, rare)."""
+
+
+def _progress_slot(context: JobContext) -> ProgressSlot:
+    """The execution's progress slot, made by its first report and handed to its sink."""
+    execution = context._execution
+    slot: ProgressSlot | None = execution.progress
+    if slot is None:
+        with _SLOT_LOCK:
+            slot = execution.progress
+            if slot is None:
+                lease = context.lease
+                slot = execution.progress = ProgressSlot(
+                    lease.job_id, lease.attempt, execution.meta
+                )
+                sink = execution.progress_sink
+                if sink is not None:
+                    sink(slot)
+    return slot

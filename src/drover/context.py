@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from drover._durations import Duration, to_seconds
-from drover.progress import ProgressSlot
 
 __all__ = ["JobContext", "Lease"]
 
@@ -112,17 +111,55 @@ class Lease:
         return f"<Lease job={self._job_id} attempt={self._attempt} {state}>"
 
 
-class ResultSlot:
-    """One execution's encoded result (JSON text, ``None`` for none) and the cap on it.
+class Execution:
+    """What drover keeps of one execution beside its context's cancellation (internal).
 
-    Internal: set by the engine's dispatcher and by ``Job.complete_tx``, read
-    by the engine when the handler returns.
+    One per execution, shared by its root context and every child (a worker
+    timeout's), so the dispatcher, the handler's calls on ``Job`` and the
+    engine see the same state whichever context they hold. The engine gives
+    a claimed job's: the completion in the caller's transaction
+    (``complete_tx``), the reader of its dependencies' results
+    (``read_parents``), where its first progress report goes
+    (``progress_sink``) and the claimed row's metadata (``meta``). A hand-built
+    context gets an empty one. The engine's dispatcher sets ``max_bytes``; the
+    dispatcher and ``Job.complete_tx`` set the result; ``Job.set_progress``
+    and ``Job.update_meta`` make ``progress`` on first use.
+
+    Thread safety: written by the handler's thread and read by the engine
+    after the handler returned, except ``progress``, made under a lock.
     """
 
-    __slots__ = ("in_tx", "max_bytes", "text")
+    __slots__ = (
+        "complete_tx",
+        "in_tx",
+        "max_bytes",
+        "meta",
+        "progress",
+        "progress_sink",
+        "read_parents",
+        "text",
+    )
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        complete_tx: Callable[[object, str | None], None] | None = None,
+        read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = None,
+        progress_sink: Callable[[Any], None] | None = None,
+        meta: Any = None,
+    ) -> None:
+        self.complete_tx = complete_tx
+        """What ``Job.complete_tx`` calls (``None``: a hand-built job)."""
+        self.read_parents = read_parents
+        """What ``Job.parent_results`` reads with (``None``: a hand-built job)."""
+        self.progress_sink = progress_sink
+        """Told of the progress slot when the first report makes it (the client's writer)."""
+        self.meta = meta
+        """The claimed row's metadata: the base ``Job.update_meta`` checks the size against."""
+        self.progress: Any = None
+        """The execution's ``drover.progress.ProgressSlot``, made by its first report."""
         self.text: str | None = None
+        """The handler's result as JSON text (``None``: none)."""
         self.in_tx = False
         """``Job.complete_tx`` completed the job: a returned value is not stored."""
         self.max_bytes: int | None = None
@@ -150,9 +187,7 @@ class JobContext:
         values: dict[str, Any] | None = None,
         lease: Lease | None = None,
         _parent: JobContext | None = None,
-        _complete_tx: Callable[[object, str | None], None] | None = None,
-        _read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = None,
-        _progress_sink: Callable[[ProgressSlot], None] | None = None,
+        _execution: Execution | None = None,
     ) -> None:
         # The Event a wait() blocks on is made by the first wait(): most
         # handlers never wait, and a context is created for every execution.
@@ -169,54 +204,13 @@ class JobContext:
             lease = _parent.lease if _parent is not None else Lease(None, 0)
         self.lease: Lease = lease
         """The execution's fence (shared with child contexts)."""
-        if _complete_tx is None and _parent is not None:
-            _complete_tx = _parent._complete_tx
-        # The execution's encoded result and its size cap, shared with child
-        # contexts: the dispatcher may see a child (a worker timeout) while
-        # the engine reads the context it created.
-        self._result_slot: ResultSlot = (
-            _parent._result_slot if _parent is not None else ResultSlot()
-        )
-        # What Job.complete_tx calls: set by the engine for a claimed job
-        # (shared with child contexts), None for a hand-built one.
-        self._complete_tx: Callable[[object, str | None], None] | None = _complete_tx
-        # What Job.parent_results reads with (the engine's store), shared with
-        # child contexts; None for a hand-built one.
-        if _read_parents is None and _parent is not None:
-            _read_parents = _parent._read_parents
-        self._read_parents: Callable[[int], Sequence[tuple[int, str, Any]]] | None = _read_parents
-        # What Job.set_progress and Job.update_meta report into (ADR 0032):
-        # made on first use (most handlers never report), by the root context,
-        # so that a child's reports are the execution's.
-        self._progress: ProgressSlot | None = None
-        # Told of the execution's slot when the first report makes it (the
-        # client's progress writer), set for a claimed job only.
-        self._progress_sink = _progress_sink
-        self._meta: Any = None
-        """The claimed row's metadata: the base update_meta checks the size against."""
+        if _execution is None:
+            _execution = _parent._execution if _parent is not None else Execution()
+        self._execution: Execution = _execution
+        """The execution's state beside cancellation (shared with child contexts)."""
         # Called once, with the reason, when this context is cancelled (set by
         # the engine for an async job: it cancels the job's task).
         self._on_cancel: Callable[[str], None] | None = None
-
-    def _progress_slot(self) -> ProgressSlot:
-        """The execution's progress slot, made on first use (shared with child contexts)."""
-        slot = self._progress
-        if slot is None:
-            if self._parent is not None:
-                slot = self._parent._progress_slot()
-            else:
-                with self._lock:
-                    slot = self._progress
-                    if slot is None:
-                        lease = self.lease
-                        slot = self._progress = ProgressSlot(
-                            lease.job_id, lease.attempt, self._meta
-                        )
-                        sink = self._progress_sink
-                        if sink is not None:
-                            sink(slot)
-            self._progress = slot
-        return slot
 
     @property
     def deadline(self) -> float | None:

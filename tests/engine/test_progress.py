@@ -144,7 +144,7 @@ def test_a_stale_attempt_s_report_is_refused(
     writer = ProgressWriter(wired)
     # What a started client passes every claim's context: the writer tracks the
     # execution's slot from its first report on.
-    claim.context._progress_sink = writer.track
+    claim.context._execution.progress_sink = writer.track
     job = _job_for(claim)
     job.set_progress(0.5, "half")
     job.update_meta({"b": 2})
@@ -178,7 +178,7 @@ def test_a_failed_round_is_written_by_the_next(
     writer = ProgressWriter(wired)
     # What a started client passes every claim's context: the writer tracks the
     # execution's slot from its first report on.
-    claim.context._progress_sink = writer.track
+    claim.context._execution.progress_sink = writer.track
     job = _job_for(claim)
     job.set_progress(0.3)
     job.update_meta({"x": 1})
@@ -205,7 +205,7 @@ def test_update_meta_refuses_metadata_past_its_limit_and_merges_nothing(
     writer = ProgressWriter(wired)
     # What a started client passes every claim's context: the writer tracks the
     # execution's slot from its first report on.
-    claim.context._progress_sink = writer.track
+    claim.context._execution.progress_sink = writer.track
     job = _job_for(claim)
     with pytest.raises(drover.InvalidArgument, match="65536"):
         job.update_meta({"more": "y" * 10_000})

@@ -42,7 +42,7 @@ def test_set_progress_refuses_bad_values(fraction: object, message: object, refu
     job = _job()
     with pytest.raises(drover.InvalidArgument, match=refusal):
         job.set_progress(fraction, message)  # type: ignore[arg-type]
-    slot = job.context._progress
+    slot = job.context._execution.progress
     assert slot is None or slot.latest is None
 
 
@@ -50,7 +50,7 @@ def test_the_latest_report_is_kept_and_an_int_is_a_fraction() -> None:
     job = _job()
     job.set_progress(0.25, "a quarter")
     job.set_progress(1)
-    slot = job.context._progress
+    slot = job.context._execution.progress
     assert slot is not None and slot.latest == (1.0, None)
     assert slot.dirty
     assert slot.take() == ((1.0, None), None)
@@ -70,7 +70,7 @@ def test_a_child_context_reports_into_the_execution_s_slot() -> None:
         args=Work(),
         context=child,
     ).set_progress(0.5)
-    slot = job.context._progress
+    slot = job.context._execution.progress
     assert slot is not None and slot.latest == (0.5, None)
 
 
@@ -78,7 +78,7 @@ def test_update_meta_merges_top_level_keys() -> None:
     job = _job()
     job.update_meta({"a": 1, "b": {"x": 1}})
     job.update_meta({"b": {"y": 2}})
-    slot = job.context._progress
+    slot = job.context._execution.progress
     assert slot is not None
     assert slot.take() == (None, {"a": 1, "b": {"y": 2}})
     assert slot.meta == {"a": 1, "b": {"y": 2}}

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from drover._kernel.store import KernelStore
-from drover.context import JobContext, Lease
+from drover.context import Execution, JobContext, Lease
 from drover.errors import InvalidArgument
 from drover.job import JobRow
 
@@ -83,12 +83,10 @@ class Claim:
         limit): once written, the client wakes fetchers."""
         # complete_tx runs on the handler's connection, through the store.
         self._tx = _TxCompletion(row.id, row.attempt, store)
+        execution = Execution(complete_tx=self._tx, meta=row.meta, **(context_args or {}))
         self.context = JobContext(
-            lease=Lease(row.id, row.attempt, row.leased_until),
-            _complete_tx=self._tx,
-            **(context_args or {}),
+            lease=Lease(row.id, row.attempt, row.leased_until), _execution=execution
         )
-        self.context._meta = row.meta
         self.local_deadline = local_deadline
         """``time.monotonic()`` by which the lease must have been renewed: the last
         renewal's send time plus a lease, so it never outlives the database's expiry."""

@@ -268,7 +268,7 @@ def decide(
             return decision._replace(outcome=decision.outcome._replace(settles_tx=True))
         return decision
     if not claim.completed_in_tx:
-        return Decision(completed(row, claim.context._result_slot.text))
+        return Decision(completed(row, claim.context._execution.text))
     if claim.tx_open():
         return Decision(None, (_LEFT_OPEN,))
     entry = error_entry(row, TX_NOT_COMMITTED, None)

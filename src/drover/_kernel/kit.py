@@ -147,7 +147,8 @@ class Kit:
     events: Events = QUIET
     hooks: Hooks = field(default_factory=Hooks)
     context_args: Mapping[str, Any] | None = None
-    """Passed to every claim's ``JobContext`` (what features read from the handler's side)."""
+    """Passed to every claim's ``drover.context.Execution`` (what features reach from the
+    handler's side: ``read_parents``, ``progress_sink``)."""
 
     @property
     def log(self) -> logging.Logger:

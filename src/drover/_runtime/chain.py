@@ -53,7 +53,7 @@ def prepare_execution(
         raise ArgsDecodeError(f'decode args for job {row.id} (kind "{row.kind}"): {exc}') from None
     if worker.timeout is not None:
         ctx = ctx.with_timeout(worker.timeout)
-    ctx._result_slot.max_bytes = max_result_bytes
+    ctx._execution.max_bytes = max_result_bytes
     job = Job(
         id=row.id,
         kind=row.kind,
@@ -74,9 +74,9 @@ def keep_result(job: Job[Any], value: object, max_result_bytes: int) -> None:
     the middleware like any handler error. After a ``complete_tx`` the
     completion is written: a returned value has nowhere to go.
     """
-    slot = job.context._result_slot
-    if value is not None and not slot.in_tx:
-        slot.text = encode_result(value, kind=job.kind, max_bytes=max_result_bytes)
+    execution = job.context._execution
+    if value is not None and not execution.in_tx:
+        execution.text = encode_result(value, kind=job.kind, max_bytes=max_result_bytes)
 
 
 def _dispatcher(workers: Workers, max_result_bytes: int) -> Handler:

@@ -115,8 +115,8 @@ class Engine:
             events=metrics,
             hooks=hooks,
             context_args={
-                "_read_parents": store.parent_results,
-                "_progress_sink": self.progress.track,
+                "read_parents": store.parent_results,
+                "progress_sink": self.progress.track,
             },
         )
         hooks.before_write.append(self.progress.before_outcomes)

@@ -2,7 +2,7 @@
 
 A feature outside the kernel (ADR 0045): an execution's ``ProgressSlot`` is
 made by the handler's first report and handed to ``ProgressWriter.track``
-(the context's ``_progress_sink``); the writer writes the changed slots
+(the execution's ``progress_sink``); the writer writes the changed slots
 every interval, and before each batch of outcomes (the completer's
 ``before_write`` hook), so a job's last report always lands before its
 outcome. A client whose handlers never report costs nothing here but an

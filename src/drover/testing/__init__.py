@@ -179,7 +179,7 @@ class Jobs:
                 claim = Claim(
                     row,
                     store=self._store.kernel,
-                    context_args={"_read_parents": self._store.parent_results},
+                    context_args={"read_parents": self._store.parent_results},
                 )
                 error: BaseException | None = None
                 try:
