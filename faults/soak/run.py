@@ -389,6 +389,12 @@ def run(soak: Soak) -> tuple[bool, dict[str, Any]]:
         orchestrator.close()
         db.close()
         say("snapshot and check")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            # Every row retention deleted during the run (the archive's trigger
+            # copied it): the exact measure of pruning, where the table's
+            # n_live_tup is an estimate that a server restart resets.
+            counted = conn.execute("SELECT count(*) FROM soak_archive").fetchone()
+        pruned = int(counted[0]) if counted is not None else 0
         snapshot(dsn, history_dir / "db.jsonl")
         params = Params(lease=soak.lease, rescue_interval=settings.rescue,
                         heartbeat=settings.heartbeat, poll_interval=settings.poll,
@@ -415,6 +421,7 @@ def run(soak: Soak) -> tuple[bool, dict[str, Any]]:
             "seconds": round(elapsed, 1),
             "jobs_per_second": round(fed / max(elapsed, 1e-9), 1),
             "faults_by_kind": report.faults,
+            "pruned": pruned,
             "nemesis_errors": faults.errors,
             "worker_exit_codes": codes,
             "verdicts": [v.to_json() for v in verdicts],

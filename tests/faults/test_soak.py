@@ -62,8 +62,11 @@ def test_a_small_soak_holds_its_bounds(tmp_path: Path) -> None:
     assert sum(figures["faults_by_kind"].values()) >= 1
     checker = figures["checker"]
     assert checker["lost"] == 0
-    # Retention pruned during the run: the table held far fewer rows than were run.
-    assert max(s["live_tuples"] or 0 for s in figures["samples"]) < 20_000
+    # Retention pruned during the run: most of the jobs run were deleted from the table
+    # while it went on (counted exactly, by the archive's trigger). The table's
+    # n_live_tup, an estimate a server restart resets, came within 1 % of the jobs
+    # run on a busy machine even before the kernel, so it is no measure of this.
+    assert figures["pruned"] >= figures["jobs"] // 2, figures["pruned"]
     assert (tmp_path / "report.json").exists()
 
 
