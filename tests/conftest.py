@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+import netguard
 import psycopg
 import pytest
 from bouncer import Bouncer, require_pgbouncer
@@ -225,6 +226,33 @@ def client(db_url: str) -> Iterator[drover.Client]:
     c = drover.Client(db_url)
     yield c
     c.close()
+
+
+# Tests listen on loopback only (tests/netguard.py): from here on, for this process.
+netguard.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Name the running test to the loopback guard, for its setup, call and teardown."""
+    netguard.state["test"] = item.nodeid
+    try:
+        return (yield)
+    finally:
+        netguard.state["test"] = "(outside any test)"
+
+
+@pytest.fixture(autouse=True)
+def _binds_loopback_only() -> Iterator[None]:
+    """Fail any test that tried to bind a non-loopback address (tests/netguard.py).
+
+    The guard already refused the bind; this catches a refusal that a server's
+    thread swallowed.
+    """
+    netguard.violations.clear()
+    yield
+    found, netguard.violations[:] = list(netguard.violations), []
+    assert not found, f"a test bound beyond loopback: {found}"
 
 
 @pytest.fixture(autouse=True)

@@ -7,21 +7,25 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 __all__ = ["drover_web"]
 
 
 @contextlib.contextmanager
-def drover_web(db_url: str, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def drover_web(
+    db_url: str, *args: str, python: Sequence[str] = ("-m", "drover")
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Start ``python -m drover web ARGS`` on ``db_url``; yield its printed URL and the process.
 
-    On exit the process gets SIGTERM and must end cleanly within 10 s.
+    ``python`` replaces ``-m drover`` (``("-c", SCRIPT)``: a script that runs
+    drover's command line, its arguments starting with ``web``). On exit the
+    process gets SIGTERM and must end cleanly within 10 s.
     """
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DROVER_DATABASE_URL")}
     env["DATABASE_URL"] = db_url
     process = subprocess.Popen(
-        [sys.executable, "-m", "drover", "web", *args],
+        [sys.executable, *python, "web", *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import signal
 import socket
+import textwrap
 import urllib.request
 
 import pytest
 from clihelp import cli, refused, run
 from serve import drover_web
+
+from drover.cli.web import exposure_warning
 
 
 def _fetch(url: str) -> tuple[int, str, dict[str, str]]:
@@ -37,12 +40,75 @@ def test_read_only_over_the_real_server(db_url: str) -> None:
         assert "read-only" in body and 'http-equiv="refresh"' not in body
 
 
+ON_LOOPBACK_ANYWAY = textwrap.dedent(
+    """
+    import sys
+
+    import waitress.server
+
+    from drover.cli.app import main
+
+    create_server = waitress.server.create_server
+
+
+    def on_loopback(app, **kwargs):
+        # The command decides the warning on the address it was given; the socket
+        # itself stays on loopback, where the tests listen.
+        kwargs["host"] = "127.0.0.1"
+        return create_server(app, **kwargs)
+
+
+    waitress.server.create_server = on_loopback
+    sys.argv[0] = "drover"
+    main()
+    """
+)
+
+
 def test_a_non_loopback_address_without_read_only_warns(db_url: str) -> None:
-    with drover_web(db_url, "--listen", "0.0.0.0:0") as (_, process):
+    # The warning reaches stderr from the real command, without listening on every
+    # interface: the server binds 127.0.0.1 whatever the command asked for.
+    python = ("-c", ON_LOOPBACK_ANYWAY)
+    with drover_web(db_url, "--listen", "0.0.0.0:0", python=python) as (url, process):
+        assert url.startswith("http://127.0.0.1:")
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=10)
     assert "warning: serving on 0.0.0.0:0 without --read-only" in err
     assert process.returncode == 0
+
+
+EVERY_INTERFACE = "0.0.0.0"  # noqa: S104 - an address to judge, never bound
+
+
+@pytest.mark.parametrize(
+    ("host", "read_only", "warns"),
+    [
+        (EVERY_INTERFACE, False, True),
+        ("::", False, True),
+        ("", False, True),
+        ("192.0.2.7", False, True),
+        ("2001:db8::7", False, True),
+        ("status.example.org", False, True),
+        ("localhost.example.org", False, True),
+        ("127.0.0.1", False, False),
+        ("127.0.0.2", False, False),
+        ("::1", False, False),
+        ("localhost", False, False),
+        (EVERY_INTERFACE, True, False),
+        ("::", True, False),
+        ("192.0.2.7", True, False),
+    ],
+)
+def test_the_warning_is_for_a_page_with_buttons_beyond_loopback(
+    host: str, read_only: bool, warns: bool
+) -> None:
+    listen = f"[{host}]:7180" if ":" in host else f"{host}:7180"
+    warning = exposure_warning(listen, host, read_only=read_only)
+    if warns:
+        assert warning is not None
+        assert warning.startswith(f"drover: warning: serving on {listen} without --read-only")
+    else:
+        assert warning is None
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,21 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def exposure_warning(listen: str, host: str, *, read_only: bool) -> str | None:
+    """The warning ``drover web`` prints for ``--listen LISTEN`` (host ``host``), or ``None``.
+
+    A page with buttons warns unless its host is loopback: ``localhost`` or an
+    address in 127.0.0.0/8 or ``::1``. Any other name, resolved or not, warns:
+    the check never resolves it. A read-only page never warns.
+    """
+    if read_only or _loopback(host):
+        return None
+    return (
+        f"drover: warning: serving on {listen} without --read-only: anyone who can reach "
+        "it can retry, cancel and pause; put it behind your own authentication"
+    )
+
+
 def web_command(
     ctx: typer.Context,
     listen: str = typer.Option("127.0.0.1:7180", "--listen", help="host:port to serve on."),
@@ -64,12 +79,9 @@ def web_command(
             fail(f"cannot listen on {listen}: {exc}")
         bound_host, bound_port = server.effective_host, server.effective_port
         shown = f"[{bound_host}]" if ":" in str(bound_host) else bound_host
-        if not _loopback(host) and not read_only:
-            typer.echo(
-                f"drover: warning: serving on {listen} without --read-only: anyone who can reach "
-                "it can retry, cancel and pause; put it behind your own authentication",
-                err=True,
-            )
+        warning = exposure_warning(listen, host, read_only=read_only)
+        if warning is not None:
+            typer.echo(warning, err=True)
         stopping = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
