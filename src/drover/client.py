@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
 from drover._client_inserts import ClientInserts
+from drover._db.handback import HandBackHold
 from drover._db.namespace import namespace_for
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
@@ -160,6 +161,7 @@ class Client(ClientInserts):
         self._config = config
         self._max_jobs = max_jobs
         self._hard_cancel = hard_cancel
+        self._before_hand_back: Callable[[list[int]], None] | None = None
         self._id = secrets.token_hex(3)
         self._close_lock = threading.Lock()
         self._closed = False
@@ -229,6 +231,16 @@ class Client(ClientInserts):
         nothing outside drover's own surfaces calls it.
         """
         return Client(self._store.pool, config, max_jobs=max_jobs, hard_cancel=hard_cancel)
+
+    def _hold_hand_backs(self) -> HandBackHold:
+        """Keep the jobs this client's stop hands back from every other worker until the
+        returned session ends (``drover worker``, which then ends its process: ADR 0053).
+
+        Call before ``start``. Nothing outside drover's own surfaces calls it.
+        """
+        hold = self._store.hand_back_hold(self._config.logger)
+        self._before_hand_back = hold
+        return hold
 
     # --- reading a job, switching queues (delegated to JobsAndQueues) -----------------------
 
@@ -409,6 +421,7 @@ class Client(ClientInserts):
                     max_jobs=self._max_jobs,
                     released=self._committed,
                     hard_cancel=self._hard_cancel,
+                    before_hand_back=self._before_hand_back,
                     async_chain=self._async_chain,
                 )
                 engine.start()
