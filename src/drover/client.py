@@ -443,8 +443,12 @@ class Client(ClientInserts):
         are cancelled and their jobs returned to the queue, claimable at once;
         the attempt they used stays counted, so the next claim is the next
         attempt. Handlers that ignore cancellation may still be running after
-        this returns; their late outcomes are refused by the lease fence and
-        logged. A pool the client owns is closed last.
+        this returns, beside their jobs' next runs elsewhere, until they
+        return (the interpreter waits for them at exit); their late outcomes
+        are refused by the lease fence and logged, their side effects are
+        not. ``drover worker`` ends its process after such a stop instead,
+        and keeps the jobs from other workers until then (ADR 0053). A pool
+        the client owns is closed last.
 
         A second call (or one racing the first) returns or raises the first
         call's verdict without draining again.

@@ -134,7 +134,10 @@ def test_every_adr_has_the_required_sections() -> None:
     adrs = sorted((ROOT / "docs" / "adr").glob("[0-9][0-9][0-9][0-9]-*.md"))
     assert len(adrs) >= 4
     numbers = [int(p.name[:4]) for p in adrs]
-    assert numbers == list(range(1, len(adrs) + 1))
+    # Numbers are handed out before the records merge (0053 was given out while
+    # 0052 was being written), so a branch may have a gap; never a duplicate.
+    assert numbers[0] == 1
+    assert numbers == sorted(set(numbers)), "two ADRs share a number"
     for path in adrs:
         text = path.read_text()
         for heading in (

@@ -126,6 +126,10 @@ def worker_command(
 ) -> None:
     """Run a Client from your code until SIGINT/SIGTERM, then drain it.
 
+    When `--shutdown-timeout` runs out, the unfinished jobs go back to the
+    queue and the process exits 1 at once, handlers still running or not; a
+    second SIGINT/SIGTERM during the drain exits at once (130/143).
+
     Logs to standard error (a start line, failed and dead jobs, the
     supervisor's events) unless your application configures logging itself;
     `--log-level` and `--log-format` choose how. With `--processes N` (or

@@ -45,7 +45,8 @@ __all__ = ["HARD_CANCEL_EXIT", "RECYCLE_EXIT", "Supervisor", "run_child"]
 RECYCLE_EXIT = 75
 """A child's exit status after it drained because it reached its job or memory limit."""
 DRAIN_INCOMPLETE_EXIT = 3
-"""A child's exit status when its drain ran out of time."""
+"""A child's exit status when its drain ran out of time: it handed back its unfinished jobs
+and ended itself, handler threads still running or not (ADR 0053)."""
 STATUS_ENV = "DROVER_SUPERVISED_STATUS"
 """The file a supervised child writes its ops port into."""
 
@@ -85,6 +86,12 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
     back in one write (the cancelled one ends ``cancelled``, the others are
     claimable at once), and exits ``HARD_CANCEL_EXIT`` without waiting for
     the stuck handler's thread; the supervisor starts a fresh process.
+
+    A drain that runs out of budget hands back the unfinished jobs (held from
+    other workers until this process ends) and ends the process at once with
+    ``DRAIN_INCOMPLETE_EXIT``, abandoned handler threads with it; a second
+    SIGTERM during the drain ends it at once with 143. SIGINT is ignored:
+    the supervisor forwards a terminal's Ctrl-C as SIGTERM (ADR 0053).
     """
     stop = threading.Event()
     recycled = threading.Event()
@@ -244,9 +251,13 @@ class Supervisor:
     (0.5 s doubling to 10 s) when it crashed. Five crashes of the children
     within 60 s make the supervisor give up: it stops the rest and exits 1
     with the reason. On SIGTERM/SIGINT every child is sent SIGTERM and
-    given ``shutdown_timeout`` plus 10 s to drain before it is killed. The
-    exit status is 0 when every child drained, 1 otherwise, with
-    ``failure`` naming each process that did not and why.
+    given ``shutdown_timeout`` plus 10 s to drain before it is killed (a
+    child whose budget ran out hands back and ends itself, ``DRAIN_INCOMPLETE_EXIT``).
+    The exit status is 0 when every child drained, 1 otherwise, with
+    ``failure`` naming each process that did not and why. A second signal
+    during the drain sends every child SIGTERM again (which ends it at once),
+    kills any still running ``_ABORT_GRACE`` seconds later, and sets
+    ``interrupted`` (the command then exits 128 + that signal).
     """
 
     def __init__(
