@@ -61,7 +61,8 @@ def test_handed_back_jobs_stay_unclaimable_until_the_hold_s_session_ends(
     try:
         job = client.insert(Blocked())
         assert inside.wait(SAFETY)
-        assert hold.open()
+        hold.open()
+        assert hold.ready(SAFETY)
         with pytest.raises(drover.DrainIncomplete):
             client.stop(0.1)
         assert hold.held == [job.id]
@@ -74,7 +75,10 @@ def test_handed_back_jobs_stay_unclaimable_until_the_hold_s_session_ends(
         # ...yet no other worker can claim it while the hold's session lives.
         assert _rival_claims(rival) == []
         hold.close()
-        assert _rival_claims(rival) == [(job.id, 2)]
+        # The server releases the lock once the session's backend has ended,
+        # a moment after the connection closed.
+        claimed = poll(lambda: _rival_claims(rival), timeout=SAFETY, message="claimable")
+        assert claimed == [(job.id, 2)]
     finally:
         hold.close()
         release.set()
@@ -124,16 +128,18 @@ def test_a_hold_that_cannot_lock_logs_and_lets_the_hand_back_through(
     try:
         job = client.insert(Blocked())
         assert inside.wait(SAFETY)
-        assert hold.open()
+        hold.open()
+        assert hold.ready(SAFETY)
         # The session dies under the hold (an idle-in-transaction timeout, a restart).
         conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            # With a timeout: returns once the backend has ended (PostgreSQL 14+).
+            "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity "
             "WHERE datname = current_database() AND application_name = 'drover-shutdown'"
         )
         with pytest.raises(drover.DrainIncomplete):
             client.stop(0.1)
         assert hold.held == []
-        assert "could not keep jobs" in caplog.text
+        assert f"could not keep jobs {job.id} from other workers" in caplog.text
         assert _rival_claims(rival) == [(job.id, 2)]
     finally:
         hold.close()

@@ -29,16 +29,22 @@ from drover.errors import DroverError
 __all__ = ["HandBackHold"]
 
 
+_CONNECT_WAIT = 2.0
+"""How long the hand-back waits for the hold's connection before it goes on unheld."""
+
+
 class HandBackHold:
     """A session that, once given the ids about to be handed back, keeps them locked.
 
     ``connect(action, role)`` opens a session outside the pool
     (``Store._session_connect``): closing the client's pool leaves it open.
-    ``open`` connects ahead of time (the drain's start), so the deadline pays
-    one statement; ``__call__`` (the kernel's ``before_hand_back`` hook) locks
-    and returns without committing. Failures are logged, never raised: without
-    the lock the jobs are claimable from the hand-back's commit, as for a
-    library's ``Client.stop``. Thread-safe.
+    ``open`` starts connecting on a thread of its own (at the drain's start,
+    so the deadline pays one statement, and an unreachable server never
+    delays the drain); ``__call__`` (the kernel's ``before_hand_back`` hook)
+    waits at most ``_CONNECT_WAIT`` seconds for that connection, locks the
+    rows and returns without committing. Failures are logged, never raised:
+    without the lock the jobs are claimable from the hand-back's commit, as
+    for a library's ``Client.stop``. Thread-safe.
     """
 
     def __init__(
@@ -52,38 +58,62 @@ class HandBackHold:
         self._ns = ns
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._opener: threading.Thread | None = None
+        self._opened = threading.Event()
+        self._closed = False
         self.held: list[int] = []
         """The ids locked so far (for logs and tests)."""
 
-    def open(self) -> bool:
-        """Connect now, if not yet connected; False (logged) when it cannot."""
+    def open(self) -> None:
+        """Start connecting, unless already started; returns at once."""
         with self._lock:
-            return self._open()
-
-    def _open(self) -> bool:
-        if self._conn is not None:
-            return True
-        try:
-            self._conn = self._connect("connect to hold handed-back jobs", "shutdown")
-        except DroverError as exc:
-            self._log.warning(
-                "could not open a session to keep handed-back jobs from other workers until "
-                "this process exits (%s); they are claimable from the hand-back",
-                exc,
-                extra={"event": "hand_back_hold_failed"},
+            if self._opener is not None or self._closed:
+                return
+            self._opener = threading.Thread(
+                target=self._open, name="drover-hand-back-hold", daemon=True
             )
-            return False
-        return True
+            self._opener.start()
+
+    def ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the connection; True once it is open."""
+        self._opened.wait(timeout)
+        return self._conn is not None
+
+    def _open(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            conn = self._connect("connect to hold handed-back jobs", "shutdown")
+        except Exception as exc:  # any failure: the hand-back goes on unheld
+            self._failed(f"no session to hold them ({exc})", [])
+        with self._lock:
+            if conn is not None and not self._closed:
+                self._conn, conn = conn, None
+        self._opened.set()
+        if conn is not None:
+            conn.close()
+
+    def _failed(self, why: str, ids: list[int]) -> None:
+        self._log.warning(
+            "could not keep %s from other workers until this process exits: %s; they are "
+            "claimable from the hand-back",
+            "jobs " + ", ".join(map(str, ids)) if ids else "handed-back jobs",
+            why,
+            extra={"event": "hand_back_hold_failed", "jobs": ids},
+        )
 
     def __call__(self, ids: list[int]) -> None:
         """Lock ``ids`` ``FOR KEY SHARE`` in a transaction left open."""
         if not ids:
             return
+        self.open()
+        if not self._opened.wait(_CONNECT_WAIT):
+            self._failed(f"not connected within {_CONNECT_WAIT:g}s", ids)
+            return
         with self._lock:
-            if not self._open():
-                return
             conn = self._conn
-            assert conn is not None
+            if conn is None:
+                self._failed("no session", ids)
+                return
             try:
                 with translate("lock the jobs about to be handed back"):
                     if conn.autocommit:
@@ -91,13 +121,7 @@ class HandBackHold:
                     conn.execute("SET LOCAL lock_timeout = '2s'")
                     conn.execute(query("job_hold_handed_back", self._ns), {"ids": ids})
             except DroverError as exc:
-                self._log.warning(
-                    "could not keep jobs %s from other workers until this process exits (%s); "
-                    "they are claimable from the hand-back",
-                    ", ".join(map(str, ids)),
-                    exc,
-                    extra={"event": "hand_back_hold_failed", "jobs": ids},
-                )
+                self._failed(str(exc), ids)
                 self._close()
                 return
             self.held.extend(ids)
@@ -105,6 +129,7 @@ class HandBackHold:
     def close(self) -> None:
         """End the session (and its locks); the process's exit does the same."""
         with self._lock:
+            self._closed = True
             self._close()
 
     def _close(self) -> None:
