@@ -86,6 +86,11 @@ class Worker:
             if not seen():
                 pytest.fail(f"the process ended before {text!r}:\n" + "\n".join(self._lines))
 
+    def snapshot(self) -> str:
+        """Standard error so far."""
+        with self._changed:
+            return "\n".join(self._lines)
+
     def close(self) -> None:
         self._reader.join(WAIT)
         if self.proc.stderr is not None:
@@ -263,3 +268,35 @@ def test_a_second_signal_to_the_supervisor_ends_its_processes_and_itself_at_once
     assert "drover: a second SIGTERM during the drain: the worker processes were told" in err
     assert not any(_alive(pid) for pid in children)
     assert _row(conn, job_id)[:2] == ("running", 1)
+
+
+def test_a_recycled_process_whose_drain_runs_out_hands_back_ends_and_is_replaced_at_once(
+    db_url: str, conn: Conn, poll: Poll, started: list[Worker]
+) -> None:
+    # 1 MB is below any Python process: the child drains for a fresh one at its
+    # first memory check, with the stuck job running past the 0.5 s budget.
+    s = _start(
+        started,
+        db_url,
+        "cli_app:make_client",
+        "--processes",
+        "1",
+        "--max-memory-per-child",
+        "1",
+        "--shutdown-timeout",
+        "0.5",
+    )
+    s.wait_for("worker pool started")
+    producer = drover.Client(db_url)
+    try:
+        job = producer.insert(Stuck())
+    finally:
+        producer.close()
+    # Ended by itself after the hand-back (status 3), and replaced without the
+    # back-off of a crash: five of those within a minute would end the supervisor.
+    s.wait_for("ran out of its drain budget; its unfinished jobs were handed back; replacing it")
+    assert "restarting it in" not in s.snapshot()
+    poll(lambda: _row(conn, job.id)[1] >= 2, timeout=WAIT, message="claimed again by the next")
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(WAIT) in (0, 1), s.err
+    assert "Traceback" not in s.err

@@ -351,6 +351,23 @@ class Supervisor:
                         )
                         self._spawn(slot)
                         continue
+                    if code == DRAIN_INCOMPLETE_EXIT:
+                        # A drain it started itself (a job or memory limit, or an
+                        # operator's SIGTERM to it) ran out of budget: its jobs were
+                        # handed back and it ended itself. Not a crash.
+                        _log.warning(
+                            "worker process %d drained for a fresh one but ran out of its "
+                            "drain budget; its unfinished jobs were handed back; replacing it",
+                            child.proc.pid,
+                            extra={
+                                "event": "process_recycled",
+                                "child_pid": child.proc.pid,
+                                "slot": slot,
+                                "drain_incomplete": True,
+                            },
+                        )
+                        self._spawn(slot)
+                        continue
                     if code == HARD_CANCEL_EXIT:
                         _log.info(
                             "worker process %d was running a job hard-cancelled by an "
