@@ -185,6 +185,7 @@ def test_after_the_hand_back_the_process_exits_1_before_any_other_worker_claims_
     )
     assert "Traceback" not in err
     assert "drover worker stopped cleanly" not in err
+    assert "could not keep" not in err, "the hold was not taken"
 
     poll(lambda: claims, timeout=WAIT, message="the other worker ran the handed-back job")
     assert claims == [(2, False)], "claimed while the first process could still run it"
