@@ -48,12 +48,14 @@ GRANT SELECT ON {{schema}}.drover_schema_version TO {{producer}}, {{worker}}, {{
 -- debounced, throttled, workflows). The column UPDATEs are what an insert
 -- writes to rows already there: a dependency's has_dependents (depends_on),
 -- a holder's unique_states when it hands a unique identity on, and the fields
--- a debounced insert refreshes on the waiting job it replaces. Not granted:
--- attempt, leased_until, leased_by, errors, result, finalized_at, so the
--- claim, completion and every worker-side write are refused.
+-- a debounced insert refreshes on the waiting job it replaces, and awaited,
+-- the flag Client.result sets so that the job's end notifies the waiter
+-- (results.sql). Not granted: attempt, leased_until, leased_by, errors,
+-- result, finalized_at, so the claim, completion and every worker-side
+-- write are refused.
 GRANT SELECT, INSERT ON {{schema}}.drover_jobs TO {{producer}};
 GRANT UPDATE (has_dependents, unique_states, args, scheduled_at, state, max_attempts, priority,
-    tags, meta) ON {{schema}}.drover_jobs TO {{producer}};
+    tags, meta, awaited) ON {{schema}}.drover_jobs TO {{producer}};
 GRANT SELECT, INSERT ON {{schema}}.drover_job_deps TO {{producer}};
 GRANT USAGE ON SEQUENCE {{schema}}.drover_jobs_id_seq TO {{producer}};
 

@@ -162,6 +162,30 @@ def test_the_producer_inserts_every_way(roles: Roles, conn: Conn) -> None:
     assert marked.fetchone() == (True,)
 
 
+def test_the_producer_waits_for_a_result(roles: Roles) -> None:
+    """docs/roles.md lets producers read results: ``Client.result`` flags the job
+    ``awaited`` before it waits (a column UPDATE), refused before the producer had it."""
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> dict[str, int]:
+        return {"twice": job.args.n * 2}
+
+    config = drover.Config(workers=workers, poll_interval=0.05)
+    with (
+        closing(drover.Client(roles.url("producer"))) as producer,
+        closing(drover.Client(roles.url("worker"), config)) as worker,
+    ):
+        job = producer.insert(Ping(n=21))
+        worker.start()
+        try:
+            assert producer.result(job, timeout=30) == {"twice": 42}
+            # A second wait on a job already ended reads it at once.
+            assert producer.result(job.id, timeout=30) == {"twice": 42}
+        finally:
+            worker.stop(timeout=10)
+
+
 def test_the_producer_cannot_claim(roles: Roles, conn: Conn) -> None:
     with closing(drover.Client(roles.url("producer"))) as producer:
         producer.insert(Ping())
