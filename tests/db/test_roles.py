@@ -201,40 +201,58 @@ def test_the_producer_cannot_claim(roles: Roles, conn: Conn) -> None:
     assert _states(conn) == {"available": 1}
 
 
-def test_a_worker_with_producer_rights_claims_nothing_and_says_why(
-    roles: Roles, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("kind", ["producer", "reader"])
+def test_a_client_with_workers_refuses_to_start_under_a_role_that_cannot_claim(
+    roles: Roles, conn: Conn, kind: str
 ) -> None:
+    """Before ADR 0054 such a client started without a word and its fetcher logged a
+    refused claim on every poll; now start() refuses, naming the role, what it lacks
+    and the fix, and nothing runs."""
     workers = drover.Workers()
 
     @workers.register
     def ping(job: drover.Job[Ping]) -> None:
-        """Never runs: the claim is refused."""
+        """Never runs: the client does not start."""
 
-    login = roles.names.logins["producer"]
+    login = roles.names.logins[kind]
     with closing(drover.Client(roles.url("producer"))) as producer:
         producer.insert(Ping())
-    client = drover.Client(
-        roles.url("producer"), drover.Config(workers=workers, poll_interval=0.05)
-    )
+    client = drover.Client(roles.url(kind), drover.Config(workers=workers, poll_interval=0.05))
     try:
-        client.start()
-        refused = poll(
-            lambda: [
-                r
-                for r in caplog.records
-                if r.exc_info
-                and isinstance(r.exc_info[1], drover.PermissionDenied)
-                and login in str(r.exc_info[1])
-                and "claim jobs" in str(r.exc_info[1])
-            ],
-            message="the fetcher logged the refused claim",
-        )
-        assert refused
+        with pytest.raises(drover.CannotClaim) as raised:
+            client.start()
+        error = raised.value
+        assert isinstance(error, drover.PermissionDenied)
+        text = str(error)
+        assert text.startswith(f"start: role '{login}' may not claim and run jobs: it lacks "), text
+        assert error.role == login and error.action == "start workers"
+        assert error.missing[0].startswith("UPDATE (state, attempt, leased_until, leased_by"), text
+        assert "SELECT, INSERT, UPDATE, DELETE ON drover_clients" in error.missing, text
+        assert "`drover roles`" in text and f"GRANT drover_worker TO {login}" in text, text
+        # Refused before anything started: the client is not running, and may start again
+        # once its role is granted the worker's privileges.
+        with pytest.raises(drover.NotStarted):
+            client.stop()
     finally:
-        with contextlib.suppress(drover.DrainIncomplete):
-            client.stop(timeout=5)
         client.close()
     assert _states(conn) == {"available": 1}
+    registered = conn.execute("SELECT count(*) FROM drover_clients").fetchone()
+    assert registered == (0,)
+
+
+def test_a_client_with_workers_starts_under_the_worker_role(roles: Roles) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        """Nothing to run: the test only starts and stops."""
+
+    client = drover.Client(roles.url("worker"), drover.Config(workers=workers))
+    try:
+        client.start()
+        client.stop(timeout=5)
+    finally:
+        client.close()
 
 
 # --- worker -------------------------------------------------------------------------------------
