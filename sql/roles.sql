@@ -2,7 +2,8 @@
 --! Producer, worker, reader and schema placeholders in double braces are
 --! replaced by checked names (lowercase letters, digits and _), so they need
 --! no quoting. Lines ending in the retention mark are printed only with
---! --retention (the default), without the mark.
+--! --retention (the default), without the mark; lines ending in the stats
+--! mark only with --read-all-stats (the default), likewise.
 -- drover least-privilege roles: producer {{producer}}, worker {{worker}},
 -- reader {{reader}}, in schema {{schema}}.
 --
@@ -86,6 +87,20 @@ GRANT SELECT ON {{schema}}.drover_jobs, {{schema}}.drover_job_deps, {{schema}}.d
     {{schema}}.drover_clients, {{schema}}.drover_limits, {{schema}}.drover_limit_starts,
     {{schema}}.drover_gates, {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
     {{schema}}.drover_periodic_lease TO {{reader}};
+
+-- The queue doctor (`drover doctor`, every worker's health probe, the status -- stats
+-- page's Health) names the sessions holding back vacuum from pg_stat_activity, -- stats
+-- which shows a role other roles' transactions only with the privileges of -- stats
+-- pg_read_all_stats. Granting a predefined role takes a superuser (or its -- stats
+-- ADMIN OPTION): without either this warns and the rest still applies, and -- stats
+-- the doctor reports CANNOT_SEE_SESSIONS until an administrator grants it. -- stats
+DO $stats$ -- stats
+BEGIN -- stats
+    GRANT pg_read_all_stats TO {{worker}}, {{reader}}; -- stats
+EXCEPTION WHEN insufficient_privilege THEN -- stats
+    RAISE WARNING 'drover roles: role % may not grant pg_read_all_stats; have a superuser run: GRANT pg_read_all_stats TO {{worker}}, {{reader}}; until then drover doctor reports CANNOT_SEE_SESSIONS', current_user; -- stats
+END -- stats
+$stats$; -- stats
 
 -- drover's functions run with the caller's rights (SECURITY INVOKER), so the
 -- table grants above are what they may touch. PostgreSQL grants EXECUTE to

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import psycopg
 import pytest
 from clihelp import invoke
 from jobdb import Conn, Poll
+from prometheus_client import CollectorRegistry
 from psycopg import errors as pgerrors
 from psycopg import sql
 from werkzeug.test import Client as WsgiClient
@@ -28,6 +30,7 @@ from drover._db.claims import job_claim
 from drover._db.pool import borrow
 from drover._db.retention import job_prune_batch
 from drover._db.roles import render_roles
+from drover.health import HealthFinding
 from drover.web import make_app
 
 KINDS = ("producer", "worker", "reader")
@@ -425,6 +428,188 @@ def test_the_reader_cannot_retry_or_cancel(roles: Roles, conn: Conn) -> None:
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and "drover roles" in lines[0] and login in lines[0], lines
     assert _states(conn) == {"dead": 1, "available": 1}
+
+
+# --- the queue doctor -------------------------------------------------------------------------
+
+NOW = drover.HealthThresholds(xmin_age=0, lease_grace=0, unserved_grace=0)
+"""Thresholds that name a condition as soon as it exists: no test waits for an age."""
+
+
+@contextlib.contextmanager
+def _idle_in_transaction(url: str) -> Iterator[tuple[int, str]]:
+    """A session of ``url``'s role idle in a transaction holding an xid: (pid, application)."""
+    app = f"roles-holder-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, application_name=app) as holder:
+        holder.execute("SELECT txid_current()")
+        try:
+            yield holder.info.backend_pid, app
+        finally:
+            holder.rollback()
+
+
+@contextlib.contextmanager
+def _blind_role(db_url: str, run_tag: str) -> Iterator[str]:
+    """A custom login role with every privilege on drover's tables but not pg_read_all_stats:
+    the URL to connect as it."""
+    name = f"drover_blind_{run_tag.lower()}"
+    ident = sql.Identifier(name)
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+        for what in ("TABLES", "SEQUENCES"):
+            admin.execute(
+                sql.SQL("GRANT ALL ON ALL {} IN SCHEMA public TO {}").format(sql.SQL(what), ident)
+            )
+        try:
+            yield psycopg.conninfo.make_conninfo(db_url, user=name)
+        finally:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (name,),
+            )
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+            admin.execute(sql.SQL("DROP ROLE {}").format(ident))
+
+
+def test_an_owner_who_may_not_grant_pg_read_all_stats_is_warned_and_the_rest_applies(
+    db_url: str, role_names: Names, run_tag: str
+) -> None:
+    """Granting a predefined role takes a superuser (or its ADMIN OPTION): a CREATEROLE
+    owner gets a warning naming the statement to hand an administrator, not an error."""
+    text = render_roles(
+        producer=role_names.groups["producer"],
+        worker=role_names.groups["worker"],
+        reader=role_names.groups["reader"],
+    )
+    block = text[text.index("DO $stats$") : text.index("$stats$;") + len("$stats$;")]
+    name = f"drover_admin_{run_tag.lower()}"
+    ident = sql.Identifier(name)
+    _apply(db_url, role_names)  # the roles exist
+    warnings: list[str] = []
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEROLE").format(ident))
+        admin.execute(
+            sql.SQL("REVOKE pg_read_all_stats FROM {}, {}").format(
+                sql.Identifier(role_names.groups["worker"]),
+                sql.Identifier(role_names.groups["reader"]),
+            )
+        )
+        try:
+            url = psycopg.conninfo.make_conninfo(db_url, user=name)
+            with psycopg.connect(url, autocommit=True) as owner:
+                owner.add_notice_handler(lambda d: warnings.append(d.message_primary or ""))
+                owner.execute(block.encode())
+            granted = admin.execute(
+                "SELECT pg_has_role(%s, 'pg_read_all_stats', 'USAGE')",
+                (role_names.groups["worker"],),
+            ).fetchone()
+        finally:
+            admin.execute(sql.SQL("DROP ROLE {}").format(ident))
+    assert granted == (False,)
+    assert any(
+        f"role {name} may not grant pg_read_all_stats" in w
+        and f"GRANT pg_read_all_stats TO {role_names.groups['worker']}" in w
+        for w in warnings
+    ), warnings
+
+
+def _found(report: drover.HealthReport, code: str, **evidence: object) -> list[HealthFinding]:
+    return [
+        f
+        for f in report.findings
+        if f.code == code and all(f.evidence.get(k) == v for k, v in evidence.items())
+    ]
+
+
+@pytest.mark.parametrize("kind", ["worker", "reader"])
+def test_the_doctor_under_the_worker_and_reader_roles_names_another_roles_open_transaction(
+    roles: Roles, kind: str
+) -> None:
+    """pg_read_all_stats, granted by `drover roles`, shows these roles other roles' sessions;
+    before ADR 0054 the doctor said `healthy` while a producer's session sat idle in
+    transaction."""
+    with _idle_in_transaction(roles.url("producer")) as (pid, app):
+        with drover.Inspector(roles.url(kind)) as inspector:
+            report = inspector.health(NOW)
+        doctor = invoke(["doctor", "--xmin-age", "0", "-d", roles.url(kind)])
+    [finding] = _found(report, "XMIN_IDLE_IN_TRANSACTION", pid=pid)
+    assert finding.evidence["application"] == app
+    assert finding.evidence["user"] == roles.names.logins["producer"]
+    assert not _found(report, "CANNOT_SEE_SESSIONS")
+    assert doctor.exit_code == 1, doctor.output
+    assert f"XMIN_IDLE_IN_TRANSACTION  pid {pid} ({app})" in doctor.output
+
+
+def test_the_doctor_under_a_role_that_cannot_see_says_so(
+    roles: Roles, db_url: str, run_tag: str
+) -> None:
+    """A custom role without pg_read_all_stats cannot see the producer's open transaction:
+    the doctor says that it cannot see, never `healthy` (exit 0)."""
+    with (
+        _blind_role(db_url, run_tag) as blind,
+        _idle_in_transaction(roles.url("producer")) as (pid, _),
+    ):
+        with drover.Inspector(blind) as inspector:
+            report = inspector.health(NOW)
+        doctor = invoke(["doctor", "--xmin-age", "0", "-d", blind])
+        as_json = invoke(["--json", "doctor", "--xmin-age", "0", "-d", blind])
+    assert not report.healthy
+    assert not _found(report, "XMIN_IDLE_IN_TRANSACTION", pid=pid)
+    [blinded] = _found(report, "CANNOT_SEE_SESSIONS")
+    login = f"drover_blind_{run_tag.lower()}"
+    assert blinded.evidence["role"] == login
+    assert blinded.evidence["hidden_sessions"] >= 1
+    assert blinded.evidence["hidden_holding_xmin"] >= 1
+    assert blinded.remedy.startswith(f"GRANT pg_read_all_stats TO {login}")
+    assert doctor.exit_code == 1 and "healthy" not in doctor.output.splitlines(), doctor.output
+    assert f"CANNOT_SEE_SESSIONS  role {login} cannot see" in doctor.output
+    assert as_json.exit_code == 1 and '"healthy": false' in as_json.output
+
+
+def _findings(registry: CollectorRegistry, code: str) -> float:
+    return registry.get_sample_value("drover_health_findings", {"code": code}) or 0.0
+
+
+def test_the_health_metric_under_the_worker_role_sees_and_under_a_blind_role_says_it_cannot(
+    roles: Roles, db_url: str, run_tag: str, poll: Poll
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        """Nothing runs: the test reads the health probe's gauge."""
+
+    def probe(url: str, *, sees: bool) -> None:
+        registry = CollectorRegistry()
+        config = drover.Config(
+            workers=workers,
+            metrics_registry=registry,
+            plugins=[drover.plugins.HealthProbe(interval=0.05, thresholds=NOW)],
+        )
+        with closing(drover.Client(url, config)) as client:
+            client.start()
+            try:
+                poll(
+                    lambda: registry.get_sample_value("drover_health_checked_timestamp_seconds"),
+                    message="the probe examined once",
+                )
+                if sees:
+                    poll(lambda: _findings(registry, "XMIN_IDLE_IN_TRANSACTION") >= 1)
+                    assert _findings(registry, "CANNOT_SEE_SESSIONS") == 0
+                else:
+                    poll(lambda: _findings(registry, "CANNOT_SEE_SESSIONS") == 1)
+                    assert _findings(registry, "XMIN_IDLE_IN_TRANSACTION") == 0
+            finally:
+                client.stop(timeout=5)
+
+    with (
+        _blind_role(db_url, run_tag) as blind,
+        _idle_in_transaction(roles.url("producer")),
+    ):
+        probe(roles.url("worker"), sees=True)
+        probe(blind, sees=False)
 
 
 # --- migrations ---------------------------------------------------------------------------------
