@@ -52,6 +52,7 @@ from drover.insert_middleware import InsertBatch, InsertMiddleware, InsertParams
 from drover.inspector import (
     Inspector,
     KindStats,
+    OperatorRights,
     QueueAge,
     QueueDepth,
     Stats,
@@ -157,6 +158,7 @@ __all__ = [
     "NotFound",
     "NotInTransaction",
     "NotStarted",
+    "OperatorRights",
     "PartitionUse",
     "PeriodicInfo",
     "PeriodicJob",

@@ -430,6 +430,108 @@ def test_the_reader_cannot_retry_or_cancel(roles: Roles, conn: Conn) -> None:
     assert _states(conn) == {"dead": 1, "available": 1}
 
 
+# --- the status page ----------------------------------------------------------------------------
+
+HOST = "status.example"
+
+
+def _page_get(page: WsgiClient, path: str) -> str:
+    response = page.get(path, headers={"Host": HOST})
+    assert response.status_code == 200, (path, response.text[:300])
+    return response.text
+
+
+def _page_post(page: WsgiClient, path: str, data: dict[str, str]) -> tuple[int, str]:
+    cookie = page.get_cookie("drover_csrf", domain=HOST)
+    assert cookie is not None
+    response = page.post(
+        path,
+        data={"csrf": cookie.value, **data},
+        headers={"Host": HOST, "Origin": f"http://{HOST}"},
+    )
+    return response.status_code, response.text
+
+
+def test_the_page_under_the_reader_role_without_read_only_offers_no_write_and_answers_403(
+    roles: Roles, conn: Conn
+) -> None:
+    """Before ADR 0054 this page offered Retry, Cancel and Pause, and a click answered 500.
+    Now it asks its role's privileges once and offers none of them; a POST is a 403
+    naming the role and what it lacks, and nothing changes."""
+    dead = _plant_dead(conn)
+    with closing(drover.Client(roles.url("producer"))) as producer:
+        waiting = producer.insert(Ping()).id
+    login = roles.names.logins["reader"]
+    with drover.Inspector(roles.owner) as owner:
+        # The same pages as the owner: every kind of button is there to be left out.
+        owner_page = WsgiClient(make_app(owner))
+        for path in ("/", f"/jobs/{dead}", "/limits"):
+            assert 'method="post"' in _page_get(owner_page, path), path
+    with drover.Inspector(roles.url("reader")) as reader:
+        assert reader.rights() == drover.OperatorRights(login, False, False, False)
+        page = WsgiClient(make_app(reader))
+        for path in ("/", "/jobs?state=all", f"/jobs/{dead}", f"/jobs/{waiting}", "/limits"):
+            text = _page_get(page, path)
+            assert 'method="post"' not in text, path  # not one button or form
+            assert f"read-only: role {login} may not" in text, path
+        writes: list[tuple[str, dict[str, str], str]] = [
+            (f"/jobs/{dead}/retry", {}, "retry or cancel jobs"),
+            (f"/jobs/{waiting}/cancel", {}, "retry or cancel jobs"),
+            ("/jobs/bulk", {"action": "retry", "id": str(dead)}, "retry or cancel jobs"),
+            ("/jobs/retry-dead", {"kind": "roles_ping"}, "retry or cancel jobs"),
+            ("/queues/pause", {"queue": "default"}, "pause or resume queues"),
+            ("/limits/set", {"key": "queue:default", "concurrency": "2"}, "set or clear limits"),
+        ]
+        for path, data, what in writes:
+            status, text = _page_post(page, path, data)
+            assert status == 403, (path, status, text[:300])
+            assert f"Role &#39;{login}&#39; may not {what}" in text, (path, text[:500])
+    assert _states(conn) == {"dead": 1, "available": 1}
+    assert conn.execute("SELECT count(*) FROM drover_queues").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM drover_limits").fetchone() == (0,)
+
+
+def test_the_page_under_the_worker_role_offers_retry_and_cancel_but_not_pause(
+    roles: Roles, conn: Conn
+) -> None:
+    dead = _plant_dead(conn)
+    with drover.Inspector(roles.url("worker")) as worker:
+        rights = worker.rights()
+        assert rights.retry_and_cancel and not rights.pause_queues and not rights.set_limits
+        page = WsgiClient(make_app(worker))
+        text = _page_get(page, f"/jobs/{dead}")
+        assert f'action="/jobs/{dead}/retry"' in text and "read-only" not in text
+        overview = _page_get(page, "/")
+        assert 'action="/queues/pause"' not in overview
+        status, _ = _page_post(page, "/queues/pause", {"queue": "default"})
+        assert status == 403
+        status, _ = _page_post(page, f"/jobs/{dead}/retry", {"next": "/jobs"})
+        assert status == 303
+    assert _states(conn) == {"available": 1}
+
+
+def test_a_write_refused_after_the_page_asked_is_a_403_not_a_500(
+    roles: Roles, db_url: str, run_tag: str
+) -> None:
+    with _blind_role(db_url, run_tag) as custom, drover.Inspector(custom) as inspector:
+        page = WsgiClient(make_app(inspector))
+        assert inspector.rights().pause_queues
+        _page_get(page, "/")  # the page asks, and keeps the answer
+        login = f"drover_blind_{run_tag.lower()}"
+        with psycopg.connect(db_url, autocommit=True) as owner:
+            owner.execute(
+                sql.SQL("REVOKE INSERT, UPDATE ON drover_queues FROM {}").format(
+                    sql.Identifier(login)
+                )
+            )
+        status, text = _page_post(page, "/queues/pause", {"queue": "default"})
+        assert status == 403, text[:300]
+        assert "permission denied for table drover_queues" in text and login in text
+        # Asked again, the page no longer offers it.
+        status, text = _page_post(page, "/queues/pause", {"queue": "default"})
+        assert status == 403 and f"Role &#39;{login}&#39; may not pause" in text, text[:500]
+
+
 # --- the queue doctor -------------------------------------------------------------------------
 
 NOW = drover.HealthThresholds(xmin_age=0, lease_grace=0, unserved_grace=0)
