@@ -632,10 +632,18 @@ def test_the_doctor_under_the_worker_and_reader_roles_names_another_roles_open_t
     """pg_read_all_stats, granted by `drover roles`, shows these roles other roles' sessions;
     before ADR 0054 the doctor said `healthy` while a producer's session sat idle in
     transaction."""
-    with _idle_in_transaction(roles.url("producer")) as (pid, app):
-        with drover.Inspector(roles.url(kind)) as inspector:
-            report = inspector.health(NOW)
-        doctor = invoke(["doctor", "--xmin-age", "0", "-d", roles.url(kind)])
+    slot = f"roles_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(roles.owner, autocommit=True) as owner:
+        # The doctor's other reads need no grant: a slot is named under these roles too.
+        owner.execute("SELECT pg_create_physical_replication_slot(%s, true)", (slot,))
+        try:
+            with _idle_in_transaction(roles.url("producer")) as (pid, app):
+                with drover.Inspector(roles.url(kind)) as inspector:
+                    report = inspector.health(NOW)
+                doctor = invoke(["doctor", "--xmin-age", "0", "-d", roles.url(kind)])
+        finally:
+            owner.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    assert _found(report, "REPLICATION_SLOT_INACTIVE", slot=slot)
     [finding] = _found(report, "XMIN_IDLE_IN_TRANSACTION", pid=pid)
     assert finding.evidence["application"] == app
     assert finding.evidence["user"] == roles.names.logins["producer"]

@@ -204,14 +204,10 @@ class Store(EngineOps):
 
     # --- schema -----------------------------------------------------------------------------
 
-    def require_current_schema(self, action: str) -> None:
-        """Raise ``drover.SchemaMissing`` unless every migration is applied."""
-        with borrow(self._pool, action) as conn:
-            require_current_schema(conn, self.target, action, self._ns)
-
     def require_ready_to_work(self, action: str) -> None:
-        """``require_current_schema``, then ``drover.CannotClaim`` unless the role may claim
-        and run jobs: two catalog reads on one connection, once per start (ADR 0054)."""
+        """``drover.SchemaMissing`` unless every migration is applied, then
+        ``drover.CannotClaim`` unless the role may claim and run jobs: two reads on one
+        connection, once per start (ADR 0054)."""
         with borrow(self._pool, action) as conn:
             require_current_schema(conn, self.target, action, self._ns)
             rights = work_rights(conn, action, ns=self._ns)
