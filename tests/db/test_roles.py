@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
-from clihelp import invoke
+from clihelp import invoke, one_line, run
 from jobdb import Conn, Poll
 from prometheus_client import CollectorRegistry
 from psycopg import errors as pgerrors
@@ -241,6 +242,19 @@ def test_a_client_with_workers_refuses_to_start_under_a_role_that_cannot_claim(
     assert _states(conn) == {"available": 1}
     registered = conn.execute("SELECT count(*) FROM drover_clients").fetchone()
     assert registered == (0,)
+
+
+def test_drover_worker_under_the_producer_role_exits_1_with_the_fix(roles: Roles) -> None:
+    cli_dir = Path(__file__).resolve().parent.parent / "cli"
+    result = run("worker", "cli_app:make_client", url=roles.url("producer"), cwd=cli_dir)
+    login = roles.names.logins["producer"]
+    assert result.returncode == 1, result.stderr
+    # The start line (logged), then the refusal: one line, and no traceback.
+    starting, refusal = result.stderr.split("\n", 1)
+    assert "worker starting" in starting, result.stderr
+    line = one_line(refusal)
+    assert f"start: role '{login}' may not claim and run jobs" in line, line
+    assert f"GRANT drover_worker TO {login}" in line, line
 
 
 def test_a_client_with_workers_starts_under_the_worker_role(roles: Roles) -> None:
