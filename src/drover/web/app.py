@@ -176,11 +176,18 @@ class StatusPage:
         return rights
 
     def _render(
-        self, request: Request, template: str, status: int = 200, **context: Any
+        self,
+        request: Request,
+        template: str,
+        status: int = 200,
+        *,
+        ask: bool = True,
+        **context: Any,
     ) -> Response:
         flash = flash_text(request.args)
         context.setdefault("live_seconds", None)
-        rights = self.rights()
+        # An error page does not ask (the database may be what failed): it uses what is known.
+        rights = self.rights() if ask else None if self.read_only else self._rights
         body = self._env.get_template(template).render(
             base=self._base(request),
             # Each kind of button is offered only when the role may use it.
@@ -346,7 +353,9 @@ class StatusPage:
         )
 
     def _error(self, request: Request, status: int, title: str, message: str) -> Response:
-        return self._render(request, "error.html", status=status, title=title, message=message)
+        return self._render(
+            request, "error.html", status=status, ask=False, title=title, message=message
+        )
 
     # --- mutations ------------------------------------------------------------------------------
 
@@ -404,10 +413,9 @@ class StatusPage:
         else:
             what, needs = "retry or cancel jobs", "UPDATE on drover_jobs"
             allowed = rights is not None and rights.retry_and_cancel
-        if allowed:
+        if allowed or rights is None:
+            # Not known (the database did not answer): the write itself says what is wrong.
             return None
-        if rights is None:
-            return f"Cannot tell whether this page may {what}: the database did not answer."
         return (
             f"Role {rights.role!r} may not {what} (it lacks {needs}). Serve the page as the "
             "role that owns drover's tables to offer it, or with --read-only (read_only=True) "
@@ -565,9 +573,10 @@ def make_app(
     every mutation is 403. Without it the page asks once, at its first page,
     which writes its role may make (``Inspector.rights``, ADR 0054) and
     offers only those buttons; a write the role may not make is 403 naming
-    the role and what it lacks, as is one PostgreSQL refuses anyway. Every response carries a strict
-    Content-Security-Policy (no script but the app's own `/static/live.js`,
-    nothing inline) and ``nosniff``; all job data is escaped.
+    the role and what it lacks, as is one PostgreSQL refuses anyway. Every
+    response carries a strict Content-Security-Policy (no script but the
+    app's own `/static/live.js`, nothing inline) and ``nosniff``; all job
+    data is escaped.
 
     ``refresh`` (seconds or a ``timedelta``; 0 disables) is how often the
     data refreshes: with JavaScript the script replaces the tables in place,
