@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from jobdb import idle_workers
 from test_django import _PRELUDE, PROJECT, _count, _env, django_script, manage
@@ -461,3 +462,54 @@ def test_a_task_queue_no_worker_works_is_a_check_warning_and_the_worker_says_so(
     assert "System check" not in worker.stderr, worker.stderr
     assert "did you mean 'email'? (drover.W001)" in worker.stderr, worker.stderr
     assert "sent to 'reports' waits forever (drover.W001)" in worker.stderr
+
+
+def test_the_upgrade_drops_orphaned_results_and_reads_older_rows(project_db: str) -> None:
+    """Migration 0002 on a database an older drover wrote: a result whose job retention
+    already deleted goes, one whose job is still there reads as it did (the class paths by
+    position, the last holder once per attempt), and from then on deleting the job
+    deletes its result."""
+    back = manage(project_db, "migrate", "drover", "0001", "--verbosity", "0")
+    assert back.returncode == 0, back.stderr
+    job_id = django_script(
+        project_db, "from shop.tasks import explode\nprint(json.dumps(explode.enqueue().id))"
+    )
+    failures = [
+        {"attempt": 1, "at": "2026-12-01T00:00:00Z", "error": "ValueError: a", "trace": "t1"},
+        {"attempt": 2, "at": "2026-12-01T00:01:00Z", "error": "KeyError: b", "trace": "t2"},
+    ]
+    with psycopg.connect(project_db, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE drover_jobs SET state = 'dead', attempt = 2, errors = %s::jsonb, "
+            "finalized_at = now(), leased_by = 'old (pid 1 on h)' WHERE id = %s",
+            [json.dumps(failures), int(job_id)],
+        )
+        conn.execute(
+            "INSERT INTO drover_django_task_results (job_id, return_value, exception_paths, "
+            "started_at, last_attempted_at, updated_at) VALUES "
+            '(%s, NULL, \'["builtins.ValueError", "builtins.KeyError"]\', now(), now(), now()),'
+            " (%s, NULL, '[]', now(), now(), now())",
+            [int(job_id), int(job_id) + 1000],
+        )
+    forward = manage(project_db, "migrate", "--verbosity", "0")
+    assert forward.returncode == 0, forward.stderr
+    assert _count(project_db, "SELECT count(*) FROM drover_django_task_results") == 1
+    report = django_script(
+        project_db,
+        f"""
+        from django.tasks import default_task_backend
+        old = default_task_backend.get_result({job_id!r})
+        print(json.dumps({{
+            "status": old.status, "workers": old.worker_ids,
+            "errors": [[e.exception_class_path, e.traceback] for e in old.errors],
+        }}))
+        """,
+    )
+    assert report == {
+        "status": "FAILED",
+        "workers": ["old (pid 1 on h)", "old (pid 1 on h)"],
+        "errors": [["builtins.ValueError", "t1"], ["builtins.KeyError", "t2"]],
+    }
+    with psycopg.connect(project_db, autocommit=True) as conn:
+        conn.execute("DELETE FROM drover_jobs WHERE id = %s", [int(job_id)])
+    assert _count(project_db, "SELECT count(*) FROM drover_django_task_results") == 0
