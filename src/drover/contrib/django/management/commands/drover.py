@@ -14,6 +14,7 @@ import drover
 from drover.cli import main as drover_main
 from drover.cli.common import MIGRATE_COMMAND, database_of
 from drover.cli.logs import LoggingChoice, configure_logging, parse_log_format, parse_log_level
+from drover.contrib.django.checks import drover_task_backends, unworked_task_queues
 from drover.contrib.django.settings import conninfo, schema
 from drover.contrib.django.task_args import TASK_KIND
 from drover.contrib.django.worker import build_client, workers
@@ -36,6 +37,16 @@ def _runs_django_tasks() -> bool:
         if isinstance(backend, type) and issubclass(backend, DroverTaskBackend):
             return True
     return False
+
+
+def _unworked_task_queues(worked: list[str]) -> list[str]:
+    """What `drover.W001` says of each drover `TASKS` backend's queue this worker does not
+    work: the worker logs it at start (the system checks may have been skipped)."""
+    return [
+        str(message.msg)
+        for name, queues in drover_task_backends()
+        for message in unworked_task_queues(name, queues, worked)
+    ]
 
 
 # Django's options for every command. Django applies --settings and --pythonpath
@@ -75,6 +86,8 @@ class Command(BaseCommand):
     registry plus Django tasks) and runs it until SIGINT or SIGTERM. It
     refuses to start (exit 2) when ``WORKERS`` registers nothing and no
     ``TASKS`` backend is drover's: such a worker could only fail every job.
+    It warns (``drover.W001``, logged and as a system check) about each queue a
+    drover ``TASKS`` backend accepts that it does not work.
     It logs to standard error as `drover worker` does (`--log-level`,
     `--log-format`), unless Django's ``LOGGING`` setting puts a handler on
     the root or the `drover` logger: then that configuration wins. Django's
@@ -153,6 +166,10 @@ class Command(BaseCommand):
                 "processes": 1,
             },
         )
+        for said in _unworked_task_queues(list(config.queues)):
+            _log.warning(
+                "%s (drover.W001)", said, extra={"event": "task_queue_unworked", "problem": said}
+            )
         try:
             client.run()
         except drover.DrainIncomplete as exc:
