@@ -88,7 +88,10 @@ def build(session: nox.Session) -> None:
     needed += [f"drover/sql/migrations/{p.name}" for p in Path("sql/migrations").glob("*.sql")]
     needed += [f"drover/web/templates/{p.name}" for p in Path("src/drover/web/templates").glob("*")]
     needed += [f"drover/web/static/{p.name}" for p in Path("src/drover/web/static").glob("*")]
-    needed += ["drover/contrib/django/migrations/0001_drover_schema.py"]
+    needed += [
+        "drover/contrib/django/migrations/0001_drover_schema.py",
+        "drover/contrib/django/migrations/0002_task_results_follow_their_jobs.py",
+    ]
     needed += [f"drover/sql/queries/{p.name}" for p in Path("sql/queries").glob("*.sql")]
     needed += ["drover/sql/roles.sql"]
     # drover faults --app: the harness and the app, nothing of drover's own suite.

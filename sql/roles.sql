@@ -2,7 +2,8 @@
 --! Producer, worker, reader and schema placeholders in double braces are
 --! replaced by checked names (lowercase letters, digits and _), so they need
 --! no quoting. Lines ending in the retention mark are printed only with
---! --retention (the default), without the mark.
+--! --retention (the default), without the mark; lines ending in the stats
+--! mark only with --read-all-stats (the default), likewise.
 -- drover least-privilege roles: producer {{producer}}, worker {{worker}},
 -- reader {{reader}}, in schema {{schema}}.
 --
@@ -48,12 +49,14 @@ GRANT SELECT ON {{schema}}.drover_schema_version TO {{producer}}, {{worker}}, {{
 -- debounced, throttled, workflows). The column UPDATEs are what an insert
 -- writes to rows already there: a dependency's has_dependents (depends_on),
 -- a holder's unique_states when it hands a unique identity on, and the fields
--- a debounced insert refreshes on the waiting job it replaces. Not granted:
--- attempt, leased_until, leased_by, errors, result, finalized_at, so the
--- claim, completion and every worker-side write are refused.
+-- a debounced insert refreshes on the waiting job it replaces, and awaited,
+-- the flag Client.result sets so that the job's end notifies the waiter
+-- (results.sql). Not granted: attempt, leased_until, leased_by, errors,
+-- result, finalized_at, so the claim, completion and every worker-side
+-- write are refused.
 GRANT SELECT, INSERT ON {{schema}}.drover_jobs TO {{producer}};
 GRANT UPDATE (has_dependents, unique_states, args, scheduled_at, state, max_attempts, priority,
-    tags, meta) ON {{schema}}.drover_jobs TO {{producer}};
+    tags, meta, awaited) ON {{schema}}.drover_jobs TO {{producer}};
 GRANT SELECT, INSERT ON {{schema}}.drover_job_deps TO {{producer}};
 GRANT USAGE ON SEQUENCE {{schema}}.drover_jobs_id_seq TO {{producer}};
 
@@ -84,6 +87,20 @@ GRANT SELECT ON {{schema}}.drover_jobs, {{schema}}.drover_job_deps, {{schema}}.d
     {{schema}}.drover_clients, {{schema}}.drover_limits, {{schema}}.drover_limit_starts,
     {{schema}}.drover_gates, {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
     {{schema}}.drover_periodic_lease TO {{reader}};
+
+-- The queue doctor (`drover doctor`, every worker's health probe, the status -- stats
+-- page's Health) names the sessions holding back vacuum from pg_stat_activity, -- stats
+-- which shows a role other roles' transactions only with the privileges of -- stats
+-- pg_read_all_stats. Granting a predefined role takes a superuser (or its -- stats
+-- ADMIN OPTION): without either this warns and the rest still applies, and -- stats
+-- the doctor reports CANNOT_SEE_SESSIONS until an administrator grants it. -- stats
+DO $stats$ -- stats
+BEGIN -- stats
+    GRANT pg_read_all_stats TO {{worker}}, {{reader}}; -- stats
+EXCEPTION WHEN insufficient_privilege THEN -- stats
+    RAISE WARNING 'drover roles: role % may not grant pg_read_all_stats; have a superuser run: GRANT pg_read_all_stats TO {{worker}}, {{reader}}; until then drover doctor reports CANNOT_SEE_SESSIONS', current_user; -- stats
+END -- stats
+$stats$; -- stats
 
 -- drover's functions run with the caller's rights (SECURITY INVOKER), so the
 -- table grants above are what they may touch. PostgreSQL grants EXECUTE to

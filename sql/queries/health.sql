@@ -21,6 +21,27 @@ WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
   AND COALESCE(a.xact_start, a.backend_start) <= now() - make_interval(secs => %(min_age_seconds)s)
 ORDER BY COALESCE(a.xact_start, a.backend_start), a.pid;
 
+-- name: health_session_visibility
+-- Whether the doctor sees every session it asks about. pg_stat_activity
+-- shows a role the state, the start times and the query of its own roles'
+-- sessions only, unless it has the privileges of pg_read_all_stats (a
+-- superuser has): another role's session idle in transaction then has no
+-- xact_start, and health_horizon_backends cannot name it (ADR 0054). Its
+-- xid and xmin are shown to every role, so the hidden client sessions of
+-- this database that hold one are counted, with the oldest one's age in
+-- transactions. Background processes (no role) are left out.
+SELECT current_user::text, pg_has_role('pg_read_all_stats', 'USAGE'),
+       count(a.pid)::bigint,
+       count(a.pid) FILTER (WHERE a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)::bigint,
+       max(age(COALESCE(a.backend_xmin, a.backend_xid)))::bigint
+FROM (SELECT pg_has_role('pg_read_all_stats', 'USAGE') AS sees_all) v
+LEFT JOIN pg_stat_activity a
+  ON NOT v.sees_all
+ AND a.pid <> pg_backend_pid()
+ AND (a.datname = current_database() OR a.datid IS NULL)
+ AND a.usesysid IS NOT NULL
+ AND a.usesysid NOT IN (SELECT r.oid FROM pg_roles r WHERE pg_has_role(r.oid, 'USAGE'));
+
 -- name: health_horizon_slots
 -- Replication slots of this database (logical) or the cluster (physical):
 -- one with xmin or catalog_xmin pins vacuum while it exists, active or not;

@@ -367,10 +367,10 @@ class Client(ClientInserts):
     def start(self) -> None:
         """Start running jobs; returns as soon as the pool is running.
 
-        First borrows one connection and reads the schema version, so a wrong
-        URL, a refused login or a database that was never migrated fails here,
-        with its real cause, before any thread starts; the client then stays
-        startable.
+        First borrows one connection and reads the schema version and the
+        role's privileges, so a wrong URL, a refused login, a database that
+        was never migrated or a role that may not claim fails here, with its
+        real cause, before any thread starts; the client then stays startable.
 
         A client whose ``config.workers`` registers no kind is refused before
         anything connects: it would claim jobs only to fail them.
@@ -381,6 +381,9 @@ class Client(ClientInserts):
                 was not given); the client stays usable for inserts.
             drover.SchemaMissing: drover's tables are missing or older than
                 this drover; run ``drover migrate``.
+            drover.CannotClaim: the role the client connects as may not claim
+                and run jobs (a producer's or a reader's); the message names
+                what it lacks and the worker role to connect as instead.
             drover.DatabaseError: the database could not be reached or refused
                 the connection (the message carries the server's reason).
         """
@@ -404,10 +407,10 @@ class Client(ClientInserts):
                     logger=self._config.logger,
                 )
             try:
-                # One connection, one read: a wrong URL, a refused login or a
-                # missing schema fails start() with its real cause, before any
-                # thread starts.
-                self._store.require_current_schema("start")
+                # One connection, two reads: a wrong URL, a refused login, a
+                # missing schema or a role that may not claim (ADR 0054) fails
+                # start() with its real cause, before any thread starts.
+                self._store.require_ready_to_work("start")
                 # This code's limits hold for every client from its next claim.
                 self._store.operator.declare_limits(declared_limits(self._config))
                 # Built and launched under the lock, so a stop() racing this start

@@ -18,6 +18,7 @@ that too, so ``except ValueError`` keeps working:
     ├── DatabaseError                the database refused or could not be reached
     │   ├── SchemaMissing            drover's tables are missing or old: run drover.migrate()
     │   └── PermissionDenied         the role lacks a privilege the action needs: see `drover roles`
+    │       └── CannotClaim          start(): the client's role may not claim and run jobs
     ├── NotFound                     (LookupError) no job with that id
     ├── InvalidTransition            an operator action the job's state does not allow
     ├── AlreadyStarted               start() on a client that was started before
@@ -48,6 +49,7 @@ __all__ = [
     "AlreadyStarted",
     "ArgsDecodeError",
     "Cancel",
+    "CannotClaim",
     "ConfigError",
     "DatabaseError",
     "DrainIncomplete",
@@ -215,6 +217,27 @@ class PermissionDenied(DatabaseError):
         super().__init__(message)
         self.action = action
         self.role = role
+
+
+class CannotClaim(PermissionDenied):
+    """``Client.start``: the role the client connects as may not claim and run jobs.
+
+    A client with workers checks, once at start, that its role holds what a
+    worker writes (the claim's and the outcomes' columns of ``drover_jobs``,
+    the clients registry, the queues and gates it reads), and refuses to
+    start without it, rather than logging a refused claim on every poll. The
+    message names the role, what it lacks and the fix: connect as a login in
+    the worker role ``drover roles`` prints. Nothing was started or written.
+
+    Attributes:
+        missing: The privileges the role lacks, each as PostgreSQL would grant it.
+    """
+
+    def __init__(
+        self, message: str, *, role: str | None = None, missing: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message, action="start workers", role=role)
+        self.missing = tuple(missing)
 
 
 class NotFound(DroverError, LookupError):

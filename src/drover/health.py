@@ -33,6 +33,7 @@ __all__ = [
     "HealthThresholds",
     "PeriodicFacts",
     "PreparedHolder",
+    "SessionVisibility",
     "Severity",
     "SlotHolder",
     "TableFacts",
@@ -45,7 +46,7 @@ CODES = (
     "SCHEMA_MISSING", "SCHEMA_BEHIND", "XMIN_IDLE_IN_TRANSACTION", "XMIN_LONG_QUERY",
     "XMIN_OLD_SNAPSHOT", "XMIN_REPLICATION_SLOT", "REPLICATION_SLOT_INACTIVE",
     "XMIN_PREPARED_TRANSACTION", "DEAD_TUPLES", "LEASE_EXPIRED", "QUEUE_UNSERVED",
-    "PERIODIC_NO_LEADER",
+    "PERIODIC_NO_LEADER", "CANNOT_SEE_SESSIONS",
 )  # fmt: skip
 """Every finding code the doctor can report, stable for alerts and scripts."""
 
@@ -168,6 +169,26 @@ class BackendHolder:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionVisibility:
+    """Whether the examining role sees other roles' sessions (ADR 0054).
+
+    ``sees_all``: the role has the privileges of ``pg_read_all_stats`` (or
+    is a superuser). Without them ``pg_stat_activity`` hides the state and
+    the start times of other roles' sessions, so the doctor cannot tell how
+    long they have held an xmin: ``hidden`` counts this database's client
+    sessions hidden so, ``hidden_holding_xmin`` those of them holding an
+    xid or xmin now, the oldest ``oldest_hidden_xmin_age_xids`` transactions
+    old.
+    """
+
+    role: str
+    sees_all: bool
+    hidden: int = 0
+    hidden_holding_xmin: int = 0
+    oldest_hidden_xmin_age_xids: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SlotHolder:
     """A replication slot of this database or the cluster."""
 
@@ -233,10 +254,12 @@ class PeriodicFacts:
 @dataclass(frozen=True, slots=True)
 class HealthFacts:
     """Everything one examination read. ``schema_pending`` lists migrations not applied;
-    when the schema is missing or behind, the drover-table facts are empty (not read)."""
+    when the schema is missing or behind, the drover-table facts are empty (not read).
+    ``sessions`` says whether the examining role saw every session (``None``: not asked)."""
 
     schema_current: int
     schema_latest: int
+    sessions: SessionVisibility | None = None
     backends: list[BackendHolder] = field(default_factory=list)
     slots: list[SlotHolder] = field(default_factory=list)
     prepared: list[PreparedHolder] = field(default_factory=list)
@@ -306,6 +329,30 @@ def _backend(b: BackendHolder) -> HealthFinding:
         evidence,
         f"find what pid {b.pid} is doing (pg_stat_activity); a standby's hot_standby_feedback "
         "holds it while its queries run",
+    )
+
+
+def _blind(v: SessionVisibility) -> HealthFinding:
+    held = (
+        f", {v.hidden_holding_xmin} of them holding an xmin, the oldest "
+        f"{v.oldest_hidden_xmin_age_xids} transactions old"
+        if v.hidden_holding_xmin
+        else ""
+    )
+    return HealthFinding(
+        "CANNOT_SEE_SESSIONS",
+        Severity.WARNING,
+        f"role {v.role} cannot see other roles' sessions in pg_stat_activity, so a transaction "
+        f"holding back vacuum may go unnamed; {v.hidden} session(s) of this database are "
+        f"hidden from it{held}",
+        {
+            "role": v.role,
+            "hidden_sessions": v.hidden,
+            "hidden_holding_xmin": v.hidden_holding_xmin,
+            "oldest_hidden_xmin_age_xids": v.oldest_hidden_xmin_age_xids,
+        },
+        f"GRANT pg_read_all_stats TO {v.role} (as a superuser; the worker and reader roles "
+        "`drover roles` prints get it), or examine as a role that has it",
     )
 
 
@@ -407,6 +454,8 @@ def diagnose(facts: HealthFacts, thresholds: HealthThresholds) -> HealthReport:
                 "run `drover migrate` (or drover.migrate) before starting workers",
             )
         )
+    if facts.sessions is not None and not facts.sessions.sees_all:
+        found.append(_blind(facts.sessions))
     found.extend(_backend(b) for b in facts.backends)
     found.extend(f for f in map(_slot, facts.slots) if f is not None)
     found.extend(_prepared(p) for p in facts.prepared)

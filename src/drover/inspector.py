@@ -100,6 +100,28 @@ class Stats:
     paused: list[str]
 
 
+@dataclass(frozen=True, slots=True)
+class OperatorRights:
+    """Which operator writes the Inspector's role may make (``Inspector.rights``, ADR 0054).
+
+    ``role`` is the role the connection acts as; ``retry_and_cancel`` covers
+    retrying and cancelling jobs (one, many, every dead job of a kind),
+    ``pause_queues`` pausing and resuming, ``set_limits`` setting, clearing
+    and removing a limit. The owner may do all three; the roles ``drover
+    roles`` prints, none.
+    """
+
+    role: str
+    retry_and_cancel: bool
+    pause_queues: bool
+    set_limits: bool
+
+    @property
+    def any(self) -> bool:
+        """True when the role may make at least one of the writes."""
+        return self.retry_and_cancel or self.pause_queues or self.set_limits
+
+
 def _containment_json(value: object) -> str:
     """``value`` (a JSON object as a mapping) as canonical JSON text, or `InvalidArgument`."""
     if not isinstance(value, Mapping):
@@ -323,6 +345,18 @@ class Inspector:
         a concurrent operator holds are skipped. Listening workers are woken.
         """
         return self._writes.retry_dead(kind, queue)
+
+    def rights(self) -> OperatorRights:
+        """Which operator writes this role may make, asked of PostgreSQL without trying one.
+
+        One read of the privilege functions (``has_column_privilege``,
+        ``has_table_privilege``), no drover row: the status page asks once
+        to show only the buttons its role may use (ADR 0054). A write the
+        answer allows may still be refused (grants change); it then raises
+        ``drover.PermissionDenied`` as before.
+        """
+        found = self._store.page_rights()
+        return OperatorRights(found.role, found.jobs, found.queues, found.limits)
 
     # --- reads, limits, the doctor ---------------------------------------------------------------
 

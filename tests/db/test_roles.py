@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
-from clihelp import invoke
+from clihelp import invoke, one_line, run
 from jobdb import Conn, Poll
+from prometheus_client import CollectorRegistry
 from psycopg import errors as pgerrors
 from psycopg import sql
 from werkzeug.test import Client as WsgiClient
@@ -28,6 +31,7 @@ from drover._db.claims import job_claim
 from drover._db.pool import borrow
 from drover._db.retention import job_prune_batch
 from drover._db.roles import render_roles
+from drover.health import HealthFinding
 from drover.web import make_app
 
 KINDS = ("producer", "worker", "reader")
@@ -162,6 +166,30 @@ def test_the_producer_inserts_every_way(roles: Roles, conn: Conn) -> None:
     assert marked.fetchone() == (True,)
 
 
+def test_the_producer_waits_for_a_result(roles: Roles) -> None:
+    """docs/roles.md lets producers read results: ``Client.result`` flags the job
+    ``awaited`` before it waits (a column UPDATE), refused before the producer had it."""
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> dict[str, int]:
+        return {"twice": job.args.n * 2}
+
+    config = drover.Config(workers=workers, poll_interval=0.05)
+    with (
+        closing(drover.Client(roles.url("producer"))) as producer,
+        closing(drover.Client(roles.url("worker"), config)) as worker,
+    ):
+        job = producer.insert(Ping(n=21))
+        worker.start()
+        try:
+            assert producer.result(job, timeout=30) == {"twice": 42}
+            # A second wait on a job already ended reads it at once.
+            assert producer.result(job.id, timeout=30) == {"twice": 42}
+        finally:
+            worker.stop(timeout=10)
+
+
 def test_the_producer_cannot_claim(roles: Roles, conn: Conn) -> None:
     with closing(drover.Client(roles.url("producer"))) as producer:
         producer.insert(Ping())
@@ -177,40 +205,71 @@ def test_the_producer_cannot_claim(roles: Roles, conn: Conn) -> None:
     assert _states(conn) == {"available": 1}
 
 
-def test_a_worker_with_producer_rights_claims_nothing_and_says_why(
-    roles: Roles, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("kind", ["producer", "reader"])
+def test_a_client_with_workers_refuses_to_start_under_a_role_that_cannot_claim(
+    roles: Roles, conn: Conn, kind: str
 ) -> None:
+    """Before ADR 0054 such a client started without a word and its fetcher logged a
+    refused claim on every poll; now start() refuses, naming the role, what it lacks
+    and the fix, and nothing runs."""
     workers = drover.Workers()
 
     @workers.register
     def ping(job: drover.Job[Ping]) -> None:
-        """Never runs: the claim is refused."""
+        """Never runs: the client does not start."""
 
-    login = roles.names.logins["producer"]
+    login = roles.names.logins[kind]
     with closing(drover.Client(roles.url("producer"))) as producer:
         producer.insert(Ping())
-    client = drover.Client(
-        roles.url("producer"), drover.Config(workers=workers, poll_interval=0.05)
-    )
+    client = drover.Client(roles.url(kind), drover.Config(workers=workers, poll_interval=0.05))
     try:
-        client.start()
-        refused = poll(
-            lambda: [
-                r
-                for r in caplog.records
-                if r.exc_info
-                and isinstance(r.exc_info[1], drover.PermissionDenied)
-                and login in str(r.exc_info[1])
-                and "claim jobs" in str(r.exc_info[1])
-            ],
-            message="the fetcher logged the refused claim",
-        )
-        assert refused
+        with pytest.raises(drover.CannotClaim) as raised:
+            client.start()
+        error = raised.value
+        assert isinstance(error, drover.PermissionDenied)
+        text = str(error)
+        assert text.startswith(f"start: role '{login}' may not claim and run jobs: it lacks "), text
+        assert error.role == login and error.action == "start workers"
+        assert error.missing[0].startswith("UPDATE (state, attempt, leased_until, leased_by"), text
+        assert "SELECT, INSERT, UPDATE, DELETE ON drover_clients" in error.missing, text
+        assert "`drover roles`" in text and f"GRANT drover_worker TO {login}" in text, text
+        # Refused before anything started: the client is not running, and may start again
+        # once its role is granted the worker's privileges.
+        with pytest.raises(drover.NotStarted):
+            client.stop()
     finally:
-        with contextlib.suppress(drover.DrainIncomplete):
-            client.stop(timeout=5)
         client.close()
     assert _states(conn) == {"available": 1}
+    registered = conn.execute("SELECT count(*) FROM drover_clients").fetchone()
+    assert registered == (0,)
+
+
+def test_drover_worker_under_the_producer_role_exits_1_with_the_fix(roles: Roles) -> None:
+    cli_dir = Path(__file__).resolve().parent.parent / "cli"
+    result = run("worker", "cli_app:make_client", url=roles.url("producer"), cwd=cli_dir)
+    login = roles.names.logins["producer"]
+    assert result.returncode == 1, result.stderr
+    # The start line (logged), then the refusal: one line, and no traceback.
+    starting, refusal = result.stderr.split("\n", 1)
+    assert "worker starting" in starting, result.stderr
+    line = one_line(refusal)
+    assert f"start: role '{login}' may not claim and run jobs" in line, line
+    assert f"GRANT drover_worker TO {login}" in line, line
+
+
+def test_a_client_with_workers_starts_under_the_worker_role(roles: Roles) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        """Nothing to run: the test only starts and stops."""
+
+    client = drover.Client(roles.url("worker"), drover.Config(workers=workers))
+    try:
+        client.start()
+        client.stop(timeout=5)
+    finally:
+        client.close()
 
 
 # --- worker -------------------------------------------------------------------------------------
@@ -383,6 +442,298 @@ def test_the_reader_cannot_retry_or_cancel(roles: Roles, conn: Conn) -> None:
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and "drover roles" in lines[0] and login in lines[0], lines
     assert _states(conn) == {"dead": 1, "available": 1}
+
+
+# --- the status page ----------------------------------------------------------------------------
+
+HOST = "status.example"
+
+
+def _page_get(page: WsgiClient, path: str) -> str:
+    response = page.get(path, headers={"Host": HOST})
+    assert response.status_code == 200, (path, response.text[:300])
+    return response.text
+
+
+def _page_post(page: WsgiClient, path: str, data: dict[str, str]) -> tuple[int, str]:
+    cookie = page.get_cookie("drover_csrf", domain=HOST)
+    assert cookie is not None
+    response = page.post(
+        path,
+        data={"csrf": cookie.value, **data},
+        headers={"Host": HOST, "Origin": f"http://{HOST}"},
+    )
+    return response.status_code, response.text
+
+
+def test_the_page_under_the_reader_role_without_read_only_offers_no_write_and_answers_403(
+    roles: Roles, conn: Conn
+) -> None:
+    """Before ADR 0054 this page offered Retry, Cancel and Pause, and a click answered 500.
+    Now it asks its role's privileges once and offers none of them; a POST is a 403
+    naming the role and what it lacks, and nothing changes."""
+    dead = _plant_dead(conn)
+    with closing(drover.Client(roles.url("producer"))) as producer:
+        waiting = producer.insert(Ping()).id
+    login = roles.names.logins["reader"]
+    with drover.Inspector(roles.owner) as owner:
+        # The same pages as the owner: every kind of button is there to be left out.
+        owner_page = WsgiClient(make_app(owner))
+        for path in ("/", f"/jobs/{dead}", "/limits"):
+            assert 'method="post"' in _page_get(owner_page, path), path
+    with drover.Inspector(roles.url("reader")) as reader:
+        assert reader.rights() == drover.OperatorRights(login, False, False, False)
+        page = WsgiClient(make_app(reader))
+        for path in ("/", "/jobs?state=all", f"/jobs/{dead}", f"/jobs/{waiting}", "/limits"):
+            text = _page_get(page, path)
+            assert 'method="post"' not in text, path  # not one button or form
+            assert f"read-only: role {login} may not" in text, path
+        writes: list[tuple[str, dict[str, str], str]] = [
+            (f"/jobs/{dead}/retry", {}, "retry or cancel jobs"),
+            (f"/jobs/{waiting}/cancel", {}, "retry or cancel jobs"),
+            ("/jobs/bulk", {"action": "retry", "id": str(dead)}, "retry or cancel jobs"),
+            ("/jobs/retry-dead", {"kind": "roles_ping"}, "retry or cancel jobs"),
+            ("/queues/pause", {"queue": "default"}, "pause or resume queues"),
+            ("/limits/set", {"key": "queue:default", "concurrency": "2"}, "set or clear limits"),
+        ]
+        for path, data, what in writes:
+            status, text = _page_post(page, path, data)
+            assert status == 403, (path, status, text[:300])
+            assert f"Role &#39;{login}&#39; may not {what}" in text, (path, text[:500])
+    assert _states(conn) == {"dead": 1, "available": 1}
+    assert conn.execute("SELECT count(*) FROM drover_queues").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM drover_limits").fetchone() == (0,)
+
+
+def test_the_page_under_the_worker_role_offers_retry_and_cancel_but_not_pause(
+    roles: Roles, conn: Conn
+) -> None:
+    dead = _plant_dead(conn)
+    with drover.Inspector(roles.url("worker")) as worker:
+        rights = worker.rights()
+        assert rights.retry_and_cancel and not rights.pause_queues and not rights.set_limits
+        page = WsgiClient(make_app(worker))
+        text = _page_get(page, f"/jobs/{dead}")
+        assert f'action="/jobs/{dead}/retry"' in text and "read-only" not in text
+        overview = _page_get(page, "/")
+        assert 'action="/queues/pause"' not in overview
+        status, _ = _page_post(page, "/queues/pause", {"queue": "default"})
+        assert status == 403
+        status, _ = _page_post(page, f"/jobs/{dead}/retry", {"next": "/jobs"})
+        assert status == 303
+    assert _states(conn) == {"available": 1}
+
+
+def test_a_write_refused_after_the_page_asked_is_a_403_not_a_500(
+    roles: Roles, db_url: str, run_tag: str
+) -> None:
+    with _blind_role(db_url, run_tag) as custom, drover.Inspector(custom) as inspector:
+        page = WsgiClient(make_app(inspector))
+        assert inspector.rights().pause_queues
+        _page_get(page, "/")  # the page asks, and keeps the answer
+        login = f"drover_blind_{run_tag.lower()}"
+        with psycopg.connect(db_url, autocommit=True) as owner:
+            owner.execute(
+                sql.SQL("REVOKE INSERT, UPDATE ON drover_queues FROM {}").format(
+                    sql.Identifier(login)
+                )
+            )
+        status, text = _page_post(page, "/queues/pause", {"queue": "default"})
+        assert status == 403, text[:300]
+        assert "permission denied for table drover_queues" in text and login in text
+        # Asked again, the page no longer offers it.
+        status, text = _page_post(page, "/queues/pause", {"queue": "default"})
+        assert status == 403 and f"Role &#39;{login}&#39; may not pause" in text, text[:500]
+
+
+# --- the queue doctor -------------------------------------------------------------------------
+
+NOW = drover.HealthThresholds(xmin_age=0, lease_grace=0, unserved_grace=0)
+"""Thresholds that name a condition as soon as it exists: no test waits for an age."""
+
+
+@contextlib.contextmanager
+def _idle_in_transaction(url: str) -> Iterator[tuple[int, str]]:
+    """A session of ``url``'s role idle in a transaction holding an xid: (pid, application)."""
+    app = f"roles-holder-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, application_name=app) as holder:
+        holder.execute("SELECT txid_current()")
+        try:
+            yield holder.info.backend_pid, app
+        finally:
+            holder.rollback()
+
+
+@contextlib.contextmanager
+def _blind_role(db_url: str, run_tag: str) -> Iterator[str]:
+    """A custom login role with every privilege on drover's tables but not pg_read_all_stats:
+    the URL to connect as it."""
+    name = f"drover_blind_{run_tag.lower()}"
+    ident = sql.Identifier(name)
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+        for what in ("TABLES", "SEQUENCES"):
+            admin.execute(
+                sql.SQL("GRANT ALL ON ALL {} IN SCHEMA public TO {}").format(sql.SQL(what), ident)
+            )
+        try:
+            yield psycopg.conninfo.make_conninfo(db_url, user=name)
+        finally:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (name,),
+            )
+            admin.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+            admin.execute(sql.SQL("DROP ROLE {}").format(ident))
+
+
+def test_an_owner_who_may_not_grant_pg_read_all_stats_is_warned_and_the_rest_applies(
+    db_url: str, role_names: Names, run_tag: str
+) -> None:
+    """Granting a predefined role takes a superuser (or its ADMIN OPTION): a CREATEROLE
+    owner gets a warning naming the statement to hand an administrator, not an error."""
+    text = render_roles(
+        producer=role_names.groups["producer"],
+        worker=role_names.groups["worker"],
+        reader=role_names.groups["reader"],
+    )
+    block = text[text.index("DO $stats$") : text.index("$stats$;") + len("$stats$;")]
+    name = f"drover_admin_{run_tag.lower()}"
+    ident = sql.Identifier(name)
+    _apply(db_url, role_names)  # the roles exist
+    warnings: list[str] = []
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(ident))
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN CREATEROLE").format(ident))
+        admin.execute(
+            sql.SQL("REVOKE pg_read_all_stats FROM {}, {}").format(
+                sql.Identifier(role_names.groups["worker"]),
+                sql.Identifier(role_names.groups["reader"]),
+            )
+        )
+        try:
+            url = psycopg.conninfo.make_conninfo(db_url, user=name)
+            with psycopg.connect(url, autocommit=True) as owner:
+                owner.add_notice_handler(lambda d: warnings.append(d.message_primary or ""))
+                owner.execute(block.encode())
+            granted = admin.execute(
+                "SELECT pg_has_role(%s, 'pg_read_all_stats', 'USAGE')",
+                (role_names.groups["worker"],),
+            ).fetchone()
+        finally:
+            admin.execute(sql.SQL("DROP ROLE {}").format(ident))
+    assert granted == (False,)
+    assert any(
+        f"role {name} may not grant pg_read_all_stats" in w
+        and f"GRANT pg_read_all_stats TO {role_names.groups['worker']}" in w
+        for w in warnings
+    ), warnings
+
+
+def _found(report: drover.HealthReport, code: str, **evidence: object) -> list[HealthFinding]:
+    return [
+        f
+        for f in report.findings
+        if f.code == code and all(f.evidence.get(k) == v for k, v in evidence.items())
+    ]
+
+
+@pytest.mark.parametrize("kind", ["worker", "reader"])
+def test_the_doctor_under_the_worker_and_reader_roles_names_another_roles_open_transaction(
+    roles: Roles, kind: str
+) -> None:
+    """pg_read_all_stats, granted by `drover roles`, shows these roles other roles' sessions;
+    before ADR 0054 the doctor said `healthy` while a producer's session sat idle in
+    transaction."""
+    slot = f"roles_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(roles.owner, autocommit=True) as owner:
+        # The doctor's other reads need no grant: a slot is named under these roles too.
+        owner.execute("SELECT pg_create_physical_replication_slot(%s, true)", (slot,))
+        try:
+            with _idle_in_transaction(roles.url("producer")) as (pid, app):
+                with drover.Inspector(roles.url(kind)) as inspector:
+                    report = inspector.health(NOW)
+                doctor = invoke(["doctor", "--xmin-age", "0", "-d", roles.url(kind)])
+        finally:
+            owner.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    assert _found(report, "REPLICATION_SLOT_INACTIVE", slot=slot)
+    [finding] = _found(report, "XMIN_IDLE_IN_TRANSACTION", pid=pid)
+    assert finding.evidence["application"] == app
+    assert finding.evidence["user"] == roles.names.logins["producer"]
+    assert not _found(report, "CANNOT_SEE_SESSIONS")
+    assert doctor.exit_code == 1, doctor.output
+    assert f"XMIN_IDLE_IN_TRANSACTION  pid {pid} ({app})" in doctor.output
+
+
+def test_the_doctor_under_a_role_that_cannot_see_says_so(
+    roles: Roles, db_url: str, run_tag: str
+) -> None:
+    """A custom role without pg_read_all_stats cannot see the producer's open transaction:
+    the doctor says that it cannot see, never `healthy` (exit 0)."""
+    with (
+        _blind_role(db_url, run_tag) as blind,
+        _idle_in_transaction(roles.url("producer")) as (pid, _),
+    ):
+        with drover.Inspector(blind) as inspector:
+            report = inspector.health(NOW)
+        doctor = invoke(["doctor", "--xmin-age", "0", "-d", blind])
+        as_json = invoke(["--json", "doctor", "--xmin-age", "0", "-d", blind])
+    assert not report.healthy
+    assert not _found(report, "XMIN_IDLE_IN_TRANSACTION", pid=pid)
+    [blinded] = _found(report, "CANNOT_SEE_SESSIONS")
+    login = f"drover_blind_{run_tag.lower()}"
+    assert blinded.evidence["role"] == login
+    assert blinded.evidence["hidden_sessions"] >= 1
+    assert blinded.evidence["hidden_holding_xmin"] >= 1
+    assert blinded.remedy.startswith(f"GRANT pg_read_all_stats TO {login}")
+    assert doctor.exit_code == 1 and "healthy" not in doctor.output.splitlines(), doctor.output
+    assert f"CANNOT_SEE_SESSIONS  role {login} cannot see" in doctor.output
+    assert as_json.exit_code == 1 and '"healthy": false' in as_json.output
+
+
+def _findings(registry: CollectorRegistry, code: str) -> float:
+    return registry.get_sample_value("drover_health_findings", {"code": code}) or 0.0
+
+
+def test_the_health_metric_under_the_worker_role_sees_and_under_a_blind_role_says_it_cannot(
+    roles: Roles, db_url: str, run_tag: str, poll: Poll
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        """Nothing runs: the test reads the health probe's gauge."""
+
+    def probe(url: str, *, sees: bool) -> None:
+        registry = CollectorRegistry()
+        config = drover.Config(
+            workers=workers,
+            metrics_registry=registry,
+            plugins=[drover.plugins.HealthProbe(interval=0.05, thresholds=NOW)],
+        )
+        with closing(drover.Client(url, config)) as client:
+            client.start()
+            try:
+                poll(
+                    lambda: registry.get_sample_value("drover_health_checked_timestamp_seconds"),
+                    message="the probe examined once",
+                )
+                if sees:
+                    poll(lambda: _findings(registry, "XMIN_IDLE_IN_TRANSACTION") >= 1)
+                    assert _findings(registry, "CANNOT_SEE_SESSIONS") == 0
+                else:
+                    poll(lambda: _findings(registry, "CANNOT_SEE_SESSIONS") == 1)
+                    assert _findings(registry, "XMIN_IDLE_IN_TRANSACTION") == 0
+            finally:
+                client.stop(timeout=5)
+
+    with (
+        _blind_role(db_url, run_tag) as blind,
+        _idle_in_transaction(roles.url("producer")),
+    ):
+        probe(roles.url("worker"), sees=True)
+        probe(blind, sees=False)
 
 
 # --- migrations ---------------------------------------------------------------------------------

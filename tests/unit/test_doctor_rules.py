@@ -17,6 +17,7 @@ from drover.health import (
     BackendHolder,
     HealthFacts,
     PreparedHolder,
+    SessionVisibility,
     Severity,
     SlotHolder,
     TableFacts,
@@ -33,6 +34,26 @@ def _facts(**kw: object) -> HealthFacts:
 def test_no_facts_is_healthy() -> None:
     report = diagnose(_facts(), DEFAULT)
     assert report.healthy and report.codes() == []
+
+
+def test_a_role_that_cannot_see_other_sessions_is_never_healthy() -> None:
+    blind = SessionVisibility("shop_jobs", sees_all=False, hidden=3, hidden_holding_xmin=1,
+                              oldest_hidden_xmin_age_xids=812)  # fmt: skip
+    report = diagnose(_facts(sessions=blind), DEFAULT)
+    [finding] = report.findings
+    assert not report.healthy and finding.code == "CANNOT_SEE_SESSIONS"
+    assert finding.severity is Severity.WARNING
+    assert "role shop_jobs cannot see other roles' sessions" in finding.summary
+    assert "3 session(s)" in finding.summary and "812 transactions old" in finding.summary
+    assert finding.remedy.startswith("GRANT pg_read_all_stats TO shop_jobs")
+    assert finding.evidence == {
+        "role": "shop_jobs",
+        "hidden_sessions": 3,
+        "hidden_holding_xmin": 1,
+        "oldest_hidden_xmin_age_xids": 812,
+    }
+    seeing = SessionVisibility("shop_jobs", sees_all=True)
+    assert diagnose(_facts(sessions=seeing), DEFAULT).healthy
 
 
 def test_a_prepared_transaction_is_named_with_its_gid_and_how_to_end_it() -> None:

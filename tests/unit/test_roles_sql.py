@@ -28,6 +28,17 @@ def test_no_retention_leaves_the_workers_delete_out() -> None:
     assert "public." not in text
 
 
+def test_the_worker_and_reader_roles_may_read_all_stats_unless_told_not_to() -> None:
+    text = render_roles()
+    assert "GRANT pg_read_all_stats TO drover_worker, drover_reader;" in text
+    assert "EXCEPTION WHEN insufficient_privilege THEN" in text
+    assert "-- stats" not in text and "$stats$;" in text
+    without = render_roles(read_all_stats=False)
+    assert "pg_read_all_stats" not in without and "$stats$" not in without
+    as_json = json.loads(invoke(["roles", "--no-read-all-stats", "--json"]).output)
+    assert as_json["read_all_stats"] is False and as_json["sql"] == without
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

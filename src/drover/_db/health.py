@@ -19,6 +19,7 @@ from drover.health import (
     ExpiredLeases,
     PeriodicFacts,
     PreparedHolder,
+    SessionVisibility,
     SlotHolder,
     TableFacts,
     UnservedQueue,
@@ -30,6 +31,7 @@ __all__ = [
     "horizon_prepared",
     "horizon_slots",
     "periodic_facts",
+    "session_visibility",
     "table_facts",
     "unserved_queues",
 ]
@@ -57,6 +59,22 @@ def horizon_backends(
             )
             for pid, app, state, btype, user, xact_age, query_age, xmin_age in cur.fetchall()
         ]
+
+
+def session_visibility(conn: Connection, *, ns: Namespace = DEFAULT) -> SessionVisibility:
+    """Whether this role sees every session's transaction, and the hidden ones holding an xid."""
+    with translate("read which sessions are visible"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("health_session_visibility", ns))
+        row = cur.fetchone()
+    assert row is not None
+    role, sees_all, hidden, holding, oldest = row
+    return SessionVisibility(
+        role=str(role),
+        sees_all=bool(sees_all),
+        hidden=int(hidden),
+        hidden_holding_xmin=int(holding),
+        oldest_hidden_xmin_age_xids=None if oldest is None else int(oldest),
+    )
 
 
 def horizon_slots(conn: Connection, *, ns: Namespace = DEFAULT) -> list[SlotHolder]:

@@ -26,6 +26,7 @@ DEFAULT_READER = "drover_reader"
 
 _PLACEHOLDER = re.compile(r"\{\{(producer|worker|reader|schema)\}\}")
 _RETENTION_MARK = "-- retention"
+_STATS_MARK = "-- stats"
 
 
 def render_roles(
@@ -35,12 +36,16 @@ def render_roles(
     reader: str = DEFAULT_READER,
     schema: str = "public",
     retention: bool = True,
+    read_all_stats: bool = True,
 ) -> str:
     """The idempotent SQL creating and granting the three roles.
 
     ``retention`` keeps the worker's ``DELETE`` on ``drover_jobs`` (retention
     runs in the workers, the default); without it the worker may not delete
-    and retention must run as another role. Raises ``drover.InvalidArgument``
+    and retention must run as another role. ``read_all_stats`` grants
+    ``pg_read_all_stats`` to the worker and reader roles, so the queue doctor
+    sees other roles' sessions (ADR 0054); the grant needs a superuser and
+    only warns without one. Raises ``drover.InvalidArgument``
     naming the bad value when a name is not plain, or two roles share a name.
     """
     names = {
@@ -60,9 +65,12 @@ def render_roles(
     for line in template.splitlines():
         if line.startswith("--!"):
             continue
-        if line.endswith(_RETENTION_MARK):
-            if not retention:
-                continue
-            line = line.removesuffix(_RETENTION_MARK).rstrip()
+        kept = True
+        for mark, wanted in ((_RETENTION_MARK, retention), (_STATS_MARK, read_all_stats)):
+            if line.endswith(mark):
+                kept = wanted
+                line = line.removesuffix(mark).rstrip()
+        if not kept:
+            continue
         lines.append(_PLACEHOLDER.sub(lambda m: names[m.group(1)], line))
     return "\n".join(lines).rstrip() + "\n"

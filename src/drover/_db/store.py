@@ -40,9 +40,12 @@ from drover._db.migrator import require_current_schema
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.notify import Listening, notify_queues_now
 from drover._db.pool import OwnedPool, behind_pooler, borrow, dedicated_connect, pool_from
+from drover._db.privileges import PageRights, page_rights, work_rights
+from drover._db.roles import DEFAULT_WORKER
 from drover._db.store_engine import EngineOps
 from drover._db.store_operator import OperatorStore
 from drover._records import EncodedBatch, EncodedGraph, Identity, JobInsertParams
+from drover.errors import CannotClaim
 from drover.job import JobRow
 from drover.workflows import WorkflowJob
 
@@ -208,10 +211,28 @@ class Store(EngineOps):
 
     # --- schema -----------------------------------------------------------------------------
 
-    def require_current_schema(self, action: str) -> None:
-        """Raise ``drover.SchemaMissing`` unless every migration is applied."""
+    def require_ready_to_work(self, action: str) -> None:
+        """``drover.SchemaMissing`` unless every migration is applied, then
+        ``drover.CannotClaim`` unless the role may claim and run jobs: two reads on one
+        connection, once per start (ADR 0054)."""
         with borrow(self._pool, action) as conn:
             require_current_schema(conn, self.target, action, self._ns)
+            rights = work_rights(conn, action, ns=self._ns)
+        if rights.missing:
+            raise CannotClaim(
+                f"{action}: role {rights.role!r} may not claim and run jobs: it lacks "
+                f"{'; '.join(rights.missing)}. Apply the SQL `drover roles` prints (as the "
+                f"owner) and connect as a login in its worker role (e.g. GRANT {DEFAULT_WORKER} "
+                f"TO {rights.role}); a client that only inserts and reads results need not "
+                "be started",
+                role=rights.role,
+                missing=rights.missing,
+            )
+
+    def page_rights(self) -> PageRights:
+        """Which of the status page's writes the role may make (ADR 0054)."""
+        with borrow(self._pool, "read the status page's privileges") as conn:
+            return page_rights(conn, ns=self._ns)
 
     @property
     def target(self) -> str:

@@ -235,6 +235,7 @@ class OperatorStore:
             horizon = HealthFacts(
                 schema_current=status.current_version,
                 schema_latest=latest,
+                sessions=health.session_visibility(conn, ns=self._ns),
                 backends=health.horizon_backends(conn, xmin_age, ns=self._ns),
                 slots=health.horizon_slots(conn, ns=self._ns),
                 prepared=health.horizon_prepared(conn, xmin_age, ns=self._ns),

@@ -35,6 +35,12 @@ def roles_command(
         "--retention/--no-retention",
         help="Let the worker role DELETE old jobs (retention runs in the workers).",
     ),
+    read_all_stats: bool = typer.Option(
+        True,
+        "--read-all-stats/--no-read-all-stats",
+        help="Grant pg_read_all_stats to the worker and reader roles, so the queue doctor "
+        "sees other roles' sessions (needs a superuser; warns without one).",
+    ),
 ) -> None:
     """Print idempotent SQL creating least-privilege producer, worker and reader roles."""
     g = get_globals(ctx)
@@ -43,7 +49,12 @@ def roles_command(
         schema = schema_of(g) or "public"
     try:
         text = render_roles(
-            producer=producer, worker=worker, reader=reader, schema=schema, retention=retention
+            producer=producer,
+            worker=worker,
+            reader=reader,
+            schema=schema,
+            retention=retention,
+            read_all_stats=read_all_stats,
         )
     except drover.InvalidArgument as exc:
         usage(str(exc))
@@ -56,6 +67,7 @@ def roles_command(
             "reader": reader,
             "schema": schema,
             "retention": retention,
+            "read_all_stats": read_all_stats,
             "sql": text,
         },
     )

@@ -24,8 +24,9 @@ from drover.errors import (
     InvalidInsertOpts,
     InvalidTransition,
     NotFound,
+    PermissionDenied,
 )
-from drover.inspector import Inspector
+from drover.inspector import Inspector, OperatorRights
 from drover.job import (
     CANCELLABLE_STATES,
     PUBLISHED_STATES,
@@ -90,6 +91,9 @@ class StatusPage:
         self.refresh = refresh
         self.read_only = read_only
         self.url_prefix = url_prefix
+        # What the page's role may write, asked once (ADR 0054); forgotten when a
+        # write is refused anyway, so a changed grant is asked again.
+        self._rights: OperatorRights | None = None
         self._env = Environment(
             loader=PackageLoader("drover.web", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -157,14 +161,41 @@ class StatusPage:
 
     # --- pages ----------------------------------------------------------------------------------
 
+    def rights(self) -> OperatorRights | None:
+        """What the page's role may write (``Inspector.rights``), asked at the first need
+        and kept; ``None`` with ``read_only`` (nothing is offered) or when the database
+        cannot tell now (nothing is offered, and the next page asks again)."""
+        if self.read_only:
+            return None
+        rights = self._rights
+        if rights is None:
+            try:
+                rights = self._rights = self.inspector.rights()
+            except DroverError:
+                return None
+        return rights
+
     def _render(
-        self, request: Request, template: str, status: int = 200, **context: Any
+        self,
+        request: Request,
+        template: str,
+        status: int = 200,
+        *,
+        ask: bool = True,
+        **context: Any,
     ) -> Response:
         flash = flash_text(request.args)
         context.setdefault("live_seconds", None)
+        # An error page does not ask (the database may be what failed): it uses what is known.
+        rights = self.rights() if ask else None if self.read_only else self._rights
         body = self._env.get_template(template).render(
             base=self._base(request),
-            read_only=self.read_only,
+            # Each kind of button is offered only when the role may use it.
+            read_only=rights is None or not rights.any,
+            may_jobs=rights is not None and rights.retry_and_cancel,
+            may_queues=rights is not None and rights.pause_queues,
+            may_limits=rights is not None and rights.set_limits,
+            role_read_only=None if self.read_only or rights is None or rights.any else rights.role,
             csrf=request.cookies.get(CSRF_COOKIE) or request.environ["drover.csrf"],
             flash=flash,
             flash_error=request.args.get("flash") in FLASH_ERRORS,
@@ -322,7 +353,9 @@ class StatusPage:
         )
 
     def _error(self, request: Request, status: int, title: str, message: str) -> Response:
-        return self._render(request, "error.html", status=status, title=title, message=message)
+        return self._render(
+            request, "error.html", status=status, ask=False, title=title, message=message
+        )
 
     # --- mutations ------------------------------------------------------------------------------
 
@@ -334,6 +367,9 @@ class StatusPage:
         token, cookie = request.form.get("csrf", ""), request.cookies.get(CSRF_COOKIE, "")
         if not token or not cookie or not hmac.compare_digest(token, cookie):
             return self._error(request, 403, "Refused", "Missing or wrong form token; reload.")
+        refused = self._refused(path)
+        if refused is not None:
+            return self._error(request, 403, "Not permitted", refused)
         back = _safe_next(request.form.get("next", ""), self._base(request))
         try:
             if path == "/jobs/bulk":
@@ -358,8 +394,33 @@ class StatusPage:
             return _redirect(back, flash="retried_dead", count=count, kind_name=kind)
         except (InvalidArgument, InvalidInsertOpts) as exc:
             return self._error(request, 400, "Bad request", str(exc))
+        except PermissionDenied as exc:
+            # Allowed when asked, refused now: a grant changed. Ask again next time.
+            self._rights = None
+            return self._error(request, 403, "Not permitted", str(exc))
         except DroverError as exc:
             return self._error(request, 500, "The database refused", str(exc))
+
+    def _refused(self, path: str) -> str | None:
+        """Why the page's role may not make this write, or ``None`` when it may."""
+        rights = self.rights()
+        if path in LIMIT_POSTS:
+            what, needs = "set or clear limits", "INSERT, UPDATE and DELETE on drover_limits"
+            allowed = rights is not None and rights.set_limits
+        elif path in ("/queues/pause", "/queues/resume"):
+            what, needs = "pause or resume queues", "INSERT and UPDATE on drover_queues"
+            allowed = rights is not None and rights.pause_queues
+        else:
+            what, needs = "retry or cancel jobs", "UPDATE on drover_jobs"
+            allowed = rights is not None and rights.retry_and_cancel
+        if allowed or rights is None:
+            # Not known (the database did not answer): the write itself says what is wrong.
+            return None
+        return (
+            f"Role {rights.role!r} may not {what} (it lacks {needs}). Serve the page as the "
+            "role that owns drover's tables to offer it, or with --read-only (read_only=True) "
+            "to say that it never will."
+        )
 
     def _bulk(self, request: Request, back: str) -> Response:
         verb = request.form.get("action", "")
@@ -509,9 +570,13 @@ def make_app(
     ``Origin``/``Referer`` and a double-submit form token, and go through the
     Inspector's state-conditioned writes, so they are safe against workers
     finishing the same jobs. With ``read_only`` there are no buttons and
-    every mutation is 403. Every response carries a strict
-    Content-Security-Policy (no script but the app's own `/static/live.js`,
-    nothing inline) and ``nosniff``; all job data is escaped.
+    every mutation is 403. Without it the page asks once, at its first page,
+    which writes its role may make (``Inspector.rights``, ADR 0054) and
+    offers only those buttons; a write the role may not make is 403 naming
+    the role and what it lacks, as is one PostgreSQL refuses anyway. Every
+    response carries a strict Content-Security-Policy (no script but the
+    app's own `/static/live.js`, nothing inline) and ``nosniff``; all job
+    data is escaped.
 
     ``refresh`` (seconds or a ``timedelta``; 0 disables) is how often the
     data refreshes: with JavaScript the script replaces the tables in place,

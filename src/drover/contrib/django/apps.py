@@ -12,8 +12,9 @@ from django.db.models.signals import post_migrate
 class DroverConfig(AppConfig):
     """drover's Django app (label `drover`).
 
-    When ready it registers the system checks of `settings.DROVER` (tag
-    `drover`: `manage.py check` reports `drover.E001`...) and the
+    When ready it registers the system checks of `settings.DROVER` and of the
+    queues of drover's `TASKS` backends (tag `drover`: `manage.py check` reports
+    `drover.E001`..., `drover.W001`) and the
     `post_migrate` hook that applies newer drover migrations.
     """
 
@@ -24,9 +25,10 @@ class DroverConfig(AppConfig):
 
     def ready(self) -> None:
         """Register the settings checks and the `post_migrate` hook."""
-        from drover.contrib.django.checks import check_settings
+        from drover.contrib.django.checks import check_settings, check_task_queues
 
         checks.register(check_settings, "drover")
+        checks.register(check_task_queues, "drover")
         post_migrate.connect(_bring_drover_up_to_date, sender=self)
 
 

@@ -32,11 +32,22 @@ class Job(models.Model):
 
 
 class TaskResult(models.Model):
-    """What a Django task run by drover returned, and the classes of what it raised."""
+    """What a Django task run by drover returned, what it raised, and who ran each attempt.
+
+    One row per task that started, written by the worker (``drover.contrib.django.
+    runner``). ``errors`` holds one ``{"attempt", "exception_class_path", "traceback"}``
+    per exception the task raised, the traceback exactly as ``traceback.format_exception``
+    made it; ``worker_ids`` the lease holder of each attempt, in order.
+    ``exception_paths`` (the class paths alone) is still written for an older drover
+    reading the row. The row goes with its job: a foreign key to ``drover_jobs`` with
+    ``ON DELETE CASCADE`` (migration 0002), so retention prunes both at once.
+    """
 
     job_id = models.BigIntegerField(primary_key=True)
     return_value = models.JSONField(null=True)
     exception_paths = models.JSONField(default=list)
+    errors = models.JSONField(default=list)
+    worker_ids = models.JSONField(default=list)
     started_at = models.DateTimeField(null=True)
     last_attempted_at = models.DateTimeField(null=True)
     updated_at = models.DateTimeField(auto_now=True)

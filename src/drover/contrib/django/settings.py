@@ -20,6 +20,7 @@ __all__ = [
     "database_problem",
     "drover_settings",
     "insert_middleware",
+    "jobs_table",
     "schema",
 ]
 
@@ -78,6 +79,14 @@ def schema() -> str | None:
         return check_schema_name("DROVER['CONFIG']['schema']", value)
     except InvalidArgument as exc:
         raise ImproperlyConfigured(str(exc)) from None
+
+
+def jobs_table() -> str:
+    """``drover_jobs`` as SQL on the Django connection: qualified with ``DROVER["CONFIG"]
+    ["schema"]`` when one is set (a checked plain name, so no quoting is needed), else
+    unqualified, resolved by the connection's ``search_path`` as drover's own SQL is."""
+    name = schema()
+    return "drover_jobs" if name in (None, "public") else f"{name}.drover_jobs"
 
 
 def insert_middleware() -> tuple[InsertMiddleware, ...]:

@@ -12,10 +12,17 @@ from pydantic import Field
 
 import drover
 
-__all__ = ["TASK_KIND", "DjangoTaskArgs"]
+__all__ = ["TASK_KIND", "TASK_META", "DjangoTaskArgs"]
 
 TASK_KIND = "django_task"
 """The drover job kind a Django task is stored as."""
+
+TASK_META = "django_task"
+"""The key of the job's metadata (``InsertOpts.meta``) that keeps what ``.using()`` set
+and the job's own columns do not: ``{"run_after": "<ISO 8601>"}`` when a ``run_after``
+was given. The queue and priority are the job's; the backend alias is in its args.
+Metadata, not args: a worker of an older drover, which stored no run_after, still
+decodes the args."""
 
 
 class DjangoTaskArgs(drover.JobArgs, kind=TASK_KIND):

@@ -15,6 +15,7 @@ from drover.cli import main as drover_main
 from drover.cli.common import MIGRATE_COMMAND, database_of
 from drover.cli.logs import LoggingChoice, configure_logging, parse_log_format, parse_log_level
 from drover.cli.shutdown import serve
+from drover.contrib.django.checks import drover_task_backends, unworked_task_queues
 from drover.contrib.django.settings import conninfo, schema
 from drover.contrib.django.task_args import TASK_KIND
 from drover.contrib.django.worker import build_client, workers
@@ -37,6 +38,16 @@ def _runs_django_tasks() -> bool:
         if isinstance(backend, type) and issubclass(backend, DroverTaskBackend):
             return True
     return False
+
+
+def _unworked_task_queues(worked: list[str]) -> list[str]:
+    """What `drover.W001` says of each drover `TASKS` backend's queue this worker does not
+    work: the worker logs it at start (the system checks may have been skipped)."""
+    return [
+        str(message.msg)
+        for name, queues in drover_task_backends()
+        for message in unworked_task_queues(name, queues, worked)
+    ]
 
 
 # Django's options for every command. Django applies --settings and --pythonpath
@@ -76,6 +87,8 @@ class Command(BaseCommand):
     registry plus Django tasks) and runs it until SIGINT or SIGTERM. It
     refuses to start (exit 2) when ``WORKERS`` registers nothing and no
     ``TASKS`` backend is drover's: such a worker could only fail every job.
+    It warns (``drover.W001``, logged and as a system check) about each queue a
+    drover ``TASKS`` backend accepts that it does not work.
     It logs to standard error as `drover worker` does (`--log-level`,
     `--log-format`), unless Django's ``LOGGING`` setting puts a handler on
     the root or the `drover` logger: then that configuration wins. Django's
@@ -154,6 +167,10 @@ class Command(BaseCommand):
                 "processes": 1,
             },
         )
+        for said in _unworked_task_queues(list(config.queues)):
+            _log.warning(
+                "%s (drover.W001)", said, extra={"event": "task_queue_unworked", "problem": said}
+            )
         try:
             # Not client.run(): after a hand-back the process ends, so an
             # abandoned handler thread ends with it (ADR 0053).
