@@ -55,6 +55,11 @@ def test_handed_back_jobs_stay_unclaimable_until_the_hold_s_session_ends(
         inside.set()
         release.wait(SAFETY)  # deaf to job.context, as a blocking call is
 
+    # A server that ends idle transactions after 50 ms (for every new session).
+    conn.execute(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET idle_in_transaction_session_timeout"
+        " = ''50ms''', current_database()); END $$"
+    )
     client = make_client(drover.Config(workers=workers, poll_interval=0.05, concurrency=1))
     hold = client._hold_hand_backs()
     client.start()
@@ -74,6 +79,11 @@ def test_handed_back_jobs_stay_unclaimable_until_the_hold_s_session_ends(
         assert row == ("retryable", 1, True)
         # ...yet no other worker can claim it while the hold's session lives.
         assert _rival_claims(rival) == []
+        # Which a server's idle_in_transaction_session_timeout does not end.
+        held = hold._conn
+        assert held is not None
+        shown = held.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        assert shown == ("0",)
         hold.close()
         # The server releases the lock once the session's backend has ended,
         # a moment after the connection closed.

@@ -118,7 +118,12 @@ class HandBackHold:
                 with translate("lock the jobs about to be handed back"):
                     if conn.autocommit:
                         conn.autocommit = False  # the transaction stays open from here on
-                    conn.execute("SET LOCAL lock_timeout = '2s'")
+                    # A server's idle_in_transaction_session_timeout must not end
+                    # the hold before the process does.
+                    conn.execute(
+                        "SET LOCAL lock_timeout = '2s'; "
+                        "SET LOCAL idle_in_transaction_session_timeout = 0"
+                    )
                     conn.execute(query("job_hold_handed_back", self._ns), {"ids": ids})
             except DroverError as exc:
                 self._failed(str(exc), ids)
