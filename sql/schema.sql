@@ -1,7 +1,7 @@
 -- drover's schema, as its migrations leave it. GENERATED: do not edit by hand.
 --
 -- What `drover migrate` builds in an empty database's default schema (public)
--- through migration 0018_kernel_doors,
+-- through migration 0019_exact_rate_windows,
 -- as pg_dump prints it (schema only; no owners, privileges or tablespaces).
 -- The migrations in sql/migrations stay the source of truth and the only SQL
 -- `drover migrate` runs: this file is for reading and review, the package never
@@ -196,6 +196,11 @@ DECLARE
     kfirst integer;
     klast integer;
     r record;
+    -- The claim's time on the limits it holds: the clock read after the
+    -- last of their locks was granted (NULL until a lock is held). Counts,
+    -- the starts recorded, the prune and attempted_at all use it.
+    claim_at timestamptz;
+    locked boolean;
 BEGIN
     SELECT EXISTS (
                SELECT 1 FROM drover_queues q WHERE q.name = p_queue AND q.paused_at IS NOT NULL
@@ -300,15 +305,25 @@ BEGIN
         END IF;
 
         -- 2. Lock the limits the candidates draw on that this claim does not
-        -- hold yet, in id order; wait only in the first round.
+        -- hold yet, in id order; wait only in the first round. Then read the
+        -- clock: a claim that takes a limit's lock after another reads a
+        -- later time than the other recorded (it committed before the lock
+        -- was granted), so the times of one limit's claims follow their
+        -- lock order, whatever order their transactions started in.
+        locked := false;
         FOREACH lid IN ARRAY new_locks LOOP
             IF round = 1 THEN
                 PERFORM pg_advisory_xact_lock(lock_class, lid);
                 held := held || lid;
+                locked := true;
             ELSIF pg_try_advisory_xact_lock(lock_class, lid) THEN
                 held := held || lid;
+                locked := true;
             END IF;
         END LOOP;
+        IF locked THEN
+            claim_at := clock_timestamp();
+        END IF;
 
         -- 3. Count the budgets of the limits just locked: every key seen among
         -- running jobs and recent starts (so the spent ones are known), then
@@ -341,7 +356,7 @@ BEGIN
                        min(l.conc) AS conc
                 FROM unnest(l_id, l_rate, l_per, l_conc) AS l(id, rate, per, conc)
                 JOIN drover_limit_starts s
-                  ON s.limit_id = l.id AND s.started_at > now() - l.per
+                  ON s.limit_id = l.id AND s.started_at > claim_at - l.per
                 WHERE l.rate IS NOT NULL AND l.id = ANY (new_locks) AND l.id = ANY (held)
                 GROUP BY s.limit_id, s.part
             LOOP
@@ -437,18 +452,21 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Record the starts rate limits count, and drop those no window needs.
+    -- Record the starts rate limits count, at the claim's time, and drop
+    -- those no later claim can count: a later claim of the limit reads a
+    -- time at or after this one, so it counts only starts after claim_at - per.
+    -- A second more is kept against a step back of the server's clock.
     IF cardinality(s_key) > 0 THEN
         INSERT INTO drover_limit_starts (limit_id, part, started_at, starts)
         SELECT split_part(x.key, ':', 1)::integer,
                substr(x.key, strpos(x.key, ':') + 1),
-               now(),
+               claim_at,
                x.n
         FROM unnest(s_key, s_count) AS x(key, n);
         DELETE FROM drover_limit_starts s
         USING unnest(l_id, l_rate, l_per) AS t(id, rate, per)
         WHERE s.limit_id = t.id AND t.rate IS NOT NULL AND t.id = ANY (held)
-          AND s.started_at <= now() - t.per;
+          AND s.started_at <= claim_at - t.per - interval '1 second';
     END IF;
 
     RETURN QUERY
@@ -457,7 +475,7 @@ BEGIN
         attempt = j.attempt + 1,
         leased_until = now() + make_interval(secs => p_lease),
         leased_by = p_holder,
-        attempted_at = now()
+        attempted_at = COALESCE(claim_at, now())
     WHERE j.id = ANY (admitted)
     RETURNING j, j.id = ANY (admitted_conc);
 END
