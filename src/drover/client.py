@@ -18,7 +18,7 @@ import secrets
 import signal
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import FrameType, TracebackType
 from typing import Any, Self, TypeVar, overload
 
@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 
 from drover._client_inserts import ClientInserts
 from drover._db.namespace import namespace_for
+from drover._db.notify import kind_payload
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.combiner import Combiner
@@ -295,6 +296,13 @@ class Client(ClientInserts):
         if engine is not None and self._phase is _Phase.STARTED:
             engine.wake()
 
+    def _released(self, queues: Collection[str], kinds: Collection[str]) -> None:
+        # Jobs a cluster-wide concurrency limit held have ended: wake the
+        # fetchers of their queues, as an insert does, and of every client
+        # working their kinds (a kind limit holds jobs back in any queue).
+        # Sent after the outcomes committed, by the notifier.
+        self._committed([*queues, *(kind_payload(k) for k in kinds)])
+
     # --- lifecycle --------------------------------------------------------------------------
 
     @overload
@@ -407,7 +415,7 @@ class Client(ClientInserts):
                     metrics=self._metrics,
                     client_id=self._id,
                     max_jobs=self._max_jobs,
-                    released=self._committed,
+                    released=self._released,
                     hard_cancel=self._hard_cancel,
                     async_chain=self._async_chain,
                 )

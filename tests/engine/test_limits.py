@@ -135,6 +135,42 @@ def test_a_release_wakes_the_fetchers_of_every_client(
     assert gate.most == 1
 
 
+def test_a_release_wakes_a_client_waiting_on_the_limit_from_another_queue(
+    make_client: MakeClient, gate: Gate, poll: Poll
+) -> None:
+    # A kind limit spans queues: the job holding the slot runs from queue
+    # "first", the one held back waits in queue "second", worked by another
+    # client. Both poll every 30 s: the held-back job starts within
+    # WAKE_BUDGET only if the release woke the second client's fetcher,
+    # which listens for "second", not for the queue whose job ended.
+    holder = make_client(
+        workers=gate.workers(), poll_interval=IDLE_POLL, queues={"first": 1}, concurrency=2
+    )
+    waiter = make_client(
+        workers=gate.workers(), poll_interval=IDLE_POLL, queues={"second": 1}, concurrency=2
+    )
+    holder.start()
+    waiter.start()
+    holder.insert(Solo(n=0), drover.InsertOpts(queue="first"))
+    poll(lambda: gate.running == 1, message="the first job runs")
+    held = holder.insert(Solo(n=1), drover.InsertOpts(queue="second"))
+
+    def held_back() -> None:
+        assert len(gate.started) == 1
+
+    # Held back: the insert's wake-up reached the waiter, whose claim the
+    # limit refused, and it went back to sleep.
+    observe(0.5, held_back)
+    assert waiter.get_job(held.id).state == drover.JobState.AVAILABLE
+    gate.release.set()
+    poll(
+        lambda: len(gate.started) == 2,
+        timeout=WAKE_BUDGET,
+        message="the held-back job in the other queue starts",
+    )
+    assert gate.most == 1
+
+
 def test_a_raised_limit_releases_held_back_jobs_at_once(
     make_client: MakeClient, gate: Gate, poll: Poll, db_url: str
 ) -> None:
