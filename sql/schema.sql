@@ -211,7 +211,10 @@ BEGIN
            COALESCE(array_agg(l.partition_by ORDER BY l.id), '{}'),
            COALESCE(array_agg(COALESCE(l.override_concurrency, l.declared_concurrency)
                               ORDER BY l.id), '{}'),
-           COALESCE(array_agg(COALESCE(l.override_rate, l.declared_rate) ORDER BY l.id), '{}'),
+           -- A rate that counts starts is taken by the worker (drover_take_start).
+           COALESCE(array_agg(CASE WHEN NOT l.counts_starts
+                                   THEN COALESCE(l.override_rate, l.declared_rate) END
+                              ORDER BY l.id), '{}'),
            COALESCE(array_agg(COALESCE(l.override_per, l.declared_per, interval '1 second')
                               ORDER BY l.id), '{}'),
            COALESCE(bool_or(l.partition_by <> ''), false)
@@ -219,7 +222,7 @@ BEGIN
     FROM drover_limits l
     WHERE (l.scope = 'kind' OR (l.scope = 'queue' AND l.target = p_queue))
       AND (COALESCE(l.override_concurrency, l.declared_concurrency) IS NOT NULL
-           OR COALESCE(l.override_rate, l.declared_rate) IS NOT NULL);
+           OR (NOT l.counts_starts AND COALESCE(l.override_rate, l.declared_rate) IS NOT NULL));
     IF paused THEN
         RETURN;
     END IF;
@@ -722,6 +725,77 @@ $$;
 
 
 --
+-- Name: drover_take_start(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.drover_take_start(p_job bigint, p_attempt integer) RETURNS TABLE(o_started timestamp with time zone, o_wait double precision)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    lock_class integer := ('drover_limits'::regclass::oid::bigint % 2147483647)::integer;
+    j record;
+    started timestamptz;
+    wait double precision;
+    ids integer[];
+    parts text[];
+    rates integer[];
+    pers interval[];
+    used bigint;
+    oldest timestamptz;
+    i integer;
+BEGIN
+    SELECT d.kind, d.queue, d.args INTO j
+    FROM drover_jobs d
+    WHERE d.id = p_job AND d.state = 'running' AND d.attempt = p_attempt;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT clock_timestamp(), NULL::double precision;
+        RETURN;
+    END IF;
+    SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'),
+           COALESCE(array_agg(CASE WHEN l.partition_by = '' THEN ''
+                                   ELSE COALESCE((j.args -> l.partition_by)::text, 'null') END
+                              ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_rate, l.declared_rate) ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_per, l.declared_per, interval '1 second')
+                              ORDER BY l.id), '{}')
+    INTO ids, parts, rates, pers
+    FROM drover_limits l
+    WHERE l.counts_starts
+      AND COALESCE(l.override_rate, l.declared_rate) IS NOT NULL
+      AND ((l.scope = 'kind' AND l.target = j.kind) OR (l.scope = 'queue' AND l.target = j.queue));
+    IF cardinality(ids) = 0 THEN
+        RETURN QUERY SELECT clock_timestamp(), NULL::double precision;
+        RETURN;
+    END IF;
+    FOR i IN 1 .. cardinality(ids) LOOP
+        PERFORM pg_advisory_xact_lock(lock_class, ids[i]);
+    END LOOP;
+    -- After every lock: later than any start recorded under them before.
+    started := clock_timestamp();
+    FOR i IN 1 .. cardinality(ids) LOOP
+        SELECT COALESCE(sum(s.starts), 0), min(s.started_at) INTO used, oldest
+        FROM drover_limit_starts s
+        WHERE s.limit_id = ids[i] AND s.part = parts[i] AND s.started_at > started - pers[i];
+        IF used >= rates[i] THEN
+            wait := GREATEST(COALESCE(wait, 0),
+                             extract(epoch FROM oldest + pers[i] - started)::double precision);
+        END IF;
+    END LOOP;
+    IF wait IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::timestamptz, wait;
+        RETURN;
+    END IF;
+    INSERT INTO drover_limit_starts (limit_id, part, started_at, starts)
+    SELECT x.id, x.part, started, 1 FROM unnest(ids, parts) AS x(id, part);
+    DELETE FROM drover_limit_starts s
+    USING unnest(ids, pers) AS t(id, per)
+    WHERE s.limit_id = t.id AND s.started_at <= started - t.per - interval '1 second';
+    RETURN QUERY SELECT started, NULL::double precision;
+END
+$$;
+
+
+--
 -- Name: drover_watched(public.drover_jobs); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -816,6 +890,7 @@ CREATE TABLE public.drover_limits (
     override_per interval,
     overridden_at timestamp with time zone,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    counts_starts boolean DEFAULT false NOT NULL,
     CONSTRAINT drover_limits_declared_concurrency_check CHECK ((declared_concurrency > 0)),
     CONSTRAINT drover_limits_declared_per_check CHECK ((declared_per > '00:00:00'::interval)),
     CONSTRAINT drover_limits_declared_rate_check CHECK ((declared_rate > 0)),

@@ -20,6 +20,15 @@
 -- Since a claim takes a limit's lock only after the previous holder
 -- committed, the times one limit's claims record rise in lock order, so no
 -- claim prunes what a later one counts; ADR 0052 has the proof.
+--
+-- Also the start-time form of a rate (Limit(counts="starts")): the column
+-- counts_starts, which the claim skips the rate of, and drover_take_start,
+-- which the worker calls just before the handler, under the same lock and
+-- with the same clock rule.
+
+-- Whether the limit's rate counts handler starts (taken by the worker with
+-- drover_take_start) rather than claims. Declared by code only.
+ALTER TABLE drover_limits ADD COLUMN counts_starts boolean NOT NULL DEFAULT false;
 CREATE OR REPLACE FUNCTION drover_claim_limited(
     p_queue text, p_limit integer, p_lease double precision, p_holder text
 ) RETURNS TABLE (o_job drover_jobs, o_concurrency boolean)
@@ -90,7 +99,10 @@ BEGIN
            COALESCE(array_agg(l.partition_by ORDER BY l.id), '{}'),
            COALESCE(array_agg(COALESCE(l.override_concurrency, l.declared_concurrency)
                               ORDER BY l.id), '{}'),
-           COALESCE(array_agg(COALESCE(l.override_rate, l.declared_rate) ORDER BY l.id), '{}'),
+           -- A rate that counts starts is taken by the worker (drover_take_start).
+           COALESCE(array_agg(CASE WHEN NOT l.counts_starts
+                                   THEN COALESCE(l.override_rate, l.declared_rate) END
+                              ORDER BY l.id), '{}'),
            COALESCE(array_agg(COALESCE(l.override_per, l.declared_per, interval '1 second')
                               ORDER BY l.id), '{}'),
            COALESCE(bool_or(l.partition_by <> ''), false)
@@ -98,7 +110,7 @@ BEGIN
     FROM drover_limits l
     WHERE (l.scope = 'kind' OR (l.scope = 'queue' AND l.target = p_queue))
       AND (COALESCE(l.override_concurrency, l.declared_concurrency) IS NOT NULL
-           OR COALESCE(l.override_rate, l.declared_rate) IS NOT NULL);
+           OR (NOT l.counts_starts AND COALESCE(l.override_rate, l.declared_rate) IS NOT NULL));
     IF paused THEN
         RETURN;
     END IF;
@@ -359,3 +371,81 @@ BEGIN
     RETURNING j, j.id = ANY (admitted_conc);
 END
 $claim$;
+
+-- The start of one handler under the rate limits that count starts and apply
+-- to the job (its kind's and its queue's, with counts_starts), taken by the
+-- worker just before the handler runs. Under each limit's lock (the claim's
+-- lock, in id order) it reads started := clock_timestamp() and counts the
+-- starts of the job's budget key in (started - per, started]. When every
+-- budget has room, one start is recorded at that time for each, older ones
+-- no later start can count are pruned (as the claim does), and the answer is
+-- (started, NULL). When one is full, nothing is written and the answer is
+-- (NULL, seconds until the oldest start of the fullest window leaves it):
+-- the worker waits that long and asks again. A job that has no such limit,
+-- or is no longer running with p_attempt (its claim was lost), gets
+-- (clock_timestamp(), NULL) and nothing is recorded.
+CREATE FUNCTION drover_take_start(p_job bigint, p_attempt integer)
+RETURNS TABLE (o_started timestamptz, o_wait double precision)
+LANGUAGE plpgsql VOLATILE AS $take$
+DECLARE
+    lock_class integer := ('drover_limits'::regclass::oid::bigint % 2147483647)::integer;
+    j record;
+    started timestamptz;
+    wait double precision;
+    ids integer[];
+    parts text[];
+    rates integer[];
+    pers interval[];
+    used bigint;
+    oldest timestamptz;
+    i integer;
+BEGIN
+    SELECT d.kind, d.queue, d.args INTO j
+    FROM drover_jobs d
+    WHERE d.id = p_job AND d.state = 'running' AND d.attempt = p_attempt;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT clock_timestamp(), NULL::double precision;
+        RETURN;
+    END IF;
+    SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'),
+           COALESCE(array_agg(CASE WHEN l.partition_by = '' THEN ''
+                                   ELSE COALESCE((j.args -> l.partition_by)::text, 'null') END
+                              ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_rate, l.declared_rate) ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_per, l.declared_per, interval '1 second')
+                              ORDER BY l.id), '{}')
+    INTO ids, parts, rates, pers
+    FROM drover_limits l
+    WHERE l.counts_starts
+      AND COALESCE(l.override_rate, l.declared_rate) IS NOT NULL
+      AND ((l.scope = 'kind' AND l.target = j.kind) OR (l.scope = 'queue' AND l.target = j.queue));
+    IF cardinality(ids) = 0 THEN
+        RETURN QUERY SELECT clock_timestamp(), NULL::double precision;
+        RETURN;
+    END IF;
+    FOR i IN 1 .. cardinality(ids) LOOP
+        PERFORM pg_advisory_xact_lock(lock_class, ids[i]);
+    END LOOP;
+    -- After every lock: later than any start recorded under them before.
+    started := clock_timestamp();
+    FOR i IN 1 .. cardinality(ids) LOOP
+        SELECT COALESCE(sum(s.starts), 0), min(s.started_at) INTO used, oldest
+        FROM drover_limit_starts s
+        WHERE s.limit_id = ids[i] AND s.part = parts[i] AND s.started_at > started - pers[i];
+        IF used >= rates[i] THEN
+            wait := GREATEST(COALESCE(wait, 0),
+                             extract(epoch FROM oldest + pers[i] - started)::double precision);
+        END IF;
+    END LOOP;
+    IF wait IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::timestamptz, wait;
+        RETURN;
+    END IF;
+    INSERT INTO drover_limit_starts (limit_id, part, started_at, starts)
+    SELECT x.id, x.part, started, 1 FROM unnest(ids, parts) AS x(id, part);
+    DELETE FROM drover_limit_starts s
+    USING unnest(ids, pers) AS t(id, per)
+    WHERE s.limit_id = t.id AND s.started_at <= started - t.per - interval '1 second';
+    RETURN QUERY SELECT started, NULL::double precision;
+END
+$take$;

@@ -37,6 +37,7 @@ from drover._runtime.cancels import HardCancel
 from drover._runtime.chain import build_chains
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
+from drover._runtime.starts import start_gate_of
 from drover.config import Config, declared_limits, periodic_jobs_of
 from drover.errors import (
     AlreadyStarted,
@@ -140,6 +141,9 @@ class Client(ClientInserts):
             queues=list(config.queues),
             periodic_ids=[job.id for job in periodic_jobs_of(config)],
         )
+        # Set when stop() begins: jobs waiting for their start under a rate
+        # that counts starts go back to the queue at once (ADR 0052).
+        self._stopping = threading.Event()
         # The async chain is None without async workers; ConfigError when a
         # middleware has no async form.
         self._chain, self._async_chain = build_chains(
@@ -149,6 +153,11 @@ class Client(ClientInserts):
             self._metrics.middleware,
             self._metrics.async_middleware,
             config.max_result_bytes,
+            starts=start_gate_of(
+                declared_limits(config),
+                lambda job_id, attempt: self._store.take_start(job_id, attempt),
+                self._stopping,
+            ),
         )
         self._store = Store.open(
             pool_or_conninfo,
@@ -455,6 +464,7 @@ class Client(ClientInserts):
             first = self._phase is _Phase.STARTED
             if first:
                 self._phase = _Phase.STOPPING
+                self._stopping.set()
         if not first:
             self._stopped.wait()
             if self._verdict is not None:

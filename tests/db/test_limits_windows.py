@@ -28,6 +28,7 @@ from jobdb import Conn, Poll
 
 from drover._db.claims import job_claim_limited
 from drover._db.limits import limit_declare
+from drover._db.store import Store
 from drover.limits import Limit, LimitKey
 
 RATE = 200
@@ -174,3 +175,63 @@ def _db_clock(conn: Conn) -> datetime:
     assert row is not None
     moment: datetime = row[0]
     return moment
+
+
+# --- the start-time form: Limit(counts="starts") ---------------------------------------
+
+
+def _claimed(conn: Conn, n: int, kind: str) -> list[tuple[int, int]]:
+    conn.execute(
+        "INSERT INTO drover_jobs (kind, queue, args) "
+        "SELECT %s, 'default', jsonb_build_object('t', i %% 2) FROM generate_series(1, %s) i",
+        (kind, n),
+    )
+    rows = job_claim_limited(conn, "default", n, 60.0, "t")[0]
+    return [(r.id, r.attempt) for r in rows]
+
+
+def test_a_rate_that_counts_starts_leaves_the_claim_alone_and_is_taken_before_each_start(
+    conn: Conn, db_url: str
+) -> None:
+    limit_declare(
+        conn, [(LimitKey("kind", "api"), Limit(rate=3, per=timedelta(hours=1), counts="starts"))]
+    )
+    claims = _claimed(conn, 5, "api")
+    assert len(claims) == 5  # the claim does not count this rate
+    store = Store.open(db_url, who="test", max_size=1)
+    try:
+        answers = [store.take_start(job_id, attempt) for job_id, attempt in claims]
+        lost = store.take_start(claims[-1][0], claims[-1][1] + 1)  # not this claim's attempt
+    finally:
+        store.close()
+    taken = [at for at, _ in answers if at is not None]
+    waits = [wait for at, wait in answers if at is None]
+    assert len(taken) == 3
+    assert taken == sorted(taken)
+    assert len(waits) == 2
+    # The oldest start leaves the window an hour after it was taken.
+    assert all(wait is not None and 3590 < wait <= 3600 for wait in waits), waits
+    assert lost[0] is not None and lost[1] is None  # a lost claim is let through, uncounted
+    row = conn.execute("SELECT sum(starts) FROM drover_limit_starts").fetchone()
+    assert row == (3,)
+
+
+def test_a_partitioned_rate_that_counts_starts_counts_each_value_apart(
+    conn: Conn, db_url: str
+) -> None:
+    limit_declare(
+        conn,
+        [
+            (
+                LimitKey("kind", "api", "t"),
+                Limit(rate=1, per=timedelta(hours=1), counts="starts", partition_by="t"),
+            )
+        ],
+    )
+    claims = _claimed(conn, 4, "api")  # args t alternate 1, 0, 1, 0
+    store = Store.open(db_url, who="test", max_size=1)
+    try:
+        answers = [store.take_start(job_id, attempt) for job_id, attempt in claims]
+    finally:
+        store.close()
+    assert [at is not None for at, _ in answers] == [True, True, False, False]

@@ -11,6 +11,7 @@ import pytest
 from jobdb import Conn, MakeClient, Poll, observe
 
 import drover
+from drover._runtime import starts
 
 SAFETY = 20.0
 """Longest a blocked handler waits on its own (a failing test never hangs)."""
@@ -217,6 +218,8 @@ def test_a_bad_limit_on_a_job_class_fails_where_the_class_is_defined(
         ({"concurrency": 1, "per": 1}, "give rate= too"),
         ({"concurrency": 1, "partition_by": "a.b"}, "top-level args field"),
         ({"concurrency": 1, "partition_by": ""}, "top-level args field"),
+        ({"concurrency": 1, "counts": "starts"}, "give rate= too"),
+        ({"rate": 1, "counts": "runs"}, '"claims" or "starts"'),
     ],
 )
 def test_a_bad_limit_is_refused_when_it_is_built(values: dict[str, object], message: str) -> None:
@@ -228,8 +231,60 @@ def test_limits_have_a_readable_repr_and_key_text() -> None:
     assert repr(drover.Limit(rate=20, per=60, partition_by="t")) == (
         "Limit(rate=20, per='minute', partition_by='t')"
     )
+    assert repr(drover.Limit(rate=5, counts="starts")) == (
+        "Limit(rate=5, per='second', counts='starts')"
+    )
     key = drover.limits.parse_limit_key("kind:charge[tenant_id]")
     assert key == drover.LimitKey("kind", "charge", "tenant_id")
     assert str(key) == "kind:charge[tenant_id]"
     with pytest.raises(drover.InvalidLimit, match="queue:NAME or kind:NAME"):
         drover.limits.parse_limit_key("tenant:x")
+
+
+class Metered(
+    drover.JobArgs,
+    kind="limits_metered",
+    limits=drover.Limit(rate=1, per=60, counts="starts"),
+):
+    n: int = 0
+
+
+def test_a_job_waiting_for_its_start_goes_back_to_the_queue_when_the_client_stops(
+    make_client: MakeClient, conn: Conn, poll: Poll, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One start a minute, counted when handlers start: the second job waits
+    # in its slot for the window (the hold is raised past the minute here).
+    # A stop must not wait for it: the job goes back, its attempt refunded.
+    monkeypatch.setattr(starts, "HOLD_AT_MOST", 120.0)
+    started: list[tuple[int, object]] = []
+
+    def metered(job: drover.Job[Metered]) -> None:
+        started.append((job.args.n, job.context.values.get(starts.STARTED_AT)))
+
+    workers = drover.Workers()
+    workers.register(metered)
+    client = make_client(workers=workers, poll_interval=0.05, concurrency=2)
+    client.start()
+    row = conn.execute(
+        "SELECT counts_starts, declared_rate FROM drover_limits WHERE target = 'limits_metered'"
+    ).fetchone()
+    assert row == (True, 1)
+    first = client.insert(Metered(n=1))
+    poll(lambda: client.get_job(first.id).state == drover.JobState.COMPLETED, message="job 1")
+    second = client.insert(Metered(n=2))
+    poll(
+        lambda: client.get_job(second.id).state == drover.JobState.RUNNING,
+        message="job 2 claimed, waiting for its start",
+    )
+    observe(0.3, lambda: None)
+    assert [n for n, _ in started] == [1]
+    stopping = time.monotonic()
+    client.stop(timeout=SAFETY)
+    took = time.monotonic() - stopping
+    back = conn.execute(
+        "SELECT state::text, attempt FROM drover_jobs WHERE id = %s", (second.id,)
+    ).fetchone()
+    assert back == ("scheduled", 0)  # snoozed for no time (claimable at once), attempt refunded
+    assert [n for n, _ in started] == [1]
+    assert started[0][1] is not None  # the handler sees its start's database time
+    assert took < 30.0, took  # half the window: the stop did not wait for it

@@ -45,6 +45,7 @@ CREATE TABLE race_log (
     pid        integer     NOT NULL,
     part       text        NOT NULL,
     claimed_at timestamptz,
+    counted_at timestamptz,
     started_at timestamptz NOT NULL,
     ended_at   timestamptz,
     PRIMARY KEY (job_id, attempt)
@@ -55,6 +56,7 @@ CREATE TABLE race_ready (pid integer PRIMARY KEY, at timestamptz NOT NULL);
 
 CAPPED_LIMIT = 3
 PACED_RATE = 20
+STARTED_RATE = 20
 
 
 class Capped(drover.JobArgs, kind="race_capped", limits=drover.Limit(concurrency=CAPPED_LIMIT)):
@@ -79,13 +81,28 @@ class Keyed(
     seconds: float = 0.0
 
 
-KINDS: dict[str, type[drover.JobArgs]] = {"capped": Capped, "paced": Paced, "keyed": Keyed}
+class Started(
+    drover.JobArgs,
+    kind="race_started",
+    limits=drover.Limit(rate=STARTED_RATE, per="second", counts="starts"),
+):
+    """At most twenty handler starts in any second of the database clock."""
+
+    n: int
+
+
+KINDS: dict[str, type[drover.JobArgs]] = {
+    "capped": Capped,
+    "paced": Paced,
+    "keyed": Keyed,
+    "started": Started,
+}
 
 _START = (
-    "INSERT INTO race_log (job_id, attempt, pid, part, claimed_at, started_at) "
+    "INSERT INTO race_log (job_id, attempt, pid, part, claimed_at, counted_at, started_at) "
     "SELECT %(id)s, %(attempt)s, %(pid)s, %(part)s, "
     "(SELECT j.attempted_at FROM drover_jobs j WHERE j.id = %(id)s AND j.attempt = %(attempt)s), "
-    "clock_timestamp()"
+    "%(counted)s, clock_timestamp()"
 )
 _END = (
     "UPDATE race_log SET ended_at = clock_timestamp() "
@@ -109,7 +126,14 @@ class Recorder:
         self._pid = os.getpid()
 
     def _write(self, statement: str, job: drover.Job[Any], part: str) -> None:
-        params = {"id": job.id, "attempt": job.attempt, "pid": self._pid, "part": part}
+        params = {
+            "id": job.id,
+            "attempt": job.attempt,
+            "pid": self._pid,
+            "part": part,
+            # The start a rate that counts starts took for this handler (drover's time).
+            "counted": job.context.values.get("drover.started_at"),
+        }
         with self._pool.connection() as conn:
             conn.execute(statement, params)
 
@@ -130,12 +154,17 @@ class Recorder:
     def keyed(self, job: drover.Job[Keyed]) -> None:
         self._run(job, str(job.args.key), job.args.seconds)
 
+    def started(self, job: drover.Job[Started]) -> None:
+        self._run(job, "", 0.0)
+
     def workers(self, kind: str) -> drover.Workers:
         registry = drover.Workers()
         if kind == "capped":
             registry.register(self.capped)
         elif kind == "paced":
             registry.register(self.paced)
+        elif kind == "started":
+            registry.register(self.started)
         else:
             registry.register(self.keyed)
         return registry
