@@ -399,7 +399,9 @@ class LimitState:
     `partition_by` has one partition, the whole scope: `partitions_full` is
     1 while the scope is at its limit. `busiest` lists, for a partitioned
     limit, the five partitions running the most jobs (then starting the
-    most), busiest first. Times are database-clock times.
+    most), busiest first. Times are database-clock times. `counts` is
+    what the rate counts, as its code declares (`Limit(counts=...)`):
+    "claims" or "starts".
     """
 
     key: LimitKey
@@ -414,3 +416,4 @@ class LimitState:
     partitions_full: int
     busiest: tuple[PartitionUse, ...]
     updated_at: datetime
+    counts: RateCounts = "claims"

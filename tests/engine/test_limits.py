@@ -288,3 +288,16 @@ def test_a_job_waiting_for_its_start_goes_back_to_the_queue_when_the_client_stop
     assert [n for n, _ in started] == [1]
     assert started[0][1] is not None  # the handler sees its start's database time
     assert took < 30.0, took  # half the window: the stop did not wait for it
+
+
+def test_operators_see_what_a_rate_counts(make_client: MakeClient, db_url: str) -> None:
+    def metered(job: drover.Job[Metered]) -> None:
+        pass
+
+    workers = drover.Workers()
+    workers.register(metered)
+    make_client(workers=workers, poll_interval=IDLE_POLL).start()
+    with drover.Inspector(db_url) as inspector:
+        (state,) = [s for s in inspector.limits() if s.key.target == "limits_metered"]
+    assert state.counts == "starts"
+    assert state.declared == drover.Limit(rate=1, per=60, counts="starts")

@@ -178,6 +178,7 @@ def _list(
                     for v, r, s, f in zip(b_parts, b_running, b_started, b_full, strict=True)
                 ),
                 updated_at=updated_at,
+                counts="starts" if starts else "claims",
             )
         )
     return out
