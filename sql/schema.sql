@@ -728,7 +728,7 @@ $$;
 -- Name: drover_take_start(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.drover_take_start(p_job bigint, p_attempt integer) RETURNS TABLE(o_started timestamp with time zone, o_wait double precision)
+CREATE FUNCTION public.drover_take_start(p_job bigint, p_attempt integer) RETURNS TABLE(o_started timestamp with time zone, o_wait double precision, o_state text, o_attempt integer)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -744,11 +744,11 @@ DECLARE
     oldest timestamptz;
     i integer;
 BEGIN
-    SELECT d.kind, d.queue, d.args INTO j
+    SELECT d.kind, d.queue, d.args, d.state::text AS state, d.attempt INTO j
     FROM drover_jobs d
-    WHERE d.id = p_job AND d.state = 'running' AND d.attempt = p_attempt;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT clock_timestamp(), NULL::double precision;
+    WHERE d.id = p_job;
+    IF NOT FOUND OR j.state <> 'running' OR j.attempt <> p_attempt THEN
+        RETURN QUERY SELECT NULL::timestamptz, NULL::double precision, j.state, j.attempt;
         RETURN;
     END IF;
     SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'),
@@ -764,7 +764,7 @@ BEGIN
       AND COALESCE(l.override_rate, l.declared_rate) IS NOT NULL
       AND ((l.scope = 'kind' AND l.target = j.kind) OR (l.scope = 'queue' AND l.target = j.queue));
     IF cardinality(ids) = 0 THEN
-        RETURN QUERY SELECT clock_timestamp(), NULL::double precision;
+        RETURN QUERY SELECT clock_timestamp(), NULL::double precision, j.state, j.attempt;
         RETURN;
     END IF;
     FOR i IN 1 .. cardinality(ids) LOOP
@@ -782,7 +782,7 @@ BEGIN
         END IF;
     END LOOP;
     IF wait IS NOT NULL THEN
-        RETURN QUERY SELECT NULL::timestamptz, wait;
+        RETURN QUERY SELECT NULL::timestamptz, wait, j.state, j.attempt;
         RETURN;
     END IF;
     INSERT INTO drover_limit_starts (limit_id, part, started_at, starts)
@@ -790,7 +790,7 @@ BEGIN
     DELETE FROM drover_limit_starts s
     USING unnest(ids, pers) AS t(id, per)
     WHERE s.limit_id = t.id AND s.started_at <= started - t.per - interval '1 second';
-    RETURN QUERY SELECT started, NULL::double precision;
+    RETURN QUERY SELECT started, NULL::double precision, j.state, j.attempt;
 END
 $$;
 

@@ -381,11 +381,14 @@ $claim$;
 -- no later start can count are pruned (as the claim does), and the answer is
 -- (started, NULL). When one is full, nothing is written and the answer is
 -- (NULL, seconds until the oldest start of the fullest window leaves it):
--- the worker waits that long and asks again. A job that has no such limit,
--- or is no longer running with p_attempt (its claim was lost), gets
--- (clock_timestamp(), NULL) and nothing is recorded.
+-- the worker waits that long and asks again. A job that has no such limit
+-- gets (clock_timestamp(), NULL). A job no longer running with p_attempt
+-- (its claim was lost) gets (NULL, NULL) with its state and attempt now
+-- (NULL, NULL when it is gone): its handler must not run. Neither records.
 CREATE FUNCTION drover_take_start(p_job bigint, p_attempt integer)
-RETURNS TABLE (o_started timestamptz, o_wait double precision)
+RETURNS TABLE (
+    o_started timestamptz, o_wait double precision, o_state text, o_attempt integer
+)
 LANGUAGE plpgsql VOLATILE AS $take$
 DECLARE
     lock_class integer := ('drover_limits'::regclass::oid::bigint % 2147483647)::integer;
@@ -400,11 +403,11 @@ DECLARE
     oldest timestamptz;
     i integer;
 BEGIN
-    SELECT d.kind, d.queue, d.args INTO j
+    SELECT d.kind, d.queue, d.args, d.state::text AS state, d.attempt INTO j
     FROM drover_jobs d
-    WHERE d.id = p_job AND d.state = 'running' AND d.attempt = p_attempt;
-    IF NOT FOUND THEN
-        RETURN QUERY SELECT clock_timestamp(), NULL::double precision;
+    WHERE d.id = p_job;
+    IF NOT FOUND OR j.state <> 'running' OR j.attempt <> p_attempt THEN
+        RETURN QUERY SELECT NULL::timestamptz, NULL::double precision, j.state, j.attempt;
         RETURN;
     END IF;
     SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'),
@@ -420,7 +423,7 @@ BEGIN
       AND COALESCE(l.override_rate, l.declared_rate) IS NOT NULL
       AND ((l.scope = 'kind' AND l.target = j.kind) OR (l.scope = 'queue' AND l.target = j.queue));
     IF cardinality(ids) = 0 THEN
-        RETURN QUERY SELECT clock_timestamp(), NULL::double precision;
+        RETURN QUERY SELECT clock_timestamp(), NULL::double precision, j.state, j.attempt;
         RETURN;
     END IF;
     FOR i IN 1 .. cardinality(ids) LOOP
@@ -438,7 +441,7 @@ BEGIN
         END IF;
     END LOOP;
     IF wait IS NOT NULL THEN
-        RETURN QUERY SELECT NULL::timestamptz, wait;
+        RETURN QUERY SELECT NULL::timestamptz, wait, j.state, j.attempt;
         RETURN;
     END IF;
     INSERT INTO drover_limit_starts (limit_id, part, started_at, starts)
@@ -446,6 +449,6 @@ BEGIN
     DELETE FROM drover_limit_starts s
     USING unnest(ids, pers) AS t(id, per)
     WHERE s.limit_id = t.id AND s.started_at <= started - t.per - interval '1 second';
-    RETURN QUERY SELECT started, NULL::double precision;
+    RETURN QUERY SELECT started, NULL::double precision, j.state, j.attempt;
 END
 $take$;

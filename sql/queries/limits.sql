@@ -187,8 +187,9 @@ ORDER BY l.scope, l.target, l.partition_by;
 -- (Limit(counts="starts"), ADR 0052), taken by the worker just before the
 -- handler runs: (the start's time, NULL) when it was recorded (or no such
 -- limit applies), (NULL, seconds to wait before asking again) when a window
--- is full. drover_take_start (migration 0019) has the rules.
-SELECT s.o_started, s.o_wait
+-- is full, (NULL, NULL) with the job's state and attempt now when the claim
+-- was lost. drover_take_start (migration 0019) has the rules.
+SELECT s.o_started, s.o_wait, s.o_state, s.o_attempt
 FROM drover_take_start(%(job)s::bigint, %(attempt)s::integer) s;
 
 -- name: job_claim_limited

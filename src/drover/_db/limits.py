@@ -14,7 +14,7 @@ from drover._db.errors import translate
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import row_from_db
-from drover.errors import DatabaseError
+from drover.errors import DatabaseError, LeaseLost
 from drover.job import JobRow
 from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 
@@ -195,13 +195,20 @@ def limit_take_start(
 ) -> tuple[datetime | None, float | None]:
     """Take the start of claim ``(job_id, attempt)`` under the rate limits that count
     starts (``Limit(counts="starts")``): ``(the start's time, None)`` once recorded (or
-    when no such limit applies, or the claim is lost), ``(None, seconds to wait)`` while
-    a window is full. One round trip, autocommit."""
+    when no such limit applies), ``(None, seconds to wait)`` while a window is full.
+    One round trip, autocommit.
+
+    Raises:
+        drover.LeaseLost: the job is no longer running with ``attempt`` (its handler
+            must not run; the engine records no outcome for it).
+    """
     with translate(f"take the start of job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
         cur.execute(query("limit_take_start", ns), {"job": job_id, "attempt": attempt})
         found = cur.fetchone()
     assert found is not None  # the function always answers one row
-    started, wait = found
+    started, wait, state, now_attempt = found
+    if started is None and wait is None:
+        raise LeaseLost(job_id, attempt, state, now_attempt)
     return started, wait
 
 

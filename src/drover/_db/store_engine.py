@@ -122,7 +122,8 @@ class EngineOps:
 
     def take_start(self, job_id: int, attempt: int) -> tuple[datetime | None, float | None]:
         """Take a handler's start under the rate limits that count starts (ADR 0052):
-        ``(when, None)`` once taken, ``(None, seconds to wait)`` while a window is full."""
+        ``(when, None)`` once taken, ``(None, seconds to wait)`` while a window is full;
+        ``drover.LeaseLost`` when the claim is no longer this execution's."""
         with borrow(self._pool, "take a job's start") as conn:
             return limit_take_start(conn, job_id, attempt, ns=self._ns)
 
