@@ -301,3 +301,52 @@ def test_operators_see_what_a_rate_counts(make_client: MakeClient, db_url: str) 
         (state,) = [s for s in inspector.limits() if s.key.target == "limits_metered"]
     assert state.counts == "starts"
     assert state.declared == drover.Limit(rate=1, per=60, counts="starts")
+
+
+class MeteredAsync(
+    drover.JobArgs,
+    kind="limits_metered_async",
+    limits=drover.Limit(rate=2, per=60, counts="starts"),
+):
+    n: int = 0
+
+
+def test_an_async_job_whose_start_is_far_off_is_snoozed_until_the_window_has_room(
+    make_client: MakeClient, conn: Conn, poll: Poll
+) -> None:
+    # Two starts a minute: the third job would wait most of a minute, longer
+    # than a slot is held, so it goes back to the queue until then.
+    started: list[object] = []
+    workers = drover.Workers()
+
+    @workers.register
+    async def metered(job: drover.Job[MeteredAsync]) -> None:
+        started.append(job.context.values.get(starts.STARTED_AT))
+
+    client = make_client(workers=workers, poll_interval=0.05, concurrency=3)
+    client.start()
+    jobs = client.insert_many([MeteredAsync(n=i) for i in range(3)])
+    ids = [j.id for j in jobs]
+
+    def settled() -> list[tuple[str, int]]:
+        rows = conn.execute(
+            "SELECT state::text, attempt FROM drover_jobs WHERE id = ANY(%s) ORDER BY 1",
+            (ids,),
+        ).fetchall()
+        return [(state, attempt) for state, attempt in rows]
+
+    poll(
+        lambda: settled() == [("completed", 1), ("completed", 1), ("scheduled", 0)],
+        timeout=SAFETY,
+        message="two run, the third is snoozed",
+    )
+    assert len(started) == 2 and all(s is not None for s in started)
+    row = conn.execute(
+        "SELECT j.scheduled_at - (SELECT min(started_at) FROM drover_limit_starts) "
+        "FROM drover_jobs j WHERE j.id = ANY(%s) AND j.state = 'scheduled'",
+        (ids,),
+    ).fetchone()
+    assert row is not None
+    # Due when the first start leaves the window (the snooze's own clock is
+    # the worker's: a second of slack for a busy machine).
+    assert timedelta(seconds=58) < row[0] < timedelta(seconds=62), row[0]

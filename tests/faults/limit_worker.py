@@ -46,6 +46,7 @@ CREATE TABLE race_log (
     part       text        NOT NULL,
     claimed_at timestamptz,
     counted_at timestamptz,
+    entered_at timestamptz,
     started_at timestamptz NOT NULL,
     ended_at   timestamptz,
     PRIMARY KEY (job_id, attempt)
@@ -99,10 +100,11 @@ KINDS: dict[str, type[drover.JobArgs]] = {
 }
 
 _START = (
-    "INSERT INTO race_log (job_id, attempt, pid, part, claimed_at, counted_at, started_at) "
+    "INSERT INTO race_log "
+    "(job_id, attempt, pid, part, claimed_at, counted_at, entered_at, started_at) "
     "SELECT %(id)s, %(attempt)s, %(pid)s, %(part)s, "
     "(SELECT j.attempted_at FROM drover_jobs j WHERE j.id = %(id)s AND j.attempt = %(attempt)s), "
-    "%(counted)s, clock_timestamp()"
+    "%(counted)s, %(entered)s, clock_timestamp()"
 )
 _END = (
     "UPDATE race_log SET ended_at = clock_timestamp() "
@@ -125,7 +127,9 @@ class Recorder:
         self._hold = hold
         self._pid = os.getpid()
 
-    def _write(self, statement: str, job: drover.Job[Any], part: str) -> None:
+    def _write(
+        self, statement: str, job: drover.Job[Any], part: str, entered: datetime | None = None
+    ) -> None:
         params = {
             "id": job.id,
             "attempt": job.attempt,
@@ -133,12 +137,17 @@ class Recorder:
             "part": part,
             # The start a rate that counts starts took for this handler (drover's time).
             "counted": job.context.values.get("drover.started_at"),
+            "entered": entered,
         }
         with self._pool.connection() as conn:
             conn.execute(statement, params)
 
     def _run(self, job: drover.Job[Any], part: str, seconds: float) -> None:
-        self._write(_START, job, part)
+        # The host's clock as the handler is entered, before the recorder finds
+        # a connection: on the test's one machine, the same clock as the
+        # server's, without the recorder's own delay (shown by the rate tests).
+        entered = datetime.now(UTC)
+        self._write(_START, job, part, entered)
         if self._hold:
             threading.Event().wait()  # until the test kills this process
         if seconds > 0:

@@ -304,12 +304,25 @@ def test_a_rate_over_three_processes_holds_in_every_sliding_second(
     expected = PACED_RATE * PACED_SECONDS
     assert abs(len(measured) - expected) <= expected // 10, len(measured)
     assert len(claims) < PACED_JOBS  # the rate, not the backlog, bounded the starts
-    print(f"{len(measured)} starts in {PACED_SECONDS} s; {len(Counter(r.pid for r in runs))} pids")
+    # The rate counts claims: the handlers' own starts may bunch past it
+    # (docs/flow-control.md bounds them); shown, not asserted.
+    own = _windows_over(_entered(conn), PACED_RATE, timedelta(seconds=1))
+    print(
+        f"{len(measured)} starts in {PACED_SECONDS} s; {len(Counter(r.pid for r in runs))} pids; "
+        f"handlers' own starts over {PACED_RATE} in a second: most "
+        f"{max((n for _, n in own), default=0)}"
+    )
 
 
 # --- a rate that counts handler starts, over three processes ----------------------------
 
 STARTED_SECONDS = 6
+
+
+def _entered(conn: Conn) -> list[datetime]:
+    """When each handler was entered, by the host's clock (``limit_worker.py``)."""
+    rows = conn.execute("SELECT entered_at FROM race_log ORDER BY entered_at").fetchall()
+    return [at for (at,) in rows]
 
 
 def _counted(conn: Conn) -> list[datetime]:
@@ -346,14 +359,13 @@ def test_a_rate_that_counts_starts_holds_for_handler_starts_in_every_sliding_sec
     measured = [c for c in counted if c < first + timedelta(seconds=STARTED_SECONDS)]
     expected = STARTED_RATE * STARTED_SECONDS
     assert abs(len(measured) - expected) <= expected // 10, len(measured)
-    # The handlers' own first reading of the clock follows the counted start
-    # by a round trip and a thread switch; shown, not asserted (no bound holds
-    # on a loaded machine).
-    own = _windows_over(sorted(r.start for r in runs), STARTED_RATE, timedelta(seconds=1))
+    # The handlers are entered after their counted start, by a round trip and
+    # a thread switch; shown, not asserted (no bound holds on a loaded machine).
+    own = _windows_over(_entered(conn), STARTED_RATE, timedelta(seconds=1))
     print(
         f"{len(measured)} starts in {STARTED_SECONDS} s over "
-        f"{len(Counter(r.pid for r in runs))} pids; windows of the handlers' own clock "
-        f"readings over {STARTED_RATE}: {len(own)} (most {max((n for _, n in own), default=0)})"
+        f"{len(Counter(r.pid for r in runs))} pids; windows of handler entries over "
+        f"{STARTED_RATE}: {len(own)} (most {max((n for _, n in own), default=0)})"
     )
 
 
