@@ -1,14 +1,15 @@
 """A rate limit at hundreds per second, claimed as fast as many connections can (ADR 0052).
 
-Sixteen connections, each on a thread of its own, call the limited claim in a
-loop for a few seconds, asking for one to four jobs at a time, under a kind
-limit of 200 starts per second. Claims meet at the window's edge within
+Twenty-four connections, each on a thread of its own, call the limited claim
+in a loop for eight seconds, asking for one or two jobs at a time, under a
+kind limit of 200 starts per second. Claims meet at the window's edge within
 milliseconds of each other, many waiting for the limit's lock at once, so
 their transactions' start times (``now()``) are not in the order they take
 the lock. Before migration 0019 a claim that took the lock first could prune
 starts that an earlier-begun claim, still waiting, had yet to count, and
 that claim admitted past the rate (issue 40: 203 to 210 claims in one
-second, 4 runs of 4).
+second, 4 runs of 4; this test against that function: 201 to 203, 5 runs of
+5).
 
 The check needs no tolerance: every admitted job's ``attempted_at`` is the
 time its claim counted and recorded its start at, so no window of one
@@ -35,9 +36,9 @@ from drover.limits import Limit, LimitKey
 RATE = 200
 PER = timedelta(seconds=1)
 CLAIMERS = 24
-SECONDS = 5.0
-"""How long the connections claim (the limit's window slides four times)."""
-JOBS = 3000
+SECONDS = 8.0
+"""How long the connections claim (the limit's window slides eight times)."""
+JOBS = 4000
 """More than the rate lets start in ``SECONDS``: the backlog never runs out."""
 
 
