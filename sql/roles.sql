@@ -107,6 +107,7 @@ $stats$; -- stats
 -- PUBLIC by default; these make the intent explicit.
 GRANT EXECUTE ON FUNCTION
     {{schema}}.drover_claim_limited(text, integer, double precision, text),
+    {{schema}}.drover_take_start(bigint, integer),
     {{schema}}.drover_release_dependents(bigint[]),
     {{schema}}.drover_cancel_dependents(bigint[], text[]),
     {{schema}}.drover_cancel_entry(jsonb, integer),

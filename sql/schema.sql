@@ -1,7 +1,7 @@
 -- drover's schema, as its migrations leave it. GENERATED: do not edit by hand.
 --
 -- What `drover migrate` builds in an empty database's default schema (public)
--- through migration 0018_kernel_doors,
+-- through migration 0019_exact_rate_windows,
 -- as pg_dump prints it (schema only; no owners, privileges or tablespaces).
 -- The migrations in sql/migrations stay the source of truth and the only SQL
 -- `drover migrate` runs: this file is for reading and review, the package never
@@ -196,6 +196,11 @@ DECLARE
     kfirst integer;
     klast integer;
     r record;
+    -- The claim's time on the limits it holds: the clock read after the
+    -- last of their locks was granted (NULL until a lock is held). Counts,
+    -- the starts recorded, the prune and attempted_at all use it.
+    claim_at timestamptz;
+    locked boolean;
 BEGIN
     SELECT EXISTS (
                SELECT 1 FROM drover_queues q WHERE q.name = p_queue AND q.paused_at IS NOT NULL
@@ -206,7 +211,10 @@ BEGIN
            COALESCE(array_agg(l.partition_by ORDER BY l.id), '{}'),
            COALESCE(array_agg(COALESCE(l.override_concurrency, l.declared_concurrency)
                               ORDER BY l.id), '{}'),
-           COALESCE(array_agg(COALESCE(l.override_rate, l.declared_rate) ORDER BY l.id), '{}'),
+           -- A rate that counts starts is taken by the worker (drover_take_start).
+           COALESCE(array_agg(CASE WHEN NOT l.counts_starts
+                                   THEN COALESCE(l.override_rate, l.declared_rate) END
+                              ORDER BY l.id), '{}'),
            COALESCE(array_agg(COALESCE(l.override_per, l.declared_per, interval '1 second')
                               ORDER BY l.id), '{}'),
            COALESCE(bool_or(l.partition_by <> ''), false)
@@ -214,7 +222,7 @@ BEGIN
     FROM drover_limits l
     WHERE (l.scope = 'kind' OR (l.scope = 'queue' AND l.target = p_queue))
       AND (COALESCE(l.override_concurrency, l.declared_concurrency) IS NOT NULL
-           OR COALESCE(l.override_rate, l.declared_rate) IS NOT NULL);
+           OR (NOT l.counts_starts AND COALESCE(l.override_rate, l.declared_rate) IS NOT NULL));
     IF paused THEN
         RETURN;
     END IF;
@@ -300,15 +308,25 @@ BEGIN
         END IF;
 
         -- 2. Lock the limits the candidates draw on that this claim does not
-        -- hold yet, in id order; wait only in the first round.
+        -- hold yet, in id order; wait only in the first round. Then read the
+        -- clock: a claim that takes a limit's lock after another reads a
+        -- later time than the other recorded (it committed before the lock
+        -- was granted), so the times of one limit's claims follow their
+        -- lock order, whatever order their transactions started in.
+        locked := false;
         FOREACH lid IN ARRAY new_locks LOOP
             IF round = 1 THEN
                 PERFORM pg_advisory_xact_lock(lock_class, lid);
                 held := held || lid;
+                locked := true;
             ELSIF pg_try_advisory_xact_lock(lock_class, lid) THEN
                 held := held || lid;
+                locked := true;
             END IF;
         END LOOP;
+        IF locked THEN
+            claim_at := clock_timestamp();
+        END IF;
 
         -- 3. Count the budgets of the limits just locked: every key seen among
         -- running jobs and recent starts (so the spent ones are known), then
@@ -341,7 +359,7 @@ BEGIN
                        min(l.conc) AS conc
                 FROM unnest(l_id, l_rate, l_per, l_conc) AS l(id, rate, per, conc)
                 JOIN drover_limit_starts s
-                  ON s.limit_id = l.id AND s.started_at > now() - l.per
+                  ON s.limit_id = l.id AND s.started_at > claim_at - l.per
                 WHERE l.rate IS NOT NULL AND l.id = ANY (new_locks) AND l.id = ANY (held)
                 GROUP BY s.limit_id, s.part
             LOOP
@@ -437,18 +455,21 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Record the starts rate limits count, and drop those no window needs.
+    -- Record the starts rate limits count, at the claim's time, and drop
+    -- those no later claim can count: a later claim of the limit reads a
+    -- time at or after this one, so it counts only starts after claim_at - per.
+    -- A second more is kept against a step back of the server's clock.
     IF cardinality(s_key) > 0 THEN
         INSERT INTO drover_limit_starts (limit_id, part, started_at, starts)
         SELECT split_part(x.key, ':', 1)::integer,
                substr(x.key, strpos(x.key, ':') + 1),
-               now(),
+               claim_at,
                x.n
         FROM unnest(s_key, s_count) AS x(key, n);
         DELETE FROM drover_limit_starts s
         USING unnest(l_id, l_rate, l_per) AS t(id, rate, per)
         WHERE s.limit_id = t.id AND t.rate IS NOT NULL AND t.id = ANY (held)
-          AND s.started_at <= now() - t.per;
+          AND s.started_at <= claim_at - t.per - interval '1 second';
     END IF;
 
     RETURN QUERY
@@ -457,7 +478,7 @@ BEGIN
         attempt = j.attempt + 1,
         leased_until = now() + make_interval(secs => p_lease),
         leased_by = p_holder,
-        attempted_at = now()
+        attempted_at = COALESCE(claim_at, now())
     WHERE j.id = ANY (admitted)
     RETURNING j, j.id = ANY (admitted_conc);
 END
@@ -704,6 +725,77 @@ $$;
 
 
 --
+-- Name: drover_take_start(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.drover_take_start(p_job bigint, p_attempt integer) RETURNS TABLE(o_started timestamp with time zone, o_wait double precision, o_state text, o_attempt integer)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    lock_class integer := ('drover_limits'::regclass::oid::bigint % 2147483647)::integer;
+    j record;
+    started timestamptz;
+    wait double precision;
+    ids integer[];
+    parts text[];
+    rates integer[];
+    pers interval[];
+    used bigint;
+    oldest timestamptz;
+    i integer;
+BEGIN
+    SELECT d.kind, d.queue, d.args, d.state::text AS state, d.attempt INTO j
+    FROM drover_jobs d
+    WHERE d.id = p_job;
+    IF NOT FOUND OR j.state <> 'running' OR j.attempt <> p_attempt THEN
+        RETURN QUERY SELECT NULL::timestamptz, NULL::double precision, j.state, j.attempt;
+        RETURN;
+    END IF;
+    SELECT COALESCE(array_agg(l.id ORDER BY l.id), '{}'),
+           COALESCE(array_agg(CASE WHEN l.partition_by = '' THEN ''
+                                   ELSE COALESCE((j.args -> l.partition_by)::text, 'null') END
+                              ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_rate, l.declared_rate) ORDER BY l.id), '{}'),
+           COALESCE(array_agg(COALESCE(l.override_per, l.declared_per, interval '1 second')
+                              ORDER BY l.id), '{}')
+    INTO ids, parts, rates, pers
+    FROM drover_limits l
+    WHERE l.counts_starts
+      AND COALESCE(l.override_rate, l.declared_rate) IS NOT NULL
+      AND ((l.scope = 'kind' AND l.target = j.kind) OR (l.scope = 'queue' AND l.target = j.queue));
+    IF cardinality(ids) = 0 THEN
+        RETURN QUERY SELECT clock_timestamp(), NULL::double precision, j.state, j.attempt;
+        RETURN;
+    END IF;
+    FOR i IN 1 .. cardinality(ids) LOOP
+        PERFORM pg_advisory_xact_lock(lock_class, ids[i]);
+    END LOOP;
+    -- After every lock: later than any start recorded under them before.
+    started := clock_timestamp();
+    FOR i IN 1 .. cardinality(ids) LOOP
+        SELECT COALESCE(sum(s.starts), 0), min(s.started_at) INTO used, oldest
+        FROM drover_limit_starts s
+        WHERE s.limit_id = ids[i] AND s.part = parts[i] AND s.started_at > started - pers[i];
+        IF used >= rates[i] THEN
+            wait := GREATEST(COALESCE(wait, 0),
+                             extract(epoch FROM oldest + pers[i] - started)::double precision);
+        END IF;
+    END LOOP;
+    IF wait IS NOT NULL THEN
+        RETURN QUERY SELECT NULL::timestamptz, wait, j.state, j.attempt;
+        RETURN;
+    END IF;
+    INSERT INTO drover_limit_starts (limit_id, part, started_at, starts)
+    SELECT x.id, x.part, started, 1 FROM unnest(ids, parts) AS x(id, part);
+    DELETE FROM drover_limit_starts s
+    USING unnest(ids, pers) AS t(id, per)
+    WHERE s.limit_id = t.id AND s.started_at <= started - t.per - interval '1 second';
+    RETURN QUERY SELECT started, NULL::double precision, j.state, j.attempt;
+END
+$$;
+
+
+--
 -- Name: drover_watched(public.drover_jobs); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -798,6 +890,7 @@ CREATE TABLE public.drover_limits (
     override_per interval,
     overridden_at timestamp with time zone,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    counts_starts boolean DEFAULT false NOT NULL,
     CONSTRAINT drover_limits_declared_concurrency_check CHECK ((declared_concurrency > 0)),
     CONSTRAINT drover_limits_declared_per_check CHECK ((declared_per > '00:00:00'::interval)),
     CONSTRAINT drover_limits_declared_rate_check CHECK ((declared_rate > 0)),

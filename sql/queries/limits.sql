@@ -9,26 +9,29 @@
 -- name: limit_declare
 -- What a starting client's code declares, one row per limit. Overrides are
 -- kept; a declaration replaces the previous one whole (a field the code no
--- longer sets becomes NULL). No wake-up: a declaration at start usually
--- repeats the last one.
+-- longer sets becomes NULL; counts_starts is what the code says). No
+-- wake-up: a declaration at start usually repeats the last one.
 INSERT INTO drover_limits AS l (
     scope, target, partition_by,
-    declared_concurrency, declared_rate, declared_per, declared_at, updated_at
+    declared_concurrency, declared_rate, declared_per, counts_starts, declared_at, updated_at
 )
-SELECT t.scope, t.target, t.part, t.conc, t.rate, make_interval(secs => t.per), now(), now()
+SELECT t.scope, t.target, t.part, t.conc, t.rate, make_interval(secs => t.per), t.starts,
+       now(), now()
 FROM unnest(
     %(scopes)s::text[], %(targets)s::text[], %(parts)s::text[],
-    %(concs)s::int[], %(rates)s::int[], %(pers)s::float8[]
-) AS t(scope, target, part, conc, rate, per)
+    %(concs)s::int[], %(rates)s::int[], %(pers)s::float8[], %(starts)s::boolean[]
+) AS t(scope, target, part, conc, rate, per, starts)
 ON CONFLICT (scope, target, partition_by) DO UPDATE
 SET declared_concurrency = excluded.declared_concurrency,
     declared_rate = excluded.declared_rate,
     declared_per = excluded.declared_per,
+    counts_starts = excluded.counts_starts,
     declared_at = excluded.declared_at,
     updated_at = CASE
-        WHEN (l.declared_concurrency, l.declared_rate, l.declared_per)
+        WHEN (l.declared_concurrency, l.declared_rate, l.declared_per, l.counts_starts)
              IS NOT DISTINCT FROM
-             (excluded.declared_concurrency, excluded.declared_rate, excluded.declared_per)
+             (excluded.declared_concurrency, excluded.declared_rate, excluded.declared_per,
+              excluded.counts_starts)
         THEN l.updated_at
         ELSE now()
     END;
@@ -158,7 +161,7 @@ SELECT l.scope, l.target, l.partition_by,
        COALESCE(t.parts, 0)::bigint, COALESCE(t.full, 0)::bigint,
        COALESCE(b.parts, '{}'), COALESCE(b.running, '{}'), COALESCE(b.started, '{}'),
        COALESCE(b.full, '{}'),
-       l.updated_at
+       l.updated_at, l.counts_starts
 FROM lim l
 LEFT JOIN LATERAL (
     SELECT sum(u.running) AS running, sum(u.started) AS started, count(*) AS parts,
@@ -178,6 +181,16 @@ LEFT JOIN LATERAL (
     ) top
 ) b ON true
 ORDER BY l.scope, l.target, l.partition_by;
+
+-- name: limit_take_start
+-- The start of a handler under the rate limits that count starts
+-- (Limit(counts="starts"), ADR 0052), taken by the worker just before the
+-- handler runs: (the start's time, NULL) when it was recorded (or no such
+-- limit applies), (NULL, seconds to wait before asking again) when a window
+-- is full, (NULL, NULL) with the job's state and attempt now when the claim
+-- was lost. drover_take_start (migration 0019) has the rules.
+SELECT s.o_started, s.o_wait, s.o_state, s.o_attempt
+FROM drover_take_start(%(job)s::bigint, %(attempt)s::integer) s;
 
 -- name: job_claim_limited
 -- The claim of a queue a limit applies to (the 'limits' gate, migration

@@ -18,7 +18,7 @@ import secrets
 import signal
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import FrameType, TracebackType
 from typing import Any, Self, TypeVar, overload
 
@@ -28,6 +28,7 @@ from psycopg_pool import ConnectionPool
 from drover._client_inserts import ClientInserts
 from drover._db.handback import HandBackHold
 from drover._db.namespace import namespace_for
+from drover._db.notify import kind_payload
 from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.combiner import Combiner
@@ -37,6 +38,7 @@ from drover._runtime.cancels import HardCancel
 from drover._runtime.chain import build_chains
 from drover._runtime.engine import Engine
 from drover._runtime.notifier import Notifier
+from drover._runtime.starts import start_gate_of
 from drover.config import Config, declared_limits, periodic_jobs_of
 from drover.errors import (
     AlreadyStarted,
@@ -140,6 +142,9 @@ class Client(ClientInserts):
             queues=list(config.queues),
             periodic_ids=[job.id for job in periodic_jobs_of(config)],
         )
+        # Set when stop() begins: jobs waiting for their start under a rate
+        # that counts starts go back to the queue at once (ADR 0052).
+        self._stopping = threading.Event()
         # The async chain is None without async workers; ConfigError when a
         # middleware has no async form.
         self._chain, self._async_chain = build_chains(
@@ -149,6 +154,11 @@ class Client(ClientInserts):
             self._metrics.middleware,
             self._metrics.async_middleware,
             config.max_result_bytes,
+            starts=start_gate_of(
+                declared_limits(config),
+                lambda job_id, attempt: self._store.take_start(job_id, attempt),
+                self._stopping,
+            ),
         )
         self._store = Store.open(
             pool_or_conninfo,
@@ -307,6 +317,13 @@ class Client(ClientInserts):
         if engine is not None and self._phase is _Phase.STARTED:
             engine.wake()
 
+    def _released(self, queues: Collection[str], kinds: Collection[str]) -> None:
+        # Jobs a cluster-wide concurrency limit held have ended: wake the
+        # fetchers of their queues, as an insert does, and of every client
+        # working their kinds (a kind limit holds jobs back in any queue).
+        # Sent after the outcomes committed, by the notifier.
+        self._committed([*queues, *(kind_payload(k) for k in kinds)])
+
     # --- lifecycle --------------------------------------------------------------------------
 
     @overload
@@ -422,7 +439,7 @@ class Client(ClientInserts):
                     metrics=self._metrics,
                     client_id=self._id,
                     max_jobs=self._max_jobs,
-                    released=self._committed,
+                    released=self._released,
                     hard_cancel=self._hard_cancel,
                     before_hand_back=self._before_hand_back,
                     async_chain=self._async_chain,
@@ -467,6 +484,7 @@ class Client(ClientInserts):
             first = self._phase is _Phase.STARTED
             if first:
                 self._phase = _Phase.STOPPING
+                self._stopping.set()
         if not first:
             self._stopped.wait()
             if self._verdict is not None:

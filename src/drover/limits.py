@@ -26,6 +26,7 @@ __all__ = [
     "LimitState",
     "PartitionUse",
     "Period",
+    "RateCounts",
     "check_field",
     "check_override",
     "check_period",
@@ -40,6 +41,9 @@ MAX_LIMIT = 2**31 - 1
 
 MAX_LIMIT_PERIOD = timedelta(days=1)
 """The longest rate period: the claim keeps one period of starts to count against."""
+
+RateCounts: TypeAlias = Literal["claims", "starts"]
+"""What a rate limit counts: claims (the default) or handler starts (`Limit(counts=...)`)."""
 
 Period: TypeAlias = timedelta | int | float | Literal["second", "minute", "hour"]
 """A rate period: a `timedelta`, a number of seconds, or "second", "minute", "hour"."""
@@ -123,6 +127,13 @@ class Limit:
       any window of length `per` on the database clock, retries included.
       `per` is a `timedelta`, seconds, or "second" (default), "minute",
       "hour"; at most one day.
+    - `counts="starts"` (with `rate`): the rate counts handler starts
+      instead of claims. The claim no longer counts the rate; the worker
+      takes each start from the database just before it calls the handler,
+      waiting (in its slot, interruptibly) while the window is full, so no
+      window of `per` holds more than `rate` starts across every process.
+      For a rate that protects an outside API. The default, "claims",
+      counts claims: see docs/flow-control.md for what that bounds.
     - `partition_by="field"`: the budget is per value of that top-level args
       field (`concurrency=1, partition_by="tenant_id"`: one running job per
       tenant). Jobs without the field share one budget (the value null).
@@ -136,14 +147,16 @@ class Limit:
 
     Raises:
         drover.InvalidLimit: a value of 0 or less, neither limit given, `per`
-            without `rate`, a period that is not a duration of at most a day,
-            or a partition field that is not an identifier.
+            or `counts="starts"` without `rate`, a period that is not a
+            duration of at most a day, `counts` other than "claims" or
+            "starts", or a partition field that is not an identifier.
     """
 
     concurrency: int | None
     rate: int | None
     per: timedelta
     partition_by: str | None
+    counts: RateCounts
 
     def __init__(
         self,
@@ -152,6 +165,7 @@ class Limit:
         rate: int | None = None,
         per: Period | None = None,
         partition_by: str | None = None,
+        counts: RateCounts = "claims",
     ) -> None:
         conc = _positive(concurrency, "Limit concurrency")
         rate_ = _positive(rate, "Limit rate")
@@ -163,10 +177,15 @@ class Limit:
             raise InvalidLimit("Limit per= is the period of rate=; give rate= too")
         period = check_period("second" if per is None else per, "Limit per")
         part = None if partition_by is None else check_field(partition_by, "Limit partition_by")
+        if counts not in ("claims", "starts"):
+            raise InvalidLimit(f'Limit counts must be "claims" or "starts", not {counts!r}')
+        if counts == "starts" and rate_ is None:
+            raise InvalidLimit('Limit counts="starts" is what rate= counts; give rate= too')
         object.__setattr__(self, "concurrency", conc)
         object.__setattr__(self, "rate", rate_)
         object.__setattr__(self, "per", period)
         object.__setattr__(self, "partition_by", part)
+        object.__setattr__(self, "counts", counts)
 
     def __repr__(self) -> str:
         parts = []
@@ -174,6 +193,8 @@ class Limit:
             parts.append(f"concurrency={self.concurrency}")
         if self.rate is not None:
             parts.append(f"rate={self.rate}, per={period_text(self.per)!r}")
+            if self.counts == "starts":
+                parts.append("counts='starts'")
         if self.partition_by is not None:
             parts.append(f"partition_by={self.partition_by!r}")
         return f"Limit({', '.join(parts)})"
@@ -378,7 +399,9 @@ class LimitState:
     `partition_by` has one partition, the whole scope: `partitions_full` is
     1 while the scope is at its limit. `busiest` lists, for a partitioned
     limit, the five partitions running the most jobs (then starting the
-    most), busiest first. Times are database-clock times.
+    most), busiest first. Times are database-clock times. `counts` is
+    what the rate counts, as its code declares (`Limit(counts=...)`):
+    "claims" or "starts".
     """
 
     key: LimitKey
@@ -393,3 +416,4 @@ class LimitState:
     partitions_full: int
     busiest: tuple[PartitionUse, ...]
     updated_at: datetime
+    counts: RateCounts = "claims"

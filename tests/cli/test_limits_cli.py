@@ -33,6 +33,7 @@ LIMIT_KEYS = [
     "concurrency",
     "rate",
     "per_seconds",
+    "counts",
     "source",
     "declared",
     "override",

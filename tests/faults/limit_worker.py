@@ -45,6 +45,8 @@ CREATE TABLE race_log (
     pid        integer     NOT NULL,
     part       text        NOT NULL,
     claimed_at timestamptz,
+    counted_at timestamptz,
+    entered_at timestamptz,
     started_at timestamptz NOT NULL,
     ended_at   timestamptz,
     PRIMARY KEY (job_id, attempt)
@@ -55,6 +57,7 @@ CREATE TABLE race_ready (pid integer PRIMARY KEY, at timestamptz NOT NULL);
 
 CAPPED_LIMIT = 3
 PACED_RATE = 20
+STARTED_RATE = 20
 
 
 class Capped(drover.JobArgs, kind="race_capped", limits=drover.Limit(concurrency=CAPPED_LIMIT)):
@@ -79,13 +82,29 @@ class Keyed(
     seconds: float = 0.0
 
 
-KINDS: dict[str, type[drover.JobArgs]] = {"capped": Capped, "paced": Paced, "keyed": Keyed}
+class Started(
+    drover.JobArgs,
+    kind="race_started",
+    limits=drover.Limit(rate=STARTED_RATE, per="second", counts="starts"),
+):
+    """At most twenty handler starts in any second of the database clock."""
+
+    n: int
+
+
+KINDS: dict[str, type[drover.JobArgs]] = {
+    "capped": Capped,
+    "paced": Paced,
+    "keyed": Keyed,
+    "started": Started,
+}
 
 _START = (
-    "INSERT INTO race_log (job_id, attempt, pid, part, claimed_at, started_at) "
+    "INSERT INTO race_log "
+    "(job_id, attempt, pid, part, claimed_at, counted_at, entered_at, started_at) "
     "SELECT %(id)s, %(attempt)s, %(pid)s, %(part)s, "
     "(SELECT j.attempted_at FROM drover_jobs j WHERE j.id = %(id)s AND j.attempt = %(attempt)s), "
-    "clock_timestamp()"
+    "%(counted)s, %(entered)s, clock_timestamp()"
 )
 _END = (
     "UPDATE race_log SET ended_at = clock_timestamp() "
@@ -108,13 +127,27 @@ class Recorder:
         self._hold = hold
         self._pid = os.getpid()
 
-    def _write(self, statement: str, job: drover.Job[Any], part: str) -> None:
-        params = {"id": job.id, "attempt": job.attempt, "pid": self._pid, "part": part}
+    def _write(
+        self, statement: str, job: drover.Job[Any], part: str, entered: datetime | None = None
+    ) -> None:
+        params = {
+            "id": job.id,
+            "attempt": job.attempt,
+            "pid": self._pid,
+            "part": part,
+            # The start a rate that counts starts took for this handler (drover's time).
+            "counted": job.context.values.get("drover.started_at"),
+            "entered": entered,
+        }
         with self._pool.connection() as conn:
             conn.execute(statement, params)
 
     def _run(self, job: drover.Job[Any], part: str, seconds: float) -> None:
-        self._write(_START, job, part)
+        # The host's clock as the handler is entered, before the recorder finds
+        # a connection: on the test's one machine, the same clock as the
+        # server's, without the recorder's own delay (shown by the rate tests).
+        entered = datetime.now(UTC)
+        self._write(_START, job, part, entered)
         if self._hold:
             threading.Event().wait()  # until the test kills this process
         if seconds > 0:
@@ -130,12 +163,17 @@ class Recorder:
     def keyed(self, job: drover.Job[Keyed]) -> None:
         self._run(job, str(job.args.key), job.args.seconds)
 
+    def started(self, job: drover.Job[Started]) -> None:
+        self._run(job, "", 0.0)
+
     def workers(self, kind: str) -> drover.Workers:
         registry = drover.Workers()
         if kind == "capped":
             registry.register(self.capped)
         elif kind == "paced":
             registry.register(self.paced)
+        elif kind == "started":
+            registry.register(self.started)
         else:
             registry.register(self.keyed)
         return registry

@@ -10,7 +10,7 @@ release moves on.
 
 ``work`` starts a ``drover.Client`` working two kinds, ``upgrade_plain`` and
 ``upgrade_capped`` (a cluster-wide concurrency limit, so the limited claim of
-migrations 0008/0012 runs too), writes its pid to ``upgrade_ready`` once
+migrations 0008, 0012 and 0019 runs too), writes its pid to ``upgrade_ready`` once
 started, and drains and exits 0 on SIGTERM (3 if the drain was incomplete).
 Each execution inserts one ``upgrade_log`` row (job, attempt, pid, release,
 the database's ``clock_timestamp()``) on a connection of its own before the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import psycopg
@@ -14,11 +14,18 @@ from drover._db.errors import translate
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover._db.rows import row_from_db
-from drover.errors import DatabaseError
+from drover.errors import DatabaseError, LeaseLost
 from drover.job import JobRow
 from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 
-__all__ = ["limit_clear", "limit_declare", "limit_delete", "limit_list", "limit_set"]
+__all__ = [
+    "limit_clear",
+    "limit_declare",
+    "limit_delete",
+    "limit_list",
+    "limit_set",
+    "limit_take_start",
+]
 
 
 def _key_params(key: LimitKey) -> dict[str, object]:
@@ -41,6 +48,7 @@ def limit_declare(
                 "concs": [lim.concurrency for _, lim in declared],
                 "rates": [lim.rate for _, lim in declared],
                 "pers": [lim.per.total_seconds() if lim.rate else None for _, lim in declared],
+                "starts": [lim.counts == "starts" for _, lim in declared],
             },
         )
 
@@ -118,7 +126,12 @@ def limit_delete(conn: Connection, key: LimitKey, *, ns: Namespace = DEFAULT) ->
 
 
 def _limit_or_none(
-    present: bool, conc: int | None, rate: int | None, per: float | None, part: str | None
+    present: bool,
+    conc: int | None,
+    rate: int | None,
+    per: float | None,
+    part: str | None,
+    starts: bool = False,
 ) -> Limit | None:
     if not present or (conc is None and rate is None):
         return None
@@ -127,6 +140,7 @@ def _limit_or_none(
         rate=rate,
         per=None if rate is None or per is None else timedelta(seconds=per),
         partition_by=part,
+        counts="starts" if starts and rate is not None else "claims",
     )
 
 
@@ -141,7 +155,7 @@ def _list(
         has_over, o_conc, o_rate, o_per,
         running, started, parts, full,
         b_parts, b_running, b_started, b_full,
-        updated_at,
+        updated_at, starts,
     ) in cur.fetchall():  # fmt: skip
         by = part or None
         out.append(
@@ -150,10 +164,10 @@ def _list(
                 concurrency=conc,
                 rate=rate,
                 per=timedelta(seconds=per),
-                declared=_limit_or_none(has_decl, d_conc, d_rate, d_per, by),
+                declared=_limit_or_none(has_decl, d_conc, d_rate, d_per, by, starts),
                 # An override of the rate alone keeps the period in force.
                 override=_limit_or_none(
-                    has_over, o_conc, o_rate, per if o_per is None else o_per, by
+                    has_over, o_conc, o_rate, per if o_per is None else o_per, by, starts
                 ),
                 running=running,
                 started=started,
@@ -164,6 +178,7 @@ def _list(
                     for v, r, s, f in zip(b_parts, b_running, b_started, b_full, strict=True)
                 ),
                 updated_at=updated_at,
+                counts="starts" if starts else "claims",
             )
         )
     return out
@@ -173,6 +188,28 @@ def limit_list(conn: Connection, *, ns: Namespace = DEFAULT) -> list[LimitState]
     """Every limit, with its use now, by scope, target and partition field."""
     with translate("list limits"), conn.cursor(row_factory=tuple_row) as cur:
         return _list(cur, None, ns=ns)
+
+
+def limit_take_start(
+    conn: Connection, job_id: int, attempt: int, *, ns: Namespace = DEFAULT
+) -> tuple[datetime | None, float | None]:
+    """Take the start of claim ``(job_id, attempt)`` under the rate limits that count
+    starts (``Limit(counts="starts")``): ``(the start's time, None)`` once recorded (or
+    when no such limit applies), ``(None, seconds to wait)`` while a window is full.
+    One round trip, autocommit.
+
+    Raises:
+        drover.LeaseLost: the job is no longer running with ``attempt`` (its handler
+            must not run; the engine records no outcome for it).
+    """
+    with translate(f"take the start of job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("limit_take_start", ns), {"job": job_id, "attempt": attempt})
+        found = cur.fetchone()
+    assert found is not None  # the function always answers one row
+    started, wait, state, now_attempt = found
+    if started is None and wait is None:
+        raise LeaseLost(job_id, attempt, state, now_attempt)
+    return started, wait
 
 
 def job_claim_limited(

@@ -12,11 +12,30 @@ from drover._db.namespace import DEFAULT, Namespace
 from drover._db.qualify import CHANNEL_BASES
 from drover._db.queries import query
 
-__all__ = ["CANCEL_CHANNEL", "CHANNEL", "Listening", "notify_queues", "notify_queues_now"]
+__all__ = [
+    "CANCEL_CHANNEL",
+    "CHANNEL",
+    "Listening",
+    "kind_payload",
+    "notify_queues",
+    "notify_queues_now",
+]
 
 CHANNEL = "drover"
 CANCEL_CHANNEL = "drover_cancel"
 """Operators' requests to cancel a running job (ADR 0030)."""
+
+KIND_PREFIX = "\x1fkind:"
+"""Starts the payload that names a kind, not a queue: a job of that kind held capacity
+of a cluster-wide concurrency limit and has ended. A kind limit spans queues, so every
+client working that kind is woken, whatever its queues (ADR 0052). The unit separator
+first: no queue is named so by accident, and an older listener takes it for a queue it
+does not work and ignores it."""
+
+
+def kind_payload(kind: str) -> str:
+    """The wake-up payload for capacity freed by a job of ``kind`` (``KIND_PREFIX``)."""
+    return KIND_PREFIX + kind
 
 
 class Listening:

@@ -20,6 +20,7 @@ from drover._db import cancels, clients, kernel, ledger, retention, testing
 from drover._db.clients import ClientEntry
 from drover._db.deadline import socket_deadline
 from drover._db.features import FEATURES
+from drover._db.limits import limit_take_start
 from drover._db.namespace import Namespace
 from drover._db.pool import borrow
 from drover._db.progress import ProgressReport, job_report_progress
@@ -118,6 +119,13 @@ class EngineOps:
         with borrow(self._pool, "read cancel requests") as conn:
             found = cancels.job_cancel_requests(conn, held, ns=self._ns)
         return [(job_id, attempt, request) for (job_id, attempt), request in found.items()]
+
+    def take_start(self, job_id: int, attempt: int) -> tuple[datetime | None, float | None]:
+        """Take a handler's start under the rate limits that count starts (ADR 0052):
+        ``(when, None)`` once taken, ``(None, seconds to wait)`` while a window is full;
+        ``drover.LeaseLost`` when the claim is no longer this execution's."""
+        with borrow(self._pool, "take a job's start") as conn:
+            return limit_take_start(conn, job_id, attempt, ns=self._ns)
 
     def append_ledger(self, notes: Sequence[ledger.LedgerNote]) -> set[int]:
         """Append entries to jobs' duplicate ledgers (rare paths only); the ids written."""

@@ -307,16 +307,18 @@ class InFlight:
                 self._cond.wait(0.5)
             return self._unwritten
 
-    def waking_queues(self, claims: Iterable[tuple[int, int]]) -> set[str]:
-        """The queues of those ``(id, attempt)`` still tracked whose outcome ``wakes``."""
+    def waking(self, claims: Iterable[tuple[int, int]]) -> tuple[set[str], set[str]]:
+        """The queues and the kinds of those ``(id, attempt)`` still tracked whose outcome
+        ``wakes``."""
         with self._cond:
             entries = self._entries
-            found = set()
+            queues, kinds = set(), set()
             for job_id, attempt in claims:
                 entry = entries.get(job_id)
                 if entry is not None and entry.wakes and entry.row.attempt == attempt:
-                    found.add(entry.row.queue)
-            return found
+                    queues.add(entry.row.queue)
+                    kinds.add(entry.row.kind)
+            return queues, kinds
 
     def get(self, job_id: int) -> Claim | None:
         """The claim of ``job_id`` this client holds, if any."""

@@ -295,15 +295,15 @@ class Completer(ThreadService):
                 self._tx_rolled_back(recorded.outcome)
         hooks = self._hooks
         # Read before the untrack: the claims' wakes flags go with them.
-        freed = self._inflight.waking_queues(applied) if hooks.capacity_freed else None
+        freed = self._inflight.waking(applied) if hooks.capacity_freed else None
         self._untrack((o.id, o.attempt) for o in batch)
         if hooks.written:
             run_hooks(self._log, hooks.written, results)
         if stale and hooks.stale:
             run_hooks(self._log, hooks.stale, stale)
-        if freed:
+        if freed and freed[0]:
             # A wake-up is an optimisation: the poll still finds the work.
-            run_hooks(self._log, hooks.capacity_freed, freed)
+            run_hooks(self._log, hooks.capacity_freed, *freed)
 
     def _report(self, recorded: Recorded) -> StaleWrite | None:
         """Log and count a refused write; the stale write to report for it, if any."""

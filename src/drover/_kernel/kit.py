@@ -113,8 +113,9 @@ class Hooks:
       the results of every outcome write (applied or refused).
     - ``stale``: the thread that learned of them, with the writes the fence
       refused and the claims lost (the duplicate ledger).
-    - ``capacity_freed``: the completer's thread, with the queues of written
-      claims that ``wakes`` (wakes fetchers here and elsewhere).
+    - ``capacity_freed``: the completer's thread, with the queues and the
+      kinds of written claims that ``wakes`` (wakes fetchers here and
+      elsewhere, in any queue a limit of those kinds holds jobs back in).
     - ``claimed``: the fetcher's thread, with a round's claims before they
       run (``Claim.set_feature``).
     - ``before_hand_back``: the stopping thread, with the ids about to be
@@ -124,7 +125,7 @@ class Hooks:
     before_write: list[Callable[[], None]] = field(default_factory=list)
     written: list[Callable[[Sequence[Recorded]], None]] = field(default_factory=list)
     stale: list[Callable[[Sequence[StaleWrite]], None]] = field(default_factory=list)
-    capacity_freed: list[Callable[[set[str]], None]] = field(default_factory=list)
+    capacity_freed: list[Callable[[set[str], set[str]], None]] = field(default_factory=list)
     claimed: list[Callable[[list[Claim]], None]] = field(default_factory=list)
     before_hand_back: list[Callable[[list[int]], None]] = field(default_factory=list)
 

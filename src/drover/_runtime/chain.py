@@ -149,15 +149,25 @@ def build_chains(
     metrics: Middleware,
     async_metrics: AsyncMiddleware,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    starts: tuple[Middleware, AsyncMiddleware] | None = None,
 ) -> Chains:
     """Compose both chains once: Logging, metrics, ``middleware`` (outermost first), dispatch.
 
-    The built-in layers are not part of ``Config.middleware``, so
-    configuration cannot remove them. Raises ``ConfigError`` when the client
-    has async workers and a ``Config.middleware`` entry has no async form.
+    ``starts`` (``drover._runtime.starts``: only when the code declares a rate
+    limit that counts starts) goes right before the dispatcher, so a start is
+    taken just before the handler runs. The built-in layers are not part of
+    ``Config.middleware``, so configuration cannot remove them. Raises
+    ``ConfigError`` when the client has async workers and a
+    ``Config.middleware`` entry has no async form.
     """
-    sync = Logging(logger)(metrics(compose(middleware, _dispatcher(workers, max_result_bytes))))
+    dispatch = _dispatcher(workers, max_result_bytes)
+    if starts is not None:
+        dispatch = starts[0](dispatch)
+    sync = Logging(logger)(metrics(compose(middleware, dispatch)))
     if not workers.async_kinds():
         return Chains(sync, None)
-    inner = compose_async(middleware, _async_dispatcher(workers, max_result_bytes))
+    async_dispatch = _async_dispatcher(workers, max_result_bytes)
+    if starts is not None:
+        async_dispatch = starts[1](async_dispatch)
+    inner = compose_async(middleware, async_dispatch)
     return Chains(sync, AsyncLogging(logger)(async_metrics(inner)))

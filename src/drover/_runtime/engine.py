@@ -66,8 +66,9 @@ class Engine:
     """The machinery behind a started client: the kernel and the features attached to it.
 
     ``max_jobs`` caps the claims this engine ever makes. ``released`` is
-    called with the queues of jobs a cluster-wide concurrency limit held,
-    once their outcomes are written (the client wakes fetchers with it).
+    called with the queues and the kinds of jobs a cluster-wide concurrency
+    limit held, once their outcomes are written (the client wakes fetchers
+    with it: those of the queues, and every client working the kinds).
     ``hard_cancel`` receives operators' hard cancels of this client's jobs
     (a supervised worker process, ADR 0030). ``before_hand_back`` gets the
     ids of the jobs a stop hands back, just before the write (``drover
@@ -86,7 +87,7 @@ class Engine:
         metrics: Metrics,
         client_id: str,
         max_jobs: int | None = None,
-        released: Callable[[Collection[str]], None] | None = None,
+        released: Callable[[Collection[str], Collection[str]], None] | None = None,
         hard_cancel: Callable[[HardCancel], None] | None = None,
         before_hand_back: Callable[[list[int]], None] | None = None,
         async_chain: AsyncHandler | None = None,

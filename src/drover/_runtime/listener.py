@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from drover._db.notify import CANCEL_CHANNEL, Listening
+from drover._db.notify import CANCEL_CHANNEL, Listening, kind_payload
 from drover._kernel.service import ThreadService
 from drover._runtime.wiring import Wiring
 
@@ -60,7 +60,11 @@ class Listener(ThreadService):
     ) -> None:
         super().__init__(client_id=wiring.client_id, logger=wiring.log)
         self._store = wiring.store
-        self._queues = frozenset(wiring.config.queues)
+        # What wakes the fetcher: a queue it claims from, or a kind it runs
+        # whose concurrency limit freed capacity (a kind limit spans queues).
+        self._queues = frozenset(wiring.config.queues) | frozenset(
+            kind_payload(k) for k in wiring.config.workers.kinds()
+        )
         self._wake_fetcher = wake
         self._on_cancel = on_cancel
         self._on_listening = on_listening
@@ -141,7 +145,9 @@ class Listener(ThreadService):
     def run_once(self) -> int:
         """Wait briefly for notifications; wake the fetcher if one names our queues.
 
-        The payload ``*`` (a limit changed) names every queue. A notification
+        The payload ``*`` (a limit changed) names every queue; a kind's payload
+        (``drover._db.notify.kind_payload``: a job of a kind this client runs
+        freed capacity of a concurrency limit) names them too. A notification
         on ``drover_cancel`` (an operator cancelled a running job, ADR 0030)
         goes to ``on_cancel``.
 

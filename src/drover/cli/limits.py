@@ -42,12 +42,13 @@ def _key(text: str) -> LimitKey:
         usage(str(exc))
 
 
-def _values(concurrency: int | None, rate: int | None, per: Any) -> str:
+def _values(concurrency: int | None, rate: int | None, per: Any, counts: str = "claims") -> str:
     parts = []
     if concurrency is not None:
         parts.append(f"concurrency {concurrency}")
     if rate is not None:
-        parts.append(f"rate {rate} per {period_text(per)}")
+        of = " (handler starts)" if counts == "starts" else ""
+        parts.append(f"rate {rate} per {period_text(per)}{of}")
     return ", ".join(parts) or "no values"
 
 
@@ -59,7 +60,7 @@ def _source(state: LimitState) -> str:
 
 def _summary(state: LimitState) -> str:
     """One line for people: the values in force, and what code declares under an override."""
-    line = f"{state.key}: {_values(state.concurrency, state.rate, state.per)}"
+    line = f"{state.key}: {_values(state.concurrency, state.rate, state.per, state.counts)}"
     if state.declared is None:
         return f"{line} (set by an operator; no code declares it)"
     if state.override is None:
@@ -94,6 +95,7 @@ def limit_dict(state: LimitState) -> dict[str, Any]:
         "target": state.key.target,
         "partition_by": state.key.partition_by,
         **_values_dict(state.concurrency, state.rate, state.per),
+        "counts": state.counts,
         "source": _source(state),
         "declared": None
         if declared is None
