@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from psycopg_pool import ConnectionPool
 
 from drover._client_inserts import ClientInserts
+from drover._db.handback import HandBackHold
 from drover._db.namespace import namespace_for
 from drover._db.notify import kind_payload
 from drover._db.store import Store
@@ -170,6 +171,7 @@ class Client(ClientInserts):
         self._config = config
         self._max_jobs = max_jobs
         self._hard_cancel = hard_cancel
+        self._before_hand_back: Callable[[list[int]], None] | None = None
         self._id = secrets.token_hex(3)
         self._close_lock = threading.Lock()
         self._closed = False
@@ -239,6 +241,16 @@ class Client(ClientInserts):
         nothing outside drover's own surfaces calls it.
         """
         return Client(self._store.pool, config, max_jobs=max_jobs, hard_cancel=hard_cancel)
+
+    def _hold_hand_backs(self) -> HandBackHold:
+        """Keep the jobs this client's stop hands back from every other worker until the
+        returned session ends (``drover worker``, which then ends its process: ADR 0053).
+
+        Call before ``start``. Nothing outside drover's own surfaces calls it.
+        """
+        hold = self._store.hand_back_hold(self._config.logger)
+        self._before_hand_back = hold
+        return hold
 
     # --- reading a job, switching queues (delegated to JobsAndQueues) -----------------------
 
@@ -429,6 +441,7 @@ class Client(ClientInserts):
                     max_jobs=self._max_jobs,
                     released=self._released,
                     hard_cancel=self._hard_cancel,
+                    before_hand_back=self._before_hand_back,
                     async_chain=self._async_chain,
                 )
                 engine.start()
@@ -450,8 +463,12 @@ class Client(ClientInserts):
         are cancelled and their jobs returned to the queue, claimable at once;
         the attempt they used stays counted, so the next claim is the next
         attempt. Handlers that ignore cancellation may still be running after
-        this returns; their late outcomes are refused by the lease fence and
-        logged. A pool the client owns is closed last.
+        this returns, beside their jobs' next runs elsewhere, until they
+        return (the interpreter waits for them at exit); their late outcomes
+        are refused by the lease fence and logged, their side effects are
+        not. ``drover worker`` ends its process after such a stop instead,
+        and keeps the jobs from other workers until then (ADR 0053). A pool
+        the client owns is closed last.
 
         A second call (or one racing the first) returns or raises the first
         call's verdict without draining again.

@@ -124,3 +124,13 @@ def crashing_client() -> drover.Client:
     if os.environ.get("DROVER_SUPERVISED_STATUS"):
         os._exit(1)
     return make_client()
+
+
+class Stuck(drover.JobArgs, kind="cli_stuck"):
+    """Sleeps a million seconds, deaf to ``job.context``: only its process's end ends it."""
+
+
+@workers.register
+def stuck(job: drover.Job[Stuck]) -> None:
+    """Block as a handler that ignores cancellation does (the shutdown tests, ADR 0053)."""
+    time.sleep(10**6)

@@ -55,7 +55,8 @@ def test_flags_win_over_the_class_defaults(db_url: str) -> None:
         (["--kind", "cli_mail", "--args", '{"to": 5}'], "Input should be a valid string"),
         (
             ["--kind", "cli_mial"],
-            "has no worker for kind 'cli_mial' (it knows: cli_boom, cli_hold, cli_mail, cli_ping)",
+            "has no worker for kind 'cli_mial' "
+            "(it knows: cli_boom, cli_hold, cli_mail, cli_ping, cli_stuck)",
         ),
         (["--kind", "cli_mail", "--app", "cli_app"], "--app must look like module:attribute"),
         (["--kind", "k", "--app", "no_such_module:x"], "cannot import 'no_such_module'"),

@@ -272,6 +272,43 @@ def test_a_client_with_workers_starts_under_the_worker_role(roles: Roles) -> Non
         client.close()
 
 
+def test_drover_worker_s_hold_on_handed_back_jobs_works_under_the_worker_role(
+    roles: Roles, conn: Conn
+) -> None:
+    """The hold (ADR 0053) locks rows FOR KEY SHARE, which needs UPDATE on the table: the
+    worker role's grant covers it."""
+    inside = threading.Event()
+    release = threading.Event()
+    workers = drover.Workers()
+
+    @workers.register
+    def hold(job: drover.Job[Hold]) -> None:
+        inside.set()
+        release.wait(30)  # deaf to its context
+
+    client = drover.Client(
+        roles.url("worker"), drover.Config(workers=workers, poll_interval=0.05, concurrency=1)
+    )
+    hold_session = client._hold_hand_backs()
+    try:
+        client.start()
+        job = client.insert(Hold())
+        assert inside.wait(30)
+        hold_session.open()
+        assert hold_session.ready(30)
+        with pytest.raises(drover.DrainIncomplete):
+            client.stop(0.1)
+        assert hold_session.held == [job.id]
+        locked = conn.execute(
+            "SELECT id FROM drover_jobs WHERE id = %s FOR UPDATE SKIP LOCKED", (job.id,)
+        ).fetchall()
+        assert locked == [], "a claim's lock did not skip the held row"
+    finally:
+        hold_session.close()
+        release.set()
+        client.close()
+
+
 # --- worker -------------------------------------------------------------------------------------
 
 

@@ -79,6 +79,8 @@ class Harness:
         fields.update(settings)
         hooks = Hooks()
         hooks.stale.append(self.stale.extend)
+        self.before_hand_back: list[tuple[list[int], JobState | None]] = []
+        hooks.before_hand_back.append(self._before_hand_back)
         self.kit = Kit(
             store=store,
             settings=Settings(**fields),
@@ -89,6 +91,11 @@ class Harness:
         )
         self.kernel = Kernel(self.kit, chain=self._handle)
         self.started = False
+
+    def _before_hand_back(self, ids: list[int]) -> None:
+        # What the door sees, and the first job's state then: not yet written back.
+        first = self.store.get(ids[0]) if ids else None
+        self.before_hand_back.append((ids, None if first is None else first.state))
 
     def _handle(self, ctx: JobContext, row: JobRow) -> None:
         with self._lock:
@@ -319,6 +326,7 @@ def test_stop_drains_running_jobs_within_the_budget(harness: Callable[..., Harne
     h.start()
     assert running.wait(20)
     assert h.stop(30.0) is None
+    assert h.before_hand_back == [], "a clean drain hands nothing back"
     assert h.job(job.id).state is JobState.COMPLETED
 
 
@@ -338,6 +346,8 @@ def test_stop_hands_back_what_outlives_the_budget(harness: Callable[..., Harness
     verdict = h.stop(0.2)
     leave.set()
     assert isinstance(verdict, DrainIncomplete) and list(verdict.job_ids) == [job.id]
+    # The door before the hand-back (drover worker's hold, ADR 0053) saw the job still running.
+    assert h.before_hand_back == [([job.id], JobState.RUNNING)]
     row = h.job(job.id)
     assert row.state is JobState.RETRYABLE and row.attempt == 1 and row.leased_until is None
     assert row.scheduled_at <= datetime.now(UTC) + timedelta(seconds=1)

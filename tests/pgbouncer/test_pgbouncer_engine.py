@@ -218,3 +218,50 @@ def test_an_expired_lease_is_taken_over_on_the_database_clock(
     poll(lambda: _ticker(client).leading, timeout=10, message="takes over after expiry")
     assert time.monotonic() - started >= 1.0, "took the lease before it expired"
     assert _lease(conn) == (client._id, True)
+
+
+def test_the_hold_on_handed_back_jobs_works_through_pgbouncer_and_ends_with_its_client(
+    make_pgb_client: MakeClient, db_url: str, poll: Poll
+) -> None:
+    """``drover worker``'s hold (ADR 0053) through a transaction pooler: its open transaction
+    keeps one server session, and the pooler ends that transaction (releasing the locks) when
+    the hold's client connection goes, as it does when the process exits."""
+    from drover._db.store import Store
+
+    inside = threading.Event()
+    release = threading.Event()
+    workers = drover.Workers()
+
+    @workers.register
+    def slow(job: drover.Job[Slow]) -> None:
+        inside.set()
+        release.wait(30)  # deaf to its context
+
+    client = make_pgb_client(workers=workers, poll_interval=0.05, concurrency=1)
+    hold = client._hold_hand_backs()
+    rival = Store.open(db_url, who="the rival worker", max_size=2)
+
+    def rival_claims() -> list[tuple[int, int]]:
+        session = rival.kernel.claim_session()
+        try:
+            return [(r.id, r.attempt) for r in session.claim("default", 10, 60.0, "rival").rows]
+        finally:
+            session.release()
+
+    try:
+        client.start()
+        job = client.insert(Slow())
+        assert inside.wait(30)
+        hold.open()
+        assert hold.ready(30)
+        with pytest.raises(drover.DrainIncomplete):
+            client.stop(0.1)
+        assert hold.held == [job.id]
+        assert rival_claims() == []
+        hold.close()
+        claimed = poll(rival_claims, timeout=30, message="claimable once the hold's client left")
+        assert claimed == [(job.id, 2)]
+    finally:
+        hold.close()
+        release.set()
+        rival.close()

@@ -23,6 +23,7 @@ manager on an application's pool). Thread-safe: the pool is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -32,6 +33,7 @@ from psycopg_pool import ConnectionPool
 from drover._db import Connection, graph, insert, ticks, unique
 from drover._db.conninfo import describe_target
 from drover._db.features import FEATURES
+from drover._db.handback import HandBackHold
 from drover._db.held import HeldSession
 from drover._db.kernel import PgKernelStore
 from drover._db.migrator import require_current_schema
@@ -192,6 +194,11 @@ class Store(EngineOps):
         return Listening(
             self._session_connect, "notify_listen_done", "listen for job results", ns=self._ns
         )
+
+    def hand_back_hold(self, logger: logging.Logger) -> HandBackHold:
+        """A session that keeps jobs about to be handed back from other workers until it
+        ends (``drover worker``'s shutdown, ADR 0053)."""
+        return HandBackHold(self._session_connect, logger, self._ns)
 
     def lead(self) -> ticks.Leadership:
         """A dedicated connection on which the ticker competes for leadership."""

@@ -115,6 +115,7 @@ class Completer(ThreadService):
         try:
             if not outcomes:
                 return []
+            run_hooks(self._log, self._hooks.before_hand_back, [o.id for o in outcomes])
             # The store may note each in its job's duplicate ledger (ADR 0037): its
             # handler may still be running.
             results = self._store.hand_back(outcomes, worker=self._holder)

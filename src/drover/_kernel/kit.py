@@ -118,6 +118,8 @@ class Hooks:
       elsewhere, in any queue a limit of those kinds holds jobs back in).
     - ``claimed``: the fetcher's thread, with a round's claims before they
       run (``Claim.set_feature``).
+    - ``before_hand_back``: the stopping thread, with the ids about to be
+      handed back, before the write (``drover worker`` locks them, ADR 0053).
     """
 
     before_write: list[Callable[[], None]] = field(default_factory=list)
@@ -125,6 +127,7 @@ class Hooks:
     stale: list[Callable[[Sequence[StaleWrite]], None]] = field(default_factory=list)
     capacity_freed: list[Callable[[set[str], set[str]], None]] = field(default_factory=list)
     claimed: list[Callable[[list[Claim]], None]] = field(default_factory=list)
+    before_hand_back: list[Callable[[list[int]], None]] = field(default_factory=list)
 
 
 def run_hooks(log: logging.Logger, hooks: Sequence[Callable[..., None]], *args: Any) -> None:

@@ -70,7 +70,9 @@ class Engine:
     limit held, once their outcomes are written (the client wakes fetchers
     with it: those of the queues, and every client working the kinds).
     ``hard_cancel`` receives operators' hard cancels of this client's jobs
-    (a supervised worker process, ADR 0030). ``async_chain`` (given when some
+    (a supervised worker process, ADR 0030). ``before_hand_back`` gets the
+    ids of the jobs a stop hands back, just before the write (``drover
+    worker``'s hold, ADR 0053). ``async_chain`` (given when some
     workers are ``async def``) adds the event loop and its lag watch.
     ``services`` lists every background loop in start order (the kernel's
     and the features'); ``start`` and ``stop`` are the kernel's.
@@ -87,6 +89,7 @@ class Engine:
         max_jobs: int | None = None,
         released: Callable[[Collection[str], Collection[str]], None] | None = None,
         hard_cancel: Callable[[HardCancel], None] | None = None,
+        before_hand_back: Callable[[list[int]], None] | None = None,
         async_chain: AsyncHandler | None = None,
     ) -> None:
         self._config = config
@@ -126,6 +129,8 @@ class Engine:
         hooks.stale.append(stale_writes_hook(self._log, store.append_ledger, kit.holder))
         if released is not None:
             hooks.capacity_freed.append(released)
+        if before_hand_back is not None:
+            hooks.before_hand_back.append(before_hand_back)
 
         # The plugins' services (ADR 0046): the stats refresher, the pruner, the
         # health probe, the periodic ticker and the application's own, each

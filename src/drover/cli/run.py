@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from typing import Any
 
 import typer
@@ -23,6 +24,7 @@ from drover.cli.common import (
     usage,
 )
 from drover.cli.logs import LOG_FORMAT_HELP, LOG_LEVEL_HELP, configure_logging, logging_choice
+from drover.cli.shutdown import SECOND_SIGNAL_NOTE, second_signal_exit, serve
 from drover.cli.supervisor import Supervisor, child_command, run_child
 from drover.queues import format_queues
 
@@ -94,6 +96,10 @@ def _start_line(
     )
 
 
+def _report(verdict: drover.DrainIncomplete) -> None:
+    typer.echo(f"drover: {verdict}", err=True)
+
+
 def worker_command(
     ctx: typer.Context,
     app_spec: str = typer.Argument(..., metavar="APP", help="module:attribute of a Client."),
@@ -119,6 +125,10 @@ def worker_command(
     supervised: bool = typer.Option(False, "--supervised", hidden=True),
 ) -> None:
     """Run a Client from your code until SIGINT/SIGTERM, then drain it.
+
+    When `--shutdown-timeout` runs out, the unfinished jobs go back to the
+    queue and the process exits 1 at once, handlers still running or not; a
+    second SIGINT/SIGTERM during the drain exits at once (130/143).
 
     Logs to standard error (a start line, failed and dead jobs, the
     supervisor's events) unless your application configures logging itself;
@@ -193,6 +203,15 @@ def worker_command(
             child_command(child), count, shutdown_timeout=budget, ops_addr=ops_addr
         )
         code = supervisor.run()
+        if supervisor.interrupted is not None:
+            name = signal.Signals(supervisor.interrupted).name
+            status = second_signal_exit(supervisor.interrupted)
+            typer.echo(
+                f"drover: a second {name} during the drain: the worker processes were told to "
+                f"exit at once; exiting with status {status}; {SECOND_SIGNAL_NOTE}",
+                err=True,
+            )
+            raise typer.Exit(status)
         if code:
             fail(supervisor.failure or "a worker process did not drain cleanly")
         typer.echo("drover worker stopped cleanly", err=True)
@@ -211,9 +230,7 @@ def worker_command(
                 original.close()
         raise typer.Exit(code)
     try:
-        client.run()
-    except drover.DrainIncomplete as exc:
-        fail(str(exc))
+        serve(client, _report, also_close=original if changes else None)
     except drover.DroverError as exc:
         fail(str(exc))
     finally:

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 
 import drover
 from drover.cli.hardcancel import HARD_CANCEL_EXIT, HardCancels, replace_after_hard_cancel
+from drover.cli.shutdown import Signals, end_process
 from drover.context import JobContext
 from drover.job import JobRow
 from drover.middleware import AsyncHandler, Handler, with_async_form
@@ -44,7 +45,8 @@ __all__ = ["HARD_CANCEL_EXIT", "RECYCLE_EXIT", "Supervisor", "run_child"]
 RECYCLE_EXIT = 75
 """A child's exit status after it drained because it reached its job or memory limit."""
 DRAIN_INCOMPLETE_EXIT = 3
-"""A child's exit status when its drain ran out of time."""
+"""A child's exit status when its drain ran out of time: it handed back its unfinished jobs
+and ended itself, handler threads still running or not (ADR 0053)."""
 STATUS_ENV = "DROVER_SUPERVISED_STATUS"
 """The file a supervised child writes its ops port into."""
 
@@ -52,6 +54,8 @@ _CRASH_WINDOW = 60.0
 _MAX_CRASHES = 5
 _FIRST_BACKOFF = 0.5
 _MAX_BACKOFF = 10.0
+_ABORT_GRACE = 3.0
+"""After a second signal, how long a worker process has to end before it is killed."""
 
 _log = logging.getLogger("drover.supervisor")
 
@@ -82,6 +86,12 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
     back in one write (the cancelled one ends ``cancelled``, the others are
     claimable at once), and exits ``HARD_CANCEL_EXIT`` without waiting for
     the stuck handler's thread; the supervisor starts a fresh process.
+
+    A drain that runs out of budget hands back the unfinished jobs (held from
+    other workers until this process ends) and ends the process at once with
+    ``DRAIN_INCOMPLETE_EXIT``, abandoned handler threads with it; a second
+    SIGTERM during the drain ends it at once with 143. SIGINT is ignored:
+    the supervisor forwards a terminal's Ctrl-C as SIGTERM (ADR 0053).
     """
     stop = threading.Event()
     recycled = threading.Event()
@@ -123,12 +133,12 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
         changes["middleware"] = (count, *config.middleware)
     # Claims stop at the limit itself, so a process runs exactly max_jobs.
     child = client._derive(config.replace(**changes), max_jobs=max_jobs, hard_cancel=hard.add)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-        hard.wake.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    hold = child._hold_hand_backs()
+    # SIGTERM from the supervisor; SIGINT (a terminal's Ctrl-C reaches the
+    # whole process group) is the supervisor's to forward, or one Ctrl-C would
+    # arrive here twice and end the drain at once.
+    signals = Signals(obey=(signal.SIGTERM,), ignore=(signal.SIGINT,), wakes=(stop, hard.wake))
+    signals.install()
     try:
         child.start()
         status = os.environ.get(STATUS_ENV)
@@ -151,14 +161,18 @@ def run_child(client: drover.Client, *, max_jobs: int | None, max_memory_mb: int
                 stop.set()
         if hard.fired is not None:
             return replace_after_hard_cancel(child, hard.fired)
+        hold.open()
         try:
             child.stop(config.shutdown_timeout)
         except drover.DrainIncomplete as exc:
             _log.error("%s", exc)
-            return DRAIN_INCOMPLETE_EXIT
+            # Its unfinished jobs are handed back and held until this process
+            # ends: end it now, abandoned handler threads with it (ADR 0053).
+            child.close()
+            end_process(DRAIN_INCOMPLETE_EXIT)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signals.restore()
+        hold.close()
         child.close()
     return RECYCLE_EXIT if recycled.is_set() else 0
 
@@ -237,9 +251,13 @@ class Supervisor:
     (0.5 s doubling to 10 s) when it crashed. Five crashes of the children
     within 60 s make the supervisor give up: it stops the rest and exits 1
     with the reason. On SIGTERM/SIGINT every child is sent SIGTERM and
-    given ``shutdown_timeout`` plus 10 s to drain before it is killed. The
-    exit status is 0 when every child drained, 1 otherwise, with
-    ``failure`` naming each process that did not and why.
+    given ``shutdown_timeout`` plus 10 s to drain before it is killed (a
+    child whose budget ran out hands back and ends itself, ``DRAIN_INCOMPLETE_EXIT``).
+    The exit status is 0 when every child drained, 1 otherwise, with
+    ``failure`` naming each process that did not and why. A second signal
+    during the drain sends every child SIGTERM again (which ends it at once),
+    kills any still running ``_ABORT_GRACE`` seconds later, and sets
+    ``interrupted`` (the command then exits 128 + that signal).
     """
 
     def __init__(
@@ -258,7 +276,12 @@ class Supervisor:
         self._stopping = threading.Event()
         self._crashes: list[float] = []
         self._dir = Path(tempfile.mkdtemp(prefix="drover-supervisor-"))
+        self._signalled = False
+        self._draining = False
+        self._abort_at: float | None = None
         self.failure: str | None = None
+        self.interrupted: int | None = None
+        """The second signal that cut the drain short, if one did."""
 
     def _spawn(self, slot: int) -> _Child:
         status = self._dir / f"child-{slot}.port"
@@ -289,6 +312,9 @@ class Supervisor:
         """Start the children and supervise them until SIGTERM/SIGINT or giving up."""
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            if self._signalled and self.interrupted is None:
+                self._interrupt(signum)
+            self._signalled = True
             self._stopping.set()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -321,6 +347,23 @@ class Supervisor:
                                 "event": "process_recycled",
                                 "child_pid": child.proc.pid,
                                 "slot": slot,
+                            },
+                        )
+                        self._spawn(slot)
+                        continue
+                    if code == DRAIN_INCOMPLETE_EXIT:
+                        # A drain it started itself (a job or memory limit, or an
+                        # operator's SIGTERM to it) ran out of budget: its jobs were
+                        # handed back and it ended itself. Not a crash.
+                        _log.warning(
+                            "worker process %d drained for a fresh one but ran out of its "
+                            "drain budget; its unfinished jobs were handed back; replacing it",
+                            child.proc.pid,
+                            extra={
+                                "event": "process_recycled",
+                                "child_pid": child.proc.pid,
+                                "slot": slot,
+                                "drain_incomplete": True,
                             },
                         )
                         self._spawn(slot)
@@ -392,6 +435,32 @@ class Supervisor:
                     path.unlink()
                 self._dir.rmdir()
 
+    def _interrupt(self, signum: int) -> None:
+        """A second signal (the signal handler, on the main thread): every process is told
+        again, which ends its drain at once, and any still running soon after is killed."""
+        self.interrupted = signum
+        self._abort_at = time.monotonic() + _ABORT_GRACE
+        if self._draining:
+            for child in self._children.values():
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGTERM)
+
+    def _wait(self, child: _Child, deadline: float) -> int | None:
+        """``child``'s exit status, killing it at ``deadline`` (or sooner after a second
+        signal); ``None`` when it had to be killed."""
+        while True:
+            limit = deadline if self._abort_at is None else min(deadline, self._abort_at)
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                return child.proc.wait(min(0.2, remaining))
+            except subprocess.TimeoutExpired:
+                continue
+        child.proc.kill()
+        child.proc.wait()
+        return None
+
     def _stop_children(self) -> int:
         _log.info(
             "stopping %d worker processes; each has %gs to finish its jobs",
@@ -399,18 +468,18 @@ class Supervisor:
             self._shutdown_timeout,
             extra={"event": "supervisor_stopping", "processes": len(self._children)},
         )
-        for child in self._children.values():
-            with contextlib.suppress(ProcessLookupError):
-                child.proc.send_signal(signal.SIGTERM)
+        self._draining = True
+        signals = 2 if self.interrupted is not None else 1
+        for _ in range(signals):
+            for child in self._children.values():
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + self._shutdown_timeout + 10
         problems: list[str] = []
         for child in self._children.values():
-            try:
-                code = child.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.proc.kill()
-                child.proc.wait()
-                code = None
+            code = self._wait(child, deadline)
+            if self.interrupted is not None:
+                continue  # the command's one line says it all
             if code not in (0, RECYCLE_EXIT, HARD_CANCEL_EXIT):
                 problems.append(f"worker process {child.proc.pid} {_drain_outcome(code)}")
                 _log.error(

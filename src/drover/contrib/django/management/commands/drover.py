@@ -14,6 +14,7 @@ import drover
 from drover.cli import main as drover_main
 from drover.cli.common import MIGRATE_COMMAND, database_of
 from drover.cli.logs import LoggingChoice, configure_logging, parse_log_format, parse_log_level
+from drover.cli.shutdown import serve
 from drover.contrib.django.checks import drover_task_backends, unworked_task_queues
 from drover.contrib.django.settings import conninfo, schema
 from drover.contrib.django.task_args import TASK_KIND
@@ -171,9 +172,9 @@ class Command(BaseCommand):
                 "%s (drover.W001)", said, extra={"event": "task_queue_unworked", "problem": said}
             )
         try:
-            client.run()
-        except drover.DrainIncomplete as exc:
-            raise CommandError(str(exc), returncode=1) from None
+            # Not client.run(): after a hand-back the process ends, so an
+            # abandoned handler thread ends with it (ADR 0053).
+            serve(client, lambda verdict: self.stderr.write(f"CommandError: {verdict}"))
         except drover.DroverError as exc:
             raise CommandError(str(exc), returncode=1) from None
         self.stderr.write("drover worker stopped cleanly")
