@@ -9,6 +9,8 @@ Needs no SPIN.
 
 from __future__ import annotations
 
+import re
+
 from tools import model_check
 
 
@@ -32,3 +34,23 @@ def test_a_step_reaches_the_macros_it_uses() -> None:
     # The claim's region names CLAIM; the fence's definitions ride along through it.
     assert "#define CLAIM(j)" in model_check.model_steps()["claim"]
     assert "#define FENCE(j, a)" in model_check.model_steps()["renew"]
+
+
+def _adr() -> str:
+    # Found by its title, so a renumbering moves only the file.
+    (path,) = (model_check.ROOT / "docs" / "adr").glob("*-a-checked-model-of-the-kernel.md")
+    return path.read_text(encoding="utf-8")
+
+
+def test_the_adr_maps_every_step_to_its_statements() -> None:
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\| `([a-z_]+)` \|([^\n]*)$", _adr(), re.MULTILINE)
+    }
+    for step, entry in model_check.recorded_mapping().items():
+        assert step in rows, f"ADR 0055's table has no row for model step {step!r}"
+        refs = entry["sql"]
+        assert isinstance(refs, list)
+        for ref in refs:
+            name = str(ref).split(":", 1)[1]
+            assert f"`{name}`" in rows[step], f"ADR 0055's row for {step!r} does not name {name}"
