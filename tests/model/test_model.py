@@ -33,7 +33,12 @@ def spin() -> None:
     pytest.skip(reason)
 
 
-@pytest.mark.parametrize("check", _MODEL, ids=[c.name for c in _MODEL])
+@pytest.mark.parametrize(
+    "check",
+    # The kernel's checks search a million states or more: several seconds each.
+    [pytest.param(c, marks=[pytest.mark.slow] if "-DKERNEL" in c.defines else []) for c in _MODEL],
+    ids=[c.name for c in _MODEL],
+)
 def test_the_model_holds_every_invariant(spin: None, check: Check, tmp_path: Path) -> None:
     result = model_check.run(check, workdir=tmp_path)
     assert result.verdict == "passed", f"{result.line()}\n{result.detail}\n" + "\n".join(
