@@ -132,6 +132,13 @@ CHECKS: tuple[Check, ...] = (
         full=True,
         optimise=True,
     ),
+    Check(
+        "kernel-three-workers-handback",
+        (*_KERNEL, "-DNW=3", "-DMAXCRASH=0", "-DMAXSHUT=1", "-DMAXSNOOZE=0", "-DMAXCANCEL=0"),
+        "3 workers, 2 jobs: claim, renewal, outcomes, complete_tx, a hand-back",
+        full=True,
+        optimise=True,
+    ),
     _bug(
         "bug-no-fence",
         "BUG_NO_FENCE",
