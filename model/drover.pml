@@ -118,6 +118,11 @@ byte crashes;
 byte shutdowns;
 byte snoozes;
 
+/* Spend one of a fault's budget, or block: the model's own bookkeeping of its
+ * bounds (no row is involved), taken whole so that two workers cannot both
+ * spend the last one. */
+#define SPEND(budget, most) d_step { budget < most -> budget++ }
+
 #define J wjob[w]
 
 #ifdef BUG_NO_FENCE
@@ -170,7 +175,7 @@ byte snoozes;
 		:: o == fail && attempt[j] >= MAXATT -> FINALISE(j, dead) \
 		:: o == fail && attempt[j] < MAXATT -> state[j] = retryable \
 		:: o == handback -> state[j] = retryable; HANDBACK_REFUND(j) \
-		:: o == snooze -> state[j] = available; attempt[j]--; snoozes++ \
+		:: o == snooze -> state[j] = available; attempt[j]-- \
 		fi \
 	fi
 
@@ -218,7 +223,7 @@ inline write(o) {
 	}
 	/* end: write_kernel */
 	if
-	:: again && crashes < MAXCRASH -> crashes++; again = 0 /* a crash in between */
+	:: d_step { again && crashes < MAXCRASH -> crashes++; again = 0 } /* a crash in between */
 	:: again ->
 		/* step: write_watched */
 		d_step {
@@ -288,26 +293,25 @@ end_idle:
 		printf("MSC: worker %d renews job %d attempt %d: renewed %d\n", w, J, a, wlive[w])
 	   }
 	   /* end: renew */
-	:: crashes < MAXCRASH -> crashes++; printf("MSC: worker %d crashes\n", w); goto idle
+	:: SPEND(crashes, MAXCRASH); printf("MSC: worker %d crashes\n", w); goto idle
 	:: break /* the handler returns or raises */
 	od;
 
 	if
 	:: write(complete) /* or cancelled, or dead: an ending write */
 	:: write(fail)
-	:: snoozes < MAXSNOOZE -> write(snooze)
+	:: SPEND(snoozes, MAXSNOOZE); write(snooze)
 	:: complete_tx();
 		/* then the completer writes a retry marked settles_tx: refused when
 		 * the transaction committed, applied when it rolled back */
 		if
 		:: write(fail)
-		:: crashes < MAXCRASH -> crashes++
+		:: SPEND(crashes, MAXCRASH)
 		fi
-	:: shutdowns < MAXSHUT ->
+	:: SPEND(shutdowns, MAXSHUT) ->
 		/* the drain ran out: the lease given up, then the job handed back,
 		 * the attempt kept; the handler may run on and try its own write */
 		/* step: hand_back */
-		shutdowns++;
 		wlive[w] = 0;
 		printf("MSC: worker %d shuts down and hands job %d back\n", w, J);
 		write(handback);
@@ -430,11 +434,33 @@ byte ticks;             /* ghost: jobs inserted for that fire time (saturates) *
 #define TERMS (term[0] + term[1] + term[2])
 #endif
 
-#ifdef BUG_LEADER_NO_EXPIRY_CHECK
-#define MAY_TAKE(c) true
+/* A client with a session leads by the advisory lock instead (-DSESSION_LEADER:
+ * one such client beside the lease candidates). The lease is not taken while a
+ * backend holds the lock; the lock's try does not look at the lease (ADR 0040). */
+#ifdef SESSION_LEADER
+bit lock;               /* the advisory lock is held (by the session client) */
+#define LOCKS lock
 #else
-#define MAY_TAKE(c) (holder == 0 || holder == (c) + 1 || !term[holder - 1])
+#define LOCKS 0
 #endif
+
+#ifdef BUG_LEADER_NO_EXPIRY_CHECK
+#define MAY_TAKE(c) (!LOCKS)
+#else
+#define MAY_TAKE(c) (!LOCKS && (holder == 0 || holder == (c) + 1 || !term[holder - 1]))
+#endif
+
+/* The tick, in one transaction: the watermark moved past the fire time
+ * (periodic_tick_claim) and the job inserted, or nothing if it had moved. */
+#ifdef BUG_TICK_NO_WATERMARK
+#define TICK if :: ticks < 2 -> ticks++ :: else -> skip fi
+#else
+#define TICK if :: !fired -> fired = 1; ticks++ :: else -> skip fi
+#endif
+#define FIRE_TICK \
+	done = 1; \
+	TICK; \
+	CHECK(tick_once, ticks <= 1)
 
 proctype Candidate(byte c) {
 	bit done; /* its ticker fires the fire time at most once itself */
@@ -447,7 +473,7 @@ end:
 			holder = c + 1;
 			term[c] = 1;
 			leading[c] = 1;
-			CHECK(one_leader, TERMS <= 1)
+			CHECK(one_leader, TERMS + LOCKS <= 1)
 		:: else -> leading[c] = 0 /* taken over: leadership lost */
 		fi;
 		printf("MSC: candidate %d holds the lease: leads %d (row holder %d)\n",
@@ -457,13 +483,7 @@ end:
 	:: leading[c] && !done ->
 		/* step: fire_tick */
 		d_step {
-			done = 1;
-#ifdef BUG_TICK_NO_WATERMARK
-			if :: ticks < 2 -> ticks++ :: else -> skip fi;
-#else
-			if :: !fired -> fired = 1; ticks++ :: else -> skip fi;
-#endif
-			CHECK(tick_once, ticks <= 1);
+			FIRE_TICK;
 			printf("MSC: candidate %d fires the tick: %d inserted\n", c, ticks)
 		}
 		/* end: fire_tick */
@@ -492,6 +512,33 @@ end:
 	od
 	/* end: lease_expire */
 }
+
+#ifdef SESSION_LEADER
+active proctype SessionCandidate() {
+	bit done;
+end:
+	do
+	:: /* step: try_lock */
+	   d_step {
+		!lock -> lock = 1;
+		CHECK(one_leader, TERMS + LOCKS <= 1);
+		printf("MSC: the session client takes the advisory lock\n")
+	   }
+	   /* end: try_lock */
+	:: lock && !done ->
+		/* step: fire_tick */
+		d_step {
+			FIRE_TICK;
+			printf("MSC: the session client fires the tick: %d inserted\n", ticks)
+		}
+		/* end: fire_tick */
+	:: lock ->
+		/* step: session_end */
+		d_step { lock = 0; printf("MSC: the session client's session ends\n") }
+		/* end: session_end */
+	od
+}
+#endif
 
 init {
 	byte i;
