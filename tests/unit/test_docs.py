@@ -134,9 +134,9 @@ def test_every_adr_has_the_required_sections() -> None:
     adrs = sorted((ROOT / "docs" / "adr").glob("[0-9][0-9][0-9][0-9]-*.md"))
     assert len(adrs) >= 4
     numbers = [int(p.name[:4]) for p in adrs]
-    # Numbers are handed out ahead to work in flight, so a branch may skip the number
-    # another branch holds (0054 landed before 0052 and 0053); none is used twice.
-    assert numbers[0] == 1 and len(set(numbers)) == len(numbers)
+    # Numbered without gaps and without repeats: a branch that takes a number ahead of
+    # another lands only once the numbers before it have.
+    assert numbers == list(range(1, len(adrs) + 1)), numbers
     for path in adrs:
         text = path.read_text()
         for heading in (
