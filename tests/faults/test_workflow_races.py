@@ -244,6 +244,12 @@ def test_workflows_survive_a_sigkill_and_a_sigstop_with_no_early_start_and_attri
         stopped.send_signal(signal.SIGCONT)
 
         poll(lambda: _unsettled(conn) == 0, timeout=60, interval=0.1, message="all settled")
+        # The replacement may still be importing on a loaded machine: a SIGTERM before its
+        # handler is installed kills it (-15) instead of draining it. Stop it once ready.
+        alive = [p.pid for p in fleet.procs if p.poll() is None]
+        poll(
+            lambda: _ready(conn, alive), timeout=SAFETY, interval=0.05, message="replacement ready"
+        )
         fleet.stop()
 
     runs = _executions(conn)
