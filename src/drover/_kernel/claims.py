@@ -364,13 +364,10 @@ class Slots:
         self._size = size
         self._idle = size
         self._budget = budget
-        self._lock = threading.Lock()
-        # The waiting fetcher's wake-up: held while it waits, released once by
-        # whoever frees a slot (a pool thread, after every job). A lock, not a
-        # Condition, so a free costs two C calls rather than a notify in Python.
-        self._signal = threading.Lock()
-        self._signal.acquire()
-        self._waiting = False
+        self._cond = threading.Condition(threading.Lock())
+        # Threads inside take_all's wait: free skips the notify without one
+        # (a pool thread frees its slot after every job).
+        self._waiting = 0
 
     def _available(self) -> int:
         if self._budget is None:
@@ -378,51 +375,38 @@ class Slots:
         return min(self._idle, self._budget)
 
     def take_all(self, stopping: threading.Event, timeout: float | None = None) -> int:
-        """Wait for at least one idle slot (or stop/timeout), then take every idle one.
-
-        One thread waits at a time (the fetcher); a second waiter would be
-        woken by the 0.5 s slices, not by ``free``.
-        """
+        """Wait for at least one idle slot (or stop/timeout), then take every idle one."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if stopping.is_set():
-                    return 0
-                taken = self._available()
-                if taken:
-                    self._idle -= taken
-                    if self._budget is not None:
-                        self._budget -= taken
-                    return taken
+        with self._cond:
+            while self._available() == 0 and not stopping.is_set():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return 0
-                self._waiting = True
-            # Bounded so a stop that cannot wake us is still noticed.
-            if self._signal.acquire(timeout=0.5 if remaining is None else min(remaining, 0.5)):
-                continue
-            with self._lock:
-                woken = not self._waiting
-                self._waiting = False
-            if woken:  # released as the wait ended: take the wake-up
-                self._signal.acquire()
-
-    def _wake(self) -> None:
-        # Under the lock.
-        if self._waiting:
-            self._waiting = False
-            self._signal.release()
+                # Bounded so a stop that cannot notify us is still noticed.
+                self._waiting += 1
+                try:
+                    self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+                finally:
+                    self._waiting -= 1
+            if stopping.is_set():
+                return 0
+            taken = self._available()
+            self._idle -= taken
+            if self._budget is not None:
+                self._budget -= taken
+            return taken
 
     def free(self, count: int = 1, *, unused: bool = False) -> None:
         """Return ``count`` slots; ``unused`` ones (never ran a job) also refund the budget."""
         if count <= 0:
             return
-        with self._lock:
+        with self._cond:
             self._idle = min(self._size, self._idle + count)
             if unused and self._budget is not None:
                 self._budget += count
-            self._wake()
+            if self._waiting:
+                self._cond.notify_all()
 
     def wake(self) -> None:
-        with self._lock:
-            self._wake()
+        with self._cond:
+            self._cond.notify_all()
