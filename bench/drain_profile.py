@@ -17,7 +17,7 @@ a handler that only counts: the kernel's own client CPU per job, without
 psycopg, the handler chain or a server sharing the cores.
 
 Run it twice, with ``PYTHONPATH`` pointing at another source tree for the
-baseline, to compare (docs/benchmarks.md, "Issue 41").
+baseline, to compare (docs/benchmarks.md, "Where the drain's time went").
 """
 
 from __future__ import annotations
