@@ -140,14 +140,21 @@ SELECT DISTINCT via FROM drover_gates WHERE queue IN (%(queue)s, '*') ORDER BY v
 -- analyzed (a burst after a quiet period) it chose that index, whose dead
 -- entries grow with every completed job, and drained at two thirds speed.
 -- drover_watched(j) is inlined: a test of columns of the row already read.
+-- The claims are matched through a hashed lookup: NOT (... NOT IN ...) stays
+-- a subplan that PostgreSQL hashes once per statement (never NULL, so it
+-- means IN). Joined to unnest() instead, the rows were matched in a nested
+-- loop that unnested the batch again for every row: quadratic, 4 ms for 50
+-- outcomes, 44 ms for 200.
 WITH done AS (
     UPDATE drover_jobs j
     SET state = 'completed',
         leased_until = NULL,
         finalized_at = now()
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d(id, attempt)
     WHERE j.id = ANY (%(ids)s::bigint[])
-      AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
+      AND NOT ((j.id, j.attempt) NOT IN (
+          SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[])
+      ))
+      AND (j.state = 'running') IS TRUE
       AND NOT drover_watched(j)
     RETURNING j.id, j.attempt
 )
