@@ -304,10 +304,11 @@ def server_cpu_seconds(url: str) -> float | None:
     """
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    try:
+        # Read while the backend lives: its parent is the postmaster.
         backend = _proc_stat(int(row[0])) if row else None
-        if backend is None:
-            return None
+    if backend is None:
+        return None
+    try:
         postmaster = int(backend[1])
         if b"postgres" not in Path(f"/proc/{postmaster}/cmdline").read_bytes():
             return None
