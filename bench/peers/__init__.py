@@ -37,6 +37,7 @@ import psycopg
 SYSTEMS: dict[str, str] = {
     "raw": "raw",
     "raw-inline": "raw_inline",
+    "raw-slots": "raw_slots",
     "drover": "drover_queue",
     "procrastinate": "procrastinate_queue",
     "pgqueuer": "pgqueuer_queue",
