@@ -17,7 +17,8 @@ practical limit of PostgreSQL and psycopg for the same rows on this machine.
   finishes finds its next job in hand. ``concurrency`` threads take jobs from
   that queue and run them: one thread hand-off per job each way (a
   ``SimpleQueue``), one round trip and one commit per batch. ``raw-inline``
-  (``raw_inline.py``) is the same statement without the threads;
+  (``raw_inline.py``) is the same statement without the threads; ``drain_shared``
+  and ``latency_load`` keep the two-connection design of ``raw_slots.py``;
 - latency: one worker thread LISTENs, claims on each notification (or after a
   1 s poll) and runs the job inline; the producer's INSERT carries ``pg_notify``.
 """
