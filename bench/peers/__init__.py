@@ -13,6 +13,11 @@ calls the untimed ones, a fresh child process calls the timed ones):
 - ``enqueue_bulk(url, n, batch) -> seconds``: timed bulk insert, in batches of ``batch``.
 - ``enqueue_single(url, n, threads) -> seconds``: timed one-job-per-call insert.
 - ``drain(url, n, concurrency) -> seconds``: timed burn-down of the ``n`` filled jobs.
+
+  A timed function whose work runs in another process (graphile's Node runner)
+  returns ``{"seconds", "cpu_seconds", "peak_rss_mb"}`` instead: that
+  process's CPU over the timed window and its peak RSS; otherwise the child
+  measures its own.
 - ``latency(url, n, rate) -> [ms]``: enqueue→start of ``n`` jobs sent at ``rate``/s.
 
 Connections and pools are opened before the clock starts, for every system.
@@ -31,12 +36,19 @@ import psycopg
 # name shown in tables → module in this package
 SYSTEMS: dict[str, str] = {
     "raw": "raw",
+    "raw-inline": "raw_inline",
+    "raw-slots": "raw_slots",
     "drover": "drover_queue",
     "procrastinate": "procrastinate_queue",
     "pgqueuer": "pgqueuer_queue",
     "chancy": "chancy_queue",
+    "graphile": "graphile_queue",
+    "graphile-batched": "graphile_batched_queue",
 }
-PEERS = ("procrastinate", "pgqueuer", "chancy")
+PEERS = ("procrastinate", "pgqueuer", "chancy", "graphile", "graphile-batched")
+# Systems `bench/compare.py` runs when --systems is not given. graphile-worker
+# needs Node and an npm install (bench/peers/graphile_queue.py): name it to run it.
+DEFAULT_SYSTEMS = ("raw", "raw-inline", "drover", "procrastinate", "pgqueuer", "chancy")
 
 
 def load(name: str) -> ModuleType:

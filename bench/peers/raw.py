@@ -9,9 +9,16 @@ practical limit of PostgreSQL and psycopg for the same rows on this machine.
   same prebuilt pydantic models drover gets, each ``model_dump_json()``-ed;
 - single-row enqueue: one ``INSERT ... RETURNING id`` per job, autocommit, one
   connection per thread;
-- drain: one fetcher claims as many rows as there are idle slots
-  (``FOR UPDATE SKIP LOCKED``), a pool of ``concurrency`` threads runs them, one
-  completer marks every finished job it has in hand with one ``UPDATE``;
+- drain: one driver thread on one connection loops on a single statement that
+  completes every job the handler threads have finished since its last round
+  trip and, in the same statement and transaction, claims (``FOR UPDATE SKIP
+  LOCKED``) as many jobs as there is room for: ``concurrency`` running plus
+  ``concurrency`` waiting in a local queue, so that a handler thread that
+  finishes finds its next job in hand. ``concurrency`` threads take jobs from
+  that queue and run them: one thread hand-off per job each way (a
+  ``SimpleQueue``), one round trip and one commit per batch. ``raw-inline``
+  (``raw_inline.py``) is the same statement without the threads; ``drain_shared``
+  and ``latency_load`` keep the two-connection design of ``raw_slots.py``;
 - latency: one worker thread LISTENs, claims on each notification (or after a
   1 s poll) and runs the job inline; the producer's INSERT carries ``pg_notify``.
 """
@@ -22,6 +29,7 @@ import json
 import queue
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -62,6 +70,29 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
 WHERE j.id = ANY (%(ids)s::bigint[])
   AND j.id = d.id AND j.attempt = d.attempt AND (j.state = 'running') IS TRUE
 """
+# One round trip and one commit per batch: the completion of every job finished
+# since the last round trip (a data-modifying CTE runs whether or not it is
+# read) and the next claim. The claim cannot pick the rows being completed:
+# they are 'running'. The completion is fenced by the claimer's token in
+# `leased_by` (as graphile-worker fences by `locked_by`), a scalar test per row,
+# rather than by (id, attempt) pairs: the join with `unnest` of the pairs is
+# rescanned for every row it updates, quadratic in the batch (100 rows at c50).
+COMPLETE_AND_CLAIM = """
+WITH done AS (
+    UPDATE drover_jobs j SET state = 'completed', finalized_at = now(), leased_until = NULL
+    WHERE j.id = ANY (%(ids)s::bigint[])
+      AND (j.state = 'running') IS TRUE AND j.leased_by = %(token)s
+)
+UPDATE drover_jobs j SET state = 'running', attempt = j.attempt + 1,
+       leased_until = now() + interval '60 seconds', leased_by = %(token)s
+WHERE j.id = ANY (ARRAY(
+    SELECT id FROM drover_jobs
+    WHERE state IN ('available', 'retryable', 'scheduled') AND queue = 'default'
+      AND priority = 0 AND scheduled_at <= now()
+    ORDER BY scheduled_at, id LIMIT %(want)s FOR UPDATE SKIP LOCKED
+))
+RETURNING j.id, j.attempt, j.args::text
+"""
 INSERT = "INSERT INTO drover_jobs (kind, args) VALUES (%s, %s::jsonb) RETURNING id"
 INSERT_NOTIFY = (
     "INSERT INTO drover_jobs (kind, args) VALUES (%s, %s::jsonb) "
@@ -69,8 +100,24 @@ INSERT_NOTIFY = (
 )
 
 
+Row = tuple[int, int, str]
+# This process's claims: the completion's fence.
+TOKEN = f"raw-{uuid.uuid4()}"
+
+
 def _complete(conn: psycopg.Connection[tuple[object, ...]], done: list[tuple[int, int]]) -> None:
     conn.execute(COMPLETE, {"ids": [d[0] for d in done], "attempts": [d[1] for d in done]})
+
+
+def complete_and_claim(
+    conn: psycopg.Connection[tuple[object, ...]], done: list[tuple[int, int]], want: int
+) -> list[Row]:
+    """Complete ``done`` and claim up to ``want`` jobs, in one statement."""
+    cur = conn.execute(
+        COMPLETE_AND_CLAIM, {"ids": [d[0] for d in done], "want": want, "token": TOKEN}
+    )
+    rows: list[Row] = cur.fetchall()  # type: ignore[assignment]
+    return rows
 
 
 def setup(url: str) -> None:
@@ -146,52 +193,51 @@ def _noop(args: str) -> None:
 
 
 def drain(url: str, n: int, concurrency: int) -> float:
+    work: queue.SimpleQueue[Row | None] = queue.SimpleQueue()
     finished: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
-    slots = threading.Condition()
-    free = concurrency
 
-    def execute(job_id: int, attempt: int, args: str) -> None:
-        nonlocal free
-        _noop(args)
-        finished.put((job_id, attempt))
-        with slots:
-            free += 1
-            slots.notify()
+    def handler() -> None:
+        while (job := work.get()) is not None:
+            job_id, attempt, args = job
+            _noop(args)
+            finished.put((job_id, attempt))
 
-    def complete(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-        written = 0
-        while written < n:
-            done = [finished.get()]
-            while True:
-                try:
-                    done.append(finished.get_nowait())
-                except queue.Empty:
-                    break
-            _complete(conn, done)
-            written += len(done)
+    def take(block: bool) -> list[tuple[int, int]]:
+        done = [finished.get()] if block else []
+        while True:
+            try:
+                done.append(finished.get_nowait())
+            except queue.Empty:
+                return done
 
-    with (
-        psycopg.connect(url, autocommit=True) as fetch_conn,
-        psycopg.connect(url, autocommit=True) as complete_conn,
-        ThreadPoolExecutor(concurrency) as pool,
-    ):
-        completer = threading.Thread(target=complete, args=(complete_conn,))
+    # At most `concurrency` jobs running and as many again claimed and waiting.
+    room = 2 * concurrency
+    threads = [threading.Thread(target=handler) for _ in range(concurrency)]
+    with psycopg.connect(url, autocommit=True) as conn:
+        for t in threads:
+            t.start()
         started = time.perf_counter()
-        completer.start()
-        claimed = 0
-        while claimed < n:
-            with slots:
-                while free == 0:
-                    slots.wait()
-                want = free
-            rows = fetch_conn.execute(CLAIM, (want,)).fetchall()
-            with slots:
-                free -= len(rows)
-            for job_id, attempt, args in rows:
-                pool.submit(execute, job_id, attempt, args)
+        held = claimed = completed = 0
+        while completed < n:
+            done = take(block=False)
+            want = min(room - held + len(done), n - claimed)
+            if not done and want == 0:
+                done = take(block=True)
+                want = min(room - held + len(done), n - claimed)
+            rows = complete_and_claim(conn, done, want)
+            for row in rows:
+                work.put(row)
+            held += len(rows) - len(done)
             claimed += len(rows)
-        completer.join()
-        return time.perf_counter() - started
+            completed += len(done)
+            if not rows and held == 0 and claimed < n:
+                break  # nothing left to claim: another worker took it
+        elapsed = time.perf_counter() - started
+        for _ in threads:
+            work.put(None)
+        for t in threads:
+            t.join()
+        return elapsed
 
 
 def latency(url: str, n: int, rate: float) -> list[float]:
