@@ -1,4 +1,4 @@
-"""Bulk insert (issue 41): where a batch's time goes, drover beside a raw COPY, in one run.
+"""Bulk insert: where a batch's time goes, drover beside a raw COPY, in one run.
 
     python bench/bulk_insert.py --baseline-src ../main/src        # drover, drover@base, raw
     python bench/bulk_insert.py --rounds 9 --jobs 100000 --batch 5000 --json out.json
@@ -21,7 +21,7 @@ all its children, read from ``/proc`` before and after: the backend, the
 WAL writer, the checkpointer). The table gives the median of each, and the
 median of the per-round ratios to raw and to drover@base: on a shared
 machine the ratios of one round are steadier than any absolute figure.
-See docs/benchmarks.md, "Issue 41: bulk insert".
+See docs/benchmarks.md, "Bulk insert against a raw COPY".
 """
 
 from __future__ import annotations
