@@ -134,7 +134,8 @@ def many_plan(
         # refused, so a failure here is a database error, which aborts the
         # caller's transaction like any failed statement would.
         return (yield from direct)
-    rows: list[JobRow] = yield Atomic(direct)
+    # BEGIN travels with the reserving statement: one round trip fewer per batch.
+    rows: list[JobRow] = yield Atomic(direct, lead=True)
     return rows
 
 

@@ -19,9 +19,12 @@ way.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Iterable
 from typing import Any, LiteralString, NamedTuple, TypeAlias, TypeVar
 
+import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from drover._db import Connection
@@ -30,6 +33,9 @@ from drover._db.errors import translate
 __all__ = ["ALL", "NONE", "ONE", "Atomic", "Copy", "Execute", "Plan", "Step", "atomic", "run"]
 
 T = TypeVar("T")
+
+IDLE = TransactionStatus.IDLE
+_PIPELINES = psycopg.Pipeline.is_supported()  # libpq 14 or later
 
 NONE, ONE, ALL = 0, 1, 2
 """What ``Execute`` fetches: nothing (its answer is ``None``), one row (or ``None``), all rows."""
@@ -57,6 +63,10 @@ class Atomic(NamedTuple):
     connection, a savepoint inside an open one. The answer is the plan's result."""
 
     plan: Generator[Any, Any, Any]
+    lead: bool = False
+    """Send the ``BEGIN`` of a transaction (not a savepoint) together with the plan's
+    first ``Execute``, pipelined: one round trip for the two. The blocking runner
+    honours it; the asyncio runner sends them one after the other."""
 
 
 Step: TypeAlias = Execute | Copy | Atomic
@@ -76,9 +86,9 @@ def run(conn: Connection, plan: Plan[T], action: str) -> T:
         return _drive(conn, cur, plan)
 
 
-def _drive(conn: Connection, cur: Any, plan: Plan[T]) -> T:
+def _drive(conn: Connection, cur: Any, plan: Plan[T], answer: Any = None) -> T:
+    # answer: to the step the plan yielded last, when the caller carried it out.
     send = plan.send
-    answer: Any = None
     while True:
         try:
             step = send(answer)
@@ -99,5 +109,56 @@ def _drive(conn: Connection, cur: Any, plan: Plan[T]) -> T:
             answer = None
         else:
             assert type(step) is Atomic
-            with conn.transaction():
-                answer = _drive(conn, cur, step.plan)
+            if (
+                step.lead
+                and _PIPELINES
+                and conn.autocommit
+                and conn.info.transaction_status == IDLE
+            ):
+                answer = _led(conn, cur, step.plan)
+            else:
+                with conn.transaction():
+                    answer = _drive(conn, cur, step.plan)
+
+
+def _led(conn: Connection, cur: Any, plan: Plan[T]) -> T:
+    """``plan`` in a transaction of its own whose ``BEGIN`` travels with its first statement.
+
+    What ``conn.transaction()`` does on an idle autocommit connection, less a
+    round trip: ``BEGIN`` and the first ``Execute`` are sent in one pipeline,
+    then the plan goes on as usual; ``COMMIT`` when it returns, ``ROLLBACK``
+    when anything raises (the error is raised as it was).
+    """
+    try:
+        first = plan.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]  # nothing to write
+    if type(first) is not Execute:
+        # Nothing to pipeline with: the plain transaction, from that first step.
+        with conn.transaction():
+            return _drive(conn, cur, _resumed(first, plan))
+    try:
+        with conn.pipeline():
+            cur.execute("BEGIN")
+            cur.execute(first.statement, first.params)
+            fetch = first.fetch
+            answer = cur.fetchone() if fetch == ONE else cur.fetchall() if fetch == ALL else None
+        result = _drive(conn, cur, plan, answer)
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()
+        raise
+    conn.commit()
+    return result
+
+
+def _resumed(first: Step, plan: Plan[T]) -> Plan[T]:
+    # plan, its first step already taken out, as a plan again.
+    answer = yield first
+    while True:
+        try:
+            step = plan.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        answer = yield step

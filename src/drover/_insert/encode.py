@@ -141,6 +141,43 @@ def encode_batch(items: object) -> EncodedBatch:
             f"insert_many needs a list of JobArgs or (JobArgs, InsertOpts) pairs, "
             f"not {type(items).__qualname__}"
         )
+    if type(items) is list and items:
+        uniform = _uniform(items)
+        if uniform is not None:
+            return uniform
+    return _encode_items(items)
+
+
+def _uniform(items: list[Any]) -> EncodedBatch | None:
+    """The common batch, a list of bare args of one class, encoded a list at a time.
+
+    ``None`` when the batch is anything else, or when any check fails: the
+    item-by-item loop (``_encode_items``) then runs and names the bad item.
+    Every check of that loop is made here too, once over the whole batch:
+    the class (once), serialisation (pydantic, item by item in C), and the
+    NUL and NaN/Infinity refusals (a substring scan of all the texts at
+    once; a hit, even one inside a string, hands over to the exact checks).
+    """
+    cls = type(items[0])
+    # One args class throughout (a subclass is a class of its own), found in C.
+    if not issubclass(cls, JobArgs) or len(set(map(type, items))) != 1:
+        return None
+    try:
+        defaults = _class_defaults(cls, "")
+        texts = list(map(bytes.decode, map(cls.__pydantic_serializer__.to_json, items)))
+    except Exception:  # the loop raises the right error, naming the item
+        return None
+    blob = "".join(texts)
+    if "\\u0000" in blob or "NaN" in blob or "Infinity" in blob:
+        return None
+    kind, queue, max_attempts, priority = defaults
+    return EncodedBatch(
+        UniformBatch(kind, queue, max_attempts, priority, texts), {queue}, False, False
+    )
+
+
+def _encode_items(items: Iterable[Any]) -> EncodedBatch:
+    """``encode_batch`` item by item: any batch, and the one that names a bad item."""
     # Per args class: its insert defaults and its serializer. Most batches
     # hold one class and no options: their items stay bare JSON texts (a
     # UniformBatch) until an item of another class or with options arrives.

@@ -131,6 +131,10 @@ def _split_dependent(
     if isinstance(items, JobArgs | str | bytes) or not isinstance(items, Iterable):
         return items, None
     listed = items if isinstance(items, list) else list(items)
+    # Only a pair can wait for other jobs: a batch of bare args is told by its
+    # classes (found in C), without a Python test per item.
+    if not any(issubclass(t, tuple) for t in set(map(type, listed))):
+        return listed, None
     if not any(isinstance(i, tuple) and len(i) == 2 and has_dependencies(i[1]) for i in listed):
         return listed, None
     return listed, [(i, None) if not isinstance(i, tuple) else i for i in listed]
