@@ -125,7 +125,15 @@ def complete(conn: psycopg.Connection[Any], ids: list[int]) -> None:
 
 def explain_ms(conn: psycopg.Connection[Any], limited: bool, batch: int) -> tuple[float, int]:
     """Server execution time of one claim, and the ids it claimed (then completed)."""
-    params = {"queue": "default", "limit": batch, "lease_seconds": LEASE, "holder": None}
+    params = {
+        "queue": "default",
+        "limit": batch,
+        "lease_seconds": LEASE,
+        "holder": None,
+        # job_claim carries completions (none here); the limited claim ignores these.
+        "done_ids": "{}",
+        "done_attempts": "{}",
+    }
     text = query("job_claim_limited" if limited else "job_claim")
     with psycopg.ClientCursor(conn) as cur:
         cur.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {text}", params)

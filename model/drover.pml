@@ -277,6 +277,10 @@ idle:
 	atomic { wjob[w] = NJ; wlive[w] = 0; wsup[w] = 0; a = 0 }
 end_idle:
 	/* step: claim */
+	/* job_claim may also carry the completions of the worker's previous
+	 * claims (ADR 0058): the outcome step below, then this one, in one
+	 * atomic statement. That removes interleavings and adds none, so this
+	 * model's two steps cover it. */
 	if
 	:: d_step { WAITING(state[0]) -> CLAIM(0) }
 	:: d_step { WAITING(state[1]) -> CLAIM(1) }

@@ -11,7 +11,8 @@
 --   the features' statement (completion.sql), which handles every branch.
 --
 -- With no feature in use, a claim and a completion run only job_claim and
--- job_complete (or job_record) from this file
+-- job_complete (or job_record) from this file; a busy fetcher's claim
+-- carries the plain completions itself
 -- (tests/db/test_kernel_statements.py counts them in pg_stat_statements).
 --
 -- Every write made on behalf of a claim is fenced on (id, attempt, state =
@@ -61,7 +62,32 @@
 -- a hash join over a sequential scan of the whole table for every claim
 -- (4 ms instead of 0.3 ms at 20 000 rows). The array form is a primary-key
 -- probe per picked row whatever the plan.
-WITH claimed AS (
+--
+-- The claim carries the completions of the fetcher's last round (the
+-- completer's plain completions that were waiting when it claimed; none
+-- is an empty array): one round trip and one commit for a batch's ends and
+-- the next batch's starts, as the raw reference does (ADR 0058). "done" is
+-- job_complete's update, fenced the same way; it runs whether or not the
+-- queue is gated or anything is claimed (a data-modifying CTE always runs).
+-- It cannot meet the claim's rows: it changes only running jobs, the claim
+-- only waiting ones. A refused completion comes back as a row whose id and
+-- attempt are the claim's and whose kind is NULL (a claimed job always has
+-- a kind; the gate's marker has no id); the caller reads why, as
+-- job_complete's caller does.
+WITH done AS (
+    UPDATE drover_jobs j
+    SET state = 'completed',
+        leased_until = NULL,
+        finalized_at = now()
+    WHERE j.id = ANY (%(done_ids)s::bigint[])
+      AND NOT ((j.id, j.attempt) NOT IN (
+          SELECT * FROM unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[])
+      ))
+      AND (j.state = 'running') IS TRUE
+      AND NOT drover_watched(j)
+    RETURNING j.id, j.attempt
+),
+claimed AS (
 UPDATE drover_jobs j
 SET state = 'running',
     attempt = j.attempt + 1,
@@ -118,7 +144,11 @@ RETURNING {{job_columns:j}}
 SELECT * FROM claimed
 UNION ALL
 SELECT {{job_nulls}}
-WHERE EXISTS (SELECT 1 FROM drover_gates g WHERE g.queue IN (%(queue)s, '*'));
+WHERE EXISTS (SELECT 1 FROM drover_gates g WHERE g.queue IN (%(queue)s, '*'))
+UNION ALL
+SELECT {{job_refused:d}}
+FROM unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS d(id, attempt)
+WHERE NOT EXISTS (SELECT 1 FROM done WHERE done.id = d.id AND done.attempt = d.attempt);
 
 -- name: job_gates
 -- Which gates hold a queue (after job_claim said "gated"): the claim asks

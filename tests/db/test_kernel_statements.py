@@ -203,6 +203,24 @@ def _drain(
     return recorded
 
 
+def _drain_riding(store: Store, *, batch: int = 5) -> list[Recorded]:
+    """Claim until the queue is empty, each claim carrying the last round's completions,
+    as a busy fetcher does (ADR 0058); the last completions ride with the empty claim."""
+    claims = store.kernel.claim_session()
+    recorded: list[Recorded] = []
+    done: list[Outcome] = []
+    try:
+        while True:
+            rows = claims.claim(
+                "default", batch, LEASE, "test", completions=done, landed=recorded.extend
+            ).rows
+            done = [Outcome(r.id, r.attempt, JobState.COMPLETED) for r in rows]
+            if not rows:
+                return recorded
+    finally:
+        claims.release()
+
+
 @contextlib.contextmanager
 def _store(url: str) -> Iterator[Store]:
     store = Store.open(url, who="test", max_size=2)
@@ -241,6 +259,61 @@ def test_with_no_feature_in_use_a_drain_runs_only_the_kernels_claim_and_completi
     rounds = JOBS // 5
     # Claims until one finds nothing; one completion per claim round.
     assert calls == {"job_claim": rounds + 1, "job_complete": rounds}, calls
+
+
+def test_with_no_feature_in_use_completions_carried_by_the_claims_run_only_the_claim(
+    stats_db: str,
+) -> None:
+    _insert(stats_db)
+    with _store(stats_db) as store:
+        _reset(stats_db)
+        recorded = _drain_riding(store)
+    calls = _jobs_statements(stats_db)
+    assert [r.result for r in recorded] == [WriteResult.APPLIED] * JOBS
+    assert _states(stats_db) == {"completed": JOBS}
+    # One statement per round: each claim completes the round before it.
+    assert calls == {"job_claim": JOBS // 5 + 1}, calls
+
+
+def test_a_carried_completion_of_an_awaited_job_goes_through_the_features_completion(
+    stats_db: str,
+) -> None:
+    ids = _insert(stats_db)
+    with psycopg.connect(stats_db, autocommit=True) as conn:
+        results.job_mark_awaited(conn, ids[7])
+    with _store(stats_db) as store:
+        _reset(stats_db)
+        recorded = _drain_riding(store)
+    calls = _jobs_statements(stats_db)
+    assert [r.result for r in recorded] == [WriteResult.APPLIED] * JOBS
+    assert _states(stats_db) == {"completed": JOBS}
+    # The claim refused it (watched); its round's caller read why and sent it on.
+    assert calls == {"job_claim": JOBS // 5 + 1, "job_current_states": 1, "job_complete_many": 1}
+
+
+def test_carried_completions_on_a_gated_queue_are_written_before_the_gates_claim(
+    stats_db: str,
+) -> None:
+    _insert(stats_db)
+    with psycopg.connect(stats_db, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO drover_limits (scope, target, override_concurrency) "
+            "VALUES ('queue', 'default', 100)"
+        )
+    with _store(stats_db) as store:
+        _reset(stats_db)
+        recorded = _drain_riding(store)
+    calls = _jobs_statements(stats_db)
+    assert [r.result for r in recorded] == [WriteResult.APPLIED] * JOBS
+    assert _states(stats_db) == {"completed": JOBS}
+    # The first claim finds the gate (it carries nothing yet); every later one
+    # goes to the gate's claim, its completions written just before it.
+    assert calls == {
+        "job_claim": 1,
+        "job_gates": 1,
+        "job_claim_limited": JOBS // 5 + 1,
+        "job_complete": JOBS // 5,
+    }, calls
 
 
 def test_with_no_feature_in_use_failures_and_snoozes_run_only_the_kernels_outcome_write(
@@ -395,7 +468,6 @@ def test_a_started_client_draining_with_no_feature_runs_no_features_statement(
         client.close()
     calls = _jobs_statements(stats_db)
     assert calls["job_claim"] >= 1
-    assert calls["job_complete"] >= 1
     # Whatever else a client runs (renewals, stats, the registry), no feature's
     # claim or completion ran.
     assert not calls.keys() & FEATURE_STATEMENTS, calls

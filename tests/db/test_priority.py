@@ -163,7 +163,14 @@ def test_the_claim_reads_a_bounded_part_of_the_index_on_a_large_table(conn: Conn
     )
     conn.execute("INSERT INTO drover_jobs (kind, priority) VALUES ('urgent', 50)")
     conn.execute("VACUUM ANALYZE drover_jobs")
-    params = {"queue": "default", "limit": 10, "lease_seconds": 60, "holder": None}
+    params = {
+        "queue": "default",
+        "limit": 10,
+        "lease_seconds": 60,
+        "holder": None,
+        "done_ids": "{}",
+        "done_attempts": "{}",
+    }
     plan = _plan(conn, params)
     nodes = _nodes(plan)
     assert not [n for n in nodes if n["Node Type"] in ("Sort", "Incremental Sort")], nodes

@@ -52,6 +52,9 @@ def test_claims_stop_at_twice_the_concurrency_while_outcomes_are_unwritten(
         original(self, batch)
 
     monkeypatch.setattr(Completer, "_write", slow_write)
+    # The completer's own writes: no completion rides with a claim (ADR 0058),
+    # which would slow the claims with them.
+    monkeypatch.setattr(Completer, "ride", lambda self, on: None)
     workers = drover.Workers()
 
     @workers.register
@@ -121,8 +124,9 @@ def test_a_killed_worker_re_runs_at_most_twice_its_concurrency(
 ) -> None:
     """The bound docs/reliability.md states, end to end: at concurrency c a worker holds at
     most 2c claims (running, or finished with the outcome unwritten), so a SIGKILL
-    re-runs at most 2c jobs; and with the writes held back it does reach 2c, more
-    than the c a slot count alone would suggest.
+    re-runs at most 2c jobs. With the writes held back it holds at least its c slots'
+    worth; it reached 2c before completions rode with the claims (ADR 0058): a claim
+    carrying held-back completions now waits with them.
 
     The worker is a real process that knows nothing of the test: its handlers return at
     once, and the database makes every outcome write wait (a trigger that waits on an
@@ -152,9 +156,9 @@ def test_a_killed_worker_re_runs_at_most_twice_its_concurrency(
                 return _count(conn, "state = 'running'")
 
             poll(
-                lambda: claims_held() >= 2 * c,
+                lambda: claims_held() >= c,
                 timeout=60,
-                message="the worker never held 2 x concurrency claims",
+                message="the worker never held concurrency claims",
             )
             peak = 0
 
@@ -166,7 +170,7 @@ def test_a_killed_worker_re_runs_at_most_twice_its_concurrency(
 
             # Unbounded, the fetcher would claim every job within a few poll intervals (0.05 s).
             observe(2.0, within_bound)
-            assert peak == 2 * c
+            assert c <= peak <= 2 * c
         finally:
             proc.kill()
             proc.wait(SAFETY)
@@ -195,7 +199,7 @@ def test_a_killed_worker_re_runs_at_most_twice_its_concurrency(
         holder.execute("SELECT pg_advisory_unlock(%s)", [HOLD_KEY])
     conn.execute("DROP TRIGGER test_hold_outcomes ON drover_jobs")
     stranded = _count(conn, "state = 'running'")
-    assert stranded == 2 * c
+    assert c <= stranded <= 2 * c
     # Stand-in for waiting out the 300 s lease: the rows' leases are over now.
     conn.execute("UPDATE drover_jobs SET leased_until = now() WHERE state = 'running'")
     workers = drover.Workers()

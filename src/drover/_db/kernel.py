@@ -81,6 +81,9 @@ def claim(
     gates: Mapping[str, GateClaim],
     via: str | None = None,
     ns: Namespace = DEFAULT,
+    completions: Sequence[Outcome] = (),
+    landed: Callable[[list[Recorded]], None] | None = None,
+    doors: Doors | None = None,
 ) -> tuple[list[JobRow], frozenset[int], str | None]:
     """Claim up to ``limit`` due jobs of ``queue`` for ``holder``, sorted by id.
 
@@ -91,9 +94,20 @@ def claim(
     Otherwise the kernel's claim runs, and when it finds the queue gated
     (a row of NULLs) the gate is looked up and its claim runs: two or three
     round trips, the first time.
+
+    ``completions`` (plain completions without a result) are written first,
+    fenced as ``record_outcomes`` writes them: in the kernel's claim
+    statement itself (ADR 0058), or, when the claim goes to a gate, in a
+    statement of their own before it. ``landed`` gets their results, in
+    input order, as soon as they are written, before the claim returns or
+    raises; when this raises before calling it, none of them was written.
+    A refused claim still running with its attempt goes through
+    ``doors.watched``, as in ``record_outcomes``.
     """
     if not 0 < limit <= 2**31 - 1:
         raise ValueError(f"claim limit must be in 1..2147483647, not {limit}")
+    if completions and (landed is None or doors is None):
+        raise ValueError("a claim carrying completions needs landed and doors")
     wakes: frozenset[int] = frozenset()
     with translate(f"claim jobs from queue {queue!r}"):
         if via is None:
@@ -102,11 +116,21 @@ def claim(
                 "limit": limit,
                 "lease_seconds": lease_seconds,
                 "holder": holder,
+                "done_ids": int_array([o.id for o in completions]),
+                "done_attempts": int_array([o.attempt for o in completions]),
             }
-            with conn.cursor(row_factory=tuple_row) as cur:
+            with conn.cursor(row_factory=tuple_row, binary=True) as cur:
                 cur.execute(query("job_claim", ns), params)
                 found = cur.fetchall()
-                if found and found[-1][0] is None:
+            if completions:
+                refused = {(r[0], r[5]) for r in found if r[1] is None and r[0] is not None}
+                assert landed is not None
+                assert doors is not None
+                landed(_settled(conn, completions, refused, doors=doors, ns=ns))
+                if refused:
+                    found = [r for r in found if r[1] is not None or r[0] is None]
+            if found and found[-1][0] is None:
+                with conn.cursor(row_factory=tuple_row) as cur:
                     cur.execute(query("job_gates", ns), {"queue": queue})
                     via = _gate_of(queue, [v for (v,) in cur.fetchall()], gates)
             if via is None:
@@ -114,6 +138,10 @@ def claim(
                 rows = [row_from_db(r) for r in found if r[0] is not None]
                 rows.sort(key=lambda r: r.id)
                 return rows, wakes, None
+        elif completions:
+            assert landed is not None
+            assert doors is not None
+            landed(record_outcomes(conn, completions, doors=doors, ns=ns))
         rows, wakes = gates[via](conn, queue, limit, lease_seconds, holder, ns=ns)
     rows.sort(key=lambda r: r.id)
     return rows, wakes, via
@@ -204,13 +232,24 @@ def _complete(
             },
         )
         refused = {(id_, attempt) for id_, attempt in cur.fetchall()}
-        current: dict[int, tuple[str, int]] = {}
-        if refused:
-            # A new snapshot: the row as it is now, whatever the write waited for.
-            cur.execute(query("job_current_states", ns), ([i for i, _ in refused],))
-            current = {id_: (state, attempt) for id_, state, attempt in cur.fetchall()}
+        return _refusals(conn, outcomes, refused, ns=ns)
+
+
+def _refusals(
+    conn: Connection,
+    outcomes: Sequence[Outcome],
+    refused: set[tuple[int, int]],
+    *,
+    ns: Namespace,
+) -> tuple[list[Recorded], list[int]]:
+    """The results of plain completions of which the claims ``refused`` were refused, and
+    the indexes of those to send to the watch (their place holds a refusal until then)."""
     if not refused:  # the usual batch: every claim applied
         return [Recorded(o, _APPLIED, None, None) for o in outcomes], []
+    with conn.cursor(row_factory=tuple_row) as cur:
+        # A new snapshot: the row as it is now, whatever the write waited for.
+        cur.execute(query("job_current_states", ns), ([i for i, _ in refused],))
+        current = {id_: (state, attempt) for id_, state, attempt in cur.fetchall()}
     recorded: list[Recorded] = []
     watched: list[int] = []
     for i, o in enumerate(outcomes):
@@ -222,6 +261,24 @@ def _complete(
             watched.append(i)  # still this claim's: a feature watches the job
         recorded.append(Recorded(o, refusal(state), state, attempt))
     return recorded, watched
+
+
+def _settled(
+    conn: Connection,
+    outcomes: Sequence[Outcome],
+    refused: set[tuple[int, int]],
+    *,
+    doors: Doors,
+    ns: Namespace,
+) -> list[Recorded]:
+    """The final results of plain completions written by the claim: the refused claims
+    still running with their attempt go through the watch, as in ``record_outcomes``."""
+    recorded, watched = _refusals(conn, outcomes, refused, ns=ns)
+    if watched:
+        again = doors.watched(conn, [outcomes[i] for i in watched], ns=ns)
+        for i, answer in zip(watched, again, strict=True):
+            recorded[i] = answer
+    return recorded
 
 
 def _record(
@@ -364,7 +421,16 @@ class _ClaimSession:
         self._ns = ns
         self._gates = GatesSeen()
 
-    def claim(self, queue: str, limit: int, lease_seconds: float, holder: str) -> Claimed:
+    def claim(
+        self,
+        queue: str,
+        limit: int,
+        lease_seconds: float,
+        holder: str,
+        *,
+        completions: Sequence[Outcome] = (),
+        landed: Callable[[list[Recorded]], None] | None = None,
+    ) -> Claimed:
         with self._held as conn, naming_role(conn):
             sent = time.monotonic()
             via = self._gates.via(queue, sent)
@@ -377,6 +443,9 @@ class _ClaimSession:
                 gates=self._doors.gates,
                 via=via,
                 ns=self._ns,
+                completions=completions,
+                landed=landed,
+                doors=self._doors,
             )
             self._gates.saw(queue, via, through, sent)
             return Claimed(rows, sent, wakes)

@@ -38,6 +38,7 @@ __all__ = [
 _NAME_LINE = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$")
 _STATE_SET = re.compile(r"\{\{states:([a-z_]+)\}\}")
 _JOB_COLUMNS = re.compile(r"\{\{job_columns(?::([a-z_]+))?\}\}")
+_JOB_REFUSED = re.compile(r"\{\{job_refused:([a-z_]+)\}\}")
 _MIGRATION_FILE = re.compile(r"^(\d+)_([A-Za-z0-9_]+)\.sql$")
 # What drover's own SQL creates, by kind. A TEMP table is not matched ("CREATE
 # TEMP TABLE"): it lives in pg_temp and must stay unqualified.
@@ -93,7 +94,8 @@ def expand_state_sets(sql: LiteralString, source: str) -> LiteralString:
 def expand_job_columns(sql: LiteralString) -> LiteralString:
     """Replace each ``{{job_columns}}`` (or ``{{job_columns:j}}``, qualified by ``j``)
     with ``drover._db.rows.JOB_COLUMNS``: what every query returning jobs returns;
-    and ``{{job_nulls}}`` with one NULL per column."""
+    ``{{job_nulls}}`` with one NULL per column; and ``{{job_refused:d}}`` with
+    NULLs but for ``d.id`` and ``d.attempt`` in their places."""
 
     def columns(match: re.Match[str]) -> str:
         prefix = f"{match.group(1)}." if match.group(1) else ""
@@ -103,7 +105,17 @@ def expand_job_columns(sql: LiteralString) -> LiteralString:
     expanded: LiteralString = _JOB_COLUMNS.sub(columns, sql)
     # A row of as many NULLs: job_claim's "take the limited claim" marker.
     nulls: LiteralString = ", ".join(["NULL"] * len(JOB_COLUMNS))
-    return expanded.replace("{{job_nulls}}", nulls)
+    expanded = expanded.replace("{{job_nulls}}", nulls)
+    # job_claim's refused completion: NULLs but for the claim's id and attempt.
+    return _JOB_REFUSED.sub(_refused_columns, expanded)
+
+
+def _refused_columns(match: re.Match[str]) -> str:
+    source = match.group(1)
+    return ", ".join(
+        f"{source}.{column}" if column in ("id", "attempt") else "NULL"
+        for column in (c.partition("::")[0] for c in JOB_COLUMNS)
+    )
 
 
 def _expand(sql: LiteralString, source: str) -> LiteralString:

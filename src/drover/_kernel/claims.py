@@ -346,6 +346,12 @@ class InFlight:
             return True
 
 
+# Prefetch while the slowest recent job ran under this long (decayed by
+# _DECAY per job: a 10 s job keeps it shut for about 200 short ones).
+_SHORT = 0.005
+_DECAY = 0.95
+
+
 class Slots:
     """Idle capacity of the job pool: claims never exceed it.
 
@@ -358,12 +364,23 @@ class Slots:
     not N plus whatever one more claim round brought in. Slots freed unused
     (``unused=True``) return to the budget; a finished job's do not.
     Once the budget is spent, ``take_all`` waits as if every slot were busy.
+
+    ``prefetch`` extra slots (ADR 0058) let the fetcher claim jobs that wait
+    for a pool thread, so the threads have work in hand while the next claim
+    is on its way: they open while every recent job was short (the slowest
+    of the last hundred or so under ``_SHORT``, as ``free(ran=)`` reports
+    them) and close at the first long one. With them open, at most
+    ``size + prefetch`` claims are unfinished.
     """
 
-    def __init__(self, size: int, budget: int | None = None) -> None:
+    def __init__(self, size: int, budget: int | None = None, *, prefetch: int = 0) -> None:
         self._size = size
         self._idle = size
         self._budget = budget
+        self._prefetch = prefetch
+        self.extra = 0
+        """The prefetch slots open now (0 or ``prefetch``)."""
+        self._slowest = _SHORT  # decayed: no prefetch until a short job was seen
         self._cond = threading.Condition(threading.Lock())
         # Threads inside take_all's wait: free skips the notify without one
         # (a pool thread frees its slot after every job).
@@ -378,7 +395,7 @@ class Slots:
         """Wait for at least one idle slot (or stop/timeout), then take every idle one."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._available() == 0 and not stopping.is_set():
+            while self._available() <= 0 and not stopping.is_set():
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return 0
@@ -396,11 +413,20 @@ class Slots:
                 self._budget -= taken
             return taken
 
-    def free(self, count: int = 1, *, unused: bool = False) -> None:
-        """Return ``count`` slots; ``unused`` ones (never ran a job) also refund the budget."""
+    def free(self, count: int = 1, *, unused: bool = False, ran: float | None = None) -> None:
+        """Return ``count`` slots; ``unused`` ones (never ran a job) also refund the budget.
+        ``ran``: how long the job that held the slot ran (seconds), for the prefetch."""
         if count <= 0:
             return
         with self._cond:
+            if ran is not None and self._prefetch:
+                self._slowest = slowest = max(ran, self._slowest * _DECAY)
+                extra = self._prefetch if slowest < _SHORT else 0
+                if extra != self.extra:
+                    # Closing may leave idle below zero until enough jobs end.
+                    self._size += extra - self.extra
+                    self._idle += extra - self.extra
+                    self.extra = extra
             self._idle = min(self._size, self._idle + count)
             if unused and self._budget is not None:
                 self._budget += count

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from drover._kernel.claims import Claim
 from drover._kernel.disposition import Decision
 from drover._kernel.kit import Kit, StaleWrite, run_hooks
 from drover._kernel.service import ThreadService
+from drover._kernel.store import is_plain_completion
 from drover._records import Outcome, Recorded, WriteResult
 from drover.errors import DroverError
 from drover.job import JobState
@@ -29,6 +31,10 @@ MAX_BATCH = 1000
 # After a write, the connection is kept this long for the next outcomes, so a
 # drain of short jobs writes on one connection; an idle completer returns it.
 _BUSY_HOLD = 0.05
+# A plain completion waiting to ride with the fetcher's next claim is written
+# by the completer itself once it has waited this long (the fetcher is
+# asleep: no work, every slot busy, or held back).
+_RIDE_WAIT = 0.05
 _RETRY_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
 # Failures that mean a statement waited on a lock past the server's timeout:
 # the batch is then split, so one locked row holds back only its own outcome.
@@ -83,6 +89,11 @@ class Completer(ThreadService):
         self._accepting = True
         self._accept_lock = threading.Lock()
         self._session = kit.store.outcome_session()
+        # Plain completions kept for the fetcher's next claim (ADR 0058), under
+        # _accept_lock; _riding while a fetcher takes them.
+        self._riding = False
+        self._riders: list[Outcome] = []
+        self._riders_since = 0.0
 
     def settle(self, claim: Claim, decision: Decision) -> None:
         """Take a finished claim: queue its outcome for writing, or untrack it if there is none.
@@ -96,10 +107,67 @@ class Completer(ThreadService):
             return
         with self._accept_lock:
             if self._accepting:
+                if (
+                    self._riding
+                    and outcome.result is None
+                    and not outcome.settles_tx
+                    and is_plain_completion(outcome)
+                ):
+                    if not self._riders:
+                        self._riders_since = time.monotonic()
+                    self._riders.append(outcome)
+                    return
                 self._queue.put(outcome)
                 return
         self._discarded(outcome, "client stopped")
         self._untrack([(outcome.id, outcome.attempt)])
+
+    # --- completions riding with the fetcher's claims (ADR 0058) -------------------------
+
+    def ride(self, on: bool) -> None:
+        """Start (a fetcher runs) or stop keeping plain completions for its claims.
+
+        Stopping hands the completions kept so far to this thread's queue.
+        """
+        with self._accept_lock:
+            self._riding = on
+            riders, self._riders = self._riders, []
+        if not on:
+            self.requeue(riders)
+
+    def take_riders(self) -> list[Outcome]:
+        """The plain completions kept for the next claim (the fetcher's thread): it writes
+        them with the claim and passes the results to ``riders_landed``, or hands them
+        back with ``requeue``."""
+        with self._accept_lock:
+            riders, self._riders = self._riders, []
+        return riders
+
+    def requeue(self, outcomes: Sequence[Outcome]) -> None:
+        """Have this thread write ``outcomes`` (taken to ride, not written)."""
+        for outcome in outcomes:
+            self._queue.put(outcome)
+
+    def riders_landed(self, batch: list[Outcome], results: list[Recorded]) -> None:
+        """Act on the results of completions written with a claim, as on a batch's."""
+        try:
+            self._landed(batch, results)
+        except Exception:
+            # As in _run: never leave them tracked; their rows are written.
+            self._log.error("handling the results of jobs %s failed", _ids(batch), exc_info=True)
+            self._untrack((o.id, o.attempt) for o in batch)
+
+    def _overdue_riders(self, now: float) -> tuple[list[Outcome], float]:
+        """The kept completions, if the oldest waited ``_RIDE_WAIT``; else none, and how
+        long until it has (``_BUSY_HOLD`` when none are kept)."""
+        with self._accept_lock:
+            if not self._riders:
+                return [], _BUSY_HOLD
+            left = self._riders_since + _RIDE_WAIT - now
+            if left > 0:
+                return [], left
+            riders, self._riders = self._riders, []
+        return riders, _BUSY_HOLD
 
     def hand_back(self, claims: Sequence[Claim]) -> list[Recorded] | None:
         """Shutdown ran out of time: return these claims' jobs to the queue now, and untrack them.
@@ -149,6 +217,7 @@ class Completer(ThreadService):
 
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Stop accepting outcomes, write everything queued, then end the thread."""
+        self.ride(False)
         with self._accept_lock:
             self._accepting = False
         return super().stop(timeout)
@@ -173,10 +242,22 @@ class Completer(ThreadService):
     def _next_batch(self, stopping: bool) -> list[Outcome]:
         if stopping:
             return self._take_batch(0)
-        batch = self._take_batch(_BUSY_HOLD)
+        riders, wait = self._overdue_riders(time.monotonic())
+        if riders:
+            return riders + self._take_batch(0, MAX_BATCH - len(riders))
+        batch = self._take_batch(wait)
         if not batch and not self._stopping.is_set():
+            riders, _ = self._overdue_riders(time.monotonic())
+            if riders:
+                return riders
+            with self._accept_lock:
+                kept = bool(self._riders)
+            if kept:
+                return batch  # soon overdue: look again within _RIDE_WAIT
             # Idle: return the connection before the long wait. The wait is
-            # bounded so a stop is noticed even if its wake-up is lost.
+            # bounded so a stop is noticed even if its wake-up is lost; a
+            # completion kept to ride meanwhile waits for the fetcher's claim
+            # or for the end of this wait.
             self._session.release()
             batch = self._take_batch(0.5)
         return batch

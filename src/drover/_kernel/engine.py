@@ -79,7 +79,7 @@ class Kernel:
         if async_chain is not None and is_async is not None:
             self.events = EventLoop(executor=self.executor, client_id=kit.client_id, logger=kit.log)
             dispatch = self._router(self.events, is_async)
-        self.fetcher = Fetcher(kit, dispatch=dispatch)
+        self.fetcher = Fetcher(kit, dispatch=dispatch, riders=self.completer)
         self.heartbeat = Heartbeat(kit)
         self.rescuer = Rescuer(kit)
         self._before_fetch = before_fetch

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from time import perf_counter
 
 from drover._kernel import disposition
 from drover._kernel.claims import Claim, InFlight, Slots
@@ -59,13 +60,14 @@ class Executor:
         """Run ``claim`` on this thread through the sync chain (what a pool thread calls)."""
         error: BaseException | None = None
         token = enter_job(claim.row)
+        started = perf_counter()
         try:
             self._chain(claim.context, claim.row)
         except BaseException as exc:
             error = exc
         finally:
             leave_job(token)
-        self._end(claim, error)
+        self._end(claim, error, perf_counter() - started)
 
     async def run_async(self, claim: Claim) -> None:
         """Run ``claim`` in this task through the async chain (``CancelledError`` included
@@ -84,8 +86,8 @@ class Executor:
         claim.context._on_cancel = None
         self._end(claim, error)
 
-    def _end(self, claim: Claim, error: BaseException | None) -> None:
-        """The one tail: decide, log, count off, free the slot, settle."""
+    def _end(self, claim: Claim, error: BaseException | None, ran: float | None = None) -> None:
+        """The one tail: decide, log, count off, settle, free the slot."""
         row = claim.row
         decision = _UNDECIDED
         try:
@@ -101,8 +103,12 @@ class Executor:
                 exc_info=True,
             )
         finally:
-            # Its queue's count first, then the slot: a fetcher woken by the
-            # free slot must already see the queue's room under its max_workers.
+            # Its queue's count first: a fetcher woken by the free slot must
+            # already see the queue's room under its max_workers.
             self._inflight.finished(claim)
-            self._slots.free()
-        self._settle(claim, decision)
+        try:
+            # Settled before the slot is freed: the fetcher woken by it finds
+            # this outcome ready to ride with its claim (ADR 0058).
+            self._settle(claim, decision)
+        finally:
+            self._slots.free(ran=ran)

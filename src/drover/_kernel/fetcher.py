@@ -7,9 +7,12 @@ import threading
 from collections.abc import Callable, Mapping
 
 from drover._kernel.claims import Claim
+from drover._kernel.completer import Completer
 from drover._kernel.kit import Kit, run_hooks
 from drover._kernel.outage import Backoff
 from drover._kernel.service import ThreadService
+from drover._records import Outcome, Recorded
+from drover.job import JobRow
 
 __all__ = ["Fetcher", "weighted_order"]
 
@@ -82,6 +85,7 @@ class Fetcher(ThreadService):
         *,
         dispatch: Callable[[list[Claim]], None],
         rng: random.Random | None = None,
+        riders: Completer | None = None,
     ) -> None:
         super().__init__(client_id=kit.client_id, logger=kit.log)
         settings = kit.settings
@@ -108,6 +112,9 @@ class Fetcher(ThreadService):
         self._store = kit.store
         self._context_args = kit.context_args
         self._claimed_hooks = kit.hooks.claimed
+        self._before_write = kit.hooks.before_write
+        # The completer's plain completions ride with the claims (ADR 0058).
+        self._riders = riders
         # Written into each claimed row for operators (Inspector.lease_holder).
         self._holder = kit.holder
         self.claims = 0
@@ -129,8 +136,16 @@ class Fetcher(ThreadService):
         self._wakeup.set()
         self._slots.wake()
 
+    def _ride(self, on: bool) -> None:
+        # Completions ride with the claims while this loop claims; before it
+        # waits on anything but a free slot (a poll, a backoff, the
+        # completer), the completer writes them itself.
+        if self._riders is not None:
+            self._riders.ride(on)
+
     def _loop(self) -> None:
         try:
+            self._ride(True)
             while not self._stopping.is_set():
                 taken = self._slots.take_all(self._stopping, timeout=_BUSY_HOLD)
                 if taken == 0:
@@ -140,18 +155,23 @@ class Fetcher(ThreadService):
                     taken = self._slots.take_all(self._stopping)
                     if taken == 0:
                         continue
-                wanted = self._within_backlog(taken)
+                riders = self._riders.take_riders() if self._riders is not None else []
+                wanted = self._within_backlog(taken, len(riders))
                 if wanted == 0:
                     # The database is behind on outcomes: wait for the completer.
                     # The claim connection stays held: the wait is usually a
                     # batch's commit, and the completer writes on its own.
                     self._slots.free(taken, unused=True)
                     self.held_back += 1
+                    self._ride(False)
+                    if riders:
+                        self._requeue(riders)
                     self._inflight.wait_unwritten(self._backlog, self._stopping)
+                    self._ride(True)
                     continue
                 claimed, failed = 0, True
                 try:
-                    claimed, failed = self._claim_round(wanted)
+                    claimed, failed = self._claim_round(wanted, riders)
                 except Exception:
                     # Backstop (claims and dispatch handle their own errors): never let
                     # the claim loop die; log, back off one poll interval, go on.
@@ -162,71 +182,123 @@ class Fetcher(ThreadService):
                     # Back off on the stop event alone: a wake-up (an insert, a
                     # freed slot) must not turn an outage into a busy loop.
                     self._session.release()
+                    self._ride(False)
                     self._failures += 1
                     self._pause(self._backoff.delay(self._failures))
                     self._wakeup.clear()
+                    self._ride(True)
                     continue
                 self._failures = 0
                 if claimed == 0:
                     self._session.release()
+                    self._ride(False)
                     self._wakeup.wait(self._poll)
                     self._wakeup.clear()
+                    self._ride(True)
         finally:
+            self._ride(False)
             self._session.release()
 
     def run_once(self) -> int:
         """One claim round for the slots idle right now; returns the number claimed."""
         taken = self._slots.take_all(self._stopping, timeout=0)
-        wanted = self._within_backlog(taken)
+        riders = self._riders.take_riders() if self._riders is not None else []
+        wanted = self._within_backlog(taken, len(riders))
         try:
-            claimed, _ = self._claim_round(wanted) if wanted else (0, False)
+            claimed, _ = self._claim_round(wanted, riders) if wanted else (0, False)
+            if not wanted:
+                self._requeue(riders)
         finally:
             self._session.release()
         self._slots.free(taken - claimed, unused=True)
         return claimed
 
-    def _within_backlog(self, taken: int) -> int:
-        """How many of ``taken`` idle slots may claim with the outcomes unwritten now."""
-        over = self._inflight.unwritten() - self._backlog
+    def _within_backlog(self, taken: int, riding: int = 0) -> int:
+        """How many of ``taken`` idle slots may claim with the outcomes unwritten now
+        (``riding`` of them written by this claim)."""
+        # Prefetch slots count against the same bound: at most 2 x concurrency held.
+        over = self._inflight.unwritten() - riding - (self._backlog - self._slots.extra)
         return taken if over <= 0 else max(0, taken - over)
 
-    def _claim_round(self, wanted: int) -> tuple[int, bool]:
+    def _requeue(self, riders: list[Outcome]) -> None:
+        if riders and self._riders is not None:
+            self._riders.requeue(riders)
+
+    def _claim_round(self, wanted: int, riders: list[Outcome] | None = None) -> tuple[int, bool]:
         claimed = 0
-        for queue in weighted_order(self._weights, self._rng):
-            if claimed >= wanted or self._stopping.is_set():
-                break
-            want = wanted - claimed
-            room = self._inflight.room(queue)
-            if room is not None:
-                if room == 0:
-                    continue  # at its max_workers: the job that frees one wakes us
-                want = min(want, room)
-            try:
-                rows, sent, wakes = self._session.claim(
-                    queue, want, self._lease_seconds, self._holder
-                )
-                self.claims += 1
-            except Exception as exc:  # DroverError from the database, or anything unforeseen
-                if not self._failed(exc):
-                    self._log.error(
-                        "fetch jobs from queue %s failed",
-                        queue,
-                        extra={"queue": queue},
-                        exc_info=True,
-                    )
-                return claimed, True
-            self._ok()
-            deadline = sent + self._lease_seconds
-            store, args = self._store, self._context_args
-            claims = [
-                Claim(row, deadline, wakes=row.id in wakes, store=store, context_args=args)
-                for row in rows
-            ]
-            if self._claimed_hooks:
-                run_hooks(self._log, self._claimed_hooks, claims)
-            # Tracked before they are handed to the pool threads, so the
-            # heartbeat covers them and shutdown sees them.
-            self._inflight.add_many(claims)
-            self._dispatch(claims)
-            claimed += len(rows)
-        return claimed, False
+        riding = riders or []
+        try:
+            for queue in weighted_order(self._weights, self._rng):
+                if claimed >= wanted or self._stopping.is_set():
+                    break
+                want = wanted - claimed
+                room = self._inflight.room(queue)
+                if room is not None:
+                    if room == 0:
+                        continue  # at its max_workers: the job that frees one wakes us
+                    want = min(want, room)
+                try:
+                    if riding:
+                        # What must land before outcomes (the last progress reports).
+                        if self._before_write:
+                            run_hooks(self._log, self._before_write)
+                        batch, riding = riding, []
+                        rows, sent, wakes = self._session.claim(
+                            queue,
+                            want,
+                            self._lease_seconds,
+                            self._holder,
+                            completions=batch,
+                            landed=self._landing(batch, riding),
+                        )
+                    else:
+                        rows, sent, wakes = self._session.claim(
+                            queue, want, self._lease_seconds, self._holder
+                        )
+                    self.claims += 1
+                except Exception as exc:  # DroverError from the database, or anything unforeseen
+                    if not self._failed(exc):
+                        self._log.error(
+                            "fetch jobs from queue %s failed",
+                            queue,
+                            extra={"queue": queue},
+                            exc_info=True,
+                        )
+                    return claimed, True
+                claimed += self._dispatch_claimed(rows, sent, wakes)
+            return claimed, False
+        finally:
+            # Not written (no claim sent, or it failed before they landed):
+            # the completer writes them, retrying as it does.
+            self._requeue(riding)
+
+    def _landing(
+        self, batch: list[Outcome], unwritten: list[Outcome]
+    ) -> Callable[[list[Recorded]], None]:
+        """The ``landed`` of a claim carrying ``batch``; until it is called, the batch
+        stays in ``unwritten`` (handed back to the completer if the claim fails)."""
+        riders = self._riders
+        assert riders is not None
+        unwritten.extend(batch)
+
+        def landed(results: list[Recorded]) -> None:
+            unwritten.clear()
+            riders.riders_landed(batch, results)
+
+        return landed
+
+    def _dispatch_claimed(self, rows: list[JobRow], sent: float, wakes: frozenset[int]) -> int:
+        self._ok()
+        deadline = sent + self._lease_seconds
+        store, args = self._store, self._context_args
+        claims = [
+            Claim(row, deadline, wakes=row.id in wakes, store=store, context_args=args)
+            for row in rows
+        ]
+        if self._claimed_hooks:
+            run_hooks(self._log, self._claimed_hooks, claims)
+        # Tracked before they are handed to the pool threads, so the
+        # heartbeat covers them and shutdown sees them.
+        self._inflight.add_many(claims)
+        self._dispatch(claims)
+        return len(rows)

@@ -269,8 +269,22 @@ class MemoryClaimSession:
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
 
-    def claim(self, queue: str, limit: int, lease_seconds: float, holder: str) -> Claimed:
-        """Claim up to ``limit`` due jobs of ``queue`` for ``holder`` (the store's rules)."""
+    def claim(
+        self,
+        queue: str,
+        limit: int,
+        lease_seconds: float,
+        holder: str,
+        *,
+        completions: Sequence[Outcome] = (),
+        landed: Callable[[list[Recorded]], None] | None = None,
+    ) -> Claimed:
+        """Write ``completions`` (results to ``landed``), then claim up to ``limit`` due
+        jobs of ``queue`` for ``holder`` (the store's rules)."""
+        if completions:
+            if landed is None:
+                raise ValueError("a claim carrying completions needs landed")
+            landed(self._store._record(completions))
         return self._store._claim(queue, limit, lease_seconds, holder)
 
     def release(self) -> None:

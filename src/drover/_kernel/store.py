@@ -137,8 +137,25 @@ class Claimed(NamedTuple):
 class ClaimSession(Protocol):
     """The fetcher's session: claim rounds on one kept connection. One thread uses it."""
 
-    def claim(self, queue: str, limit: int, lease_seconds: float, holder: str) -> Claimed:
-        """Claim up to ``limit`` due jobs of ``queue`` for ``holder`` (see the module rules)."""
+    def claim(
+        self,
+        queue: str,
+        limit: int,
+        lease_seconds: float,
+        holder: str,
+        *,
+        completions: Sequence[Outcome] = (),
+        landed: Callable[[list[Recorded]], None] | None = None,
+    ) -> Claimed:
+        """Claim up to ``limit`` due jobs of ``queue`` for ``holder`` (see the module rules).
+
+        ``completions`` (plain completions without a result; a busy fetcher's
+        finished jobs) are written first, each fenced as ``record`` writes it,
+        in the claim's own statement where the store can (ADR 0058). Their
+        results, in input order, go to ``landed`` (required with them) as
+        soon as they are written, before the claim returns or raises: if the
+        call raises before ``landed`` was called, none of them was written.
+        """
         ...
 
     def release(self) -> None:

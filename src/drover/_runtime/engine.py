@@ -96,7 +96,9 @@ class Engine:
         self._log = config.logger
         settings = settings_of(config)
         self.inflight = InFlight(settings.caps)
-        self.slots = Slots(config.concurrency, max_jobs)
+        # Prefetch only for the pool's threads: the event loop starts a task per claim.
+        prefetch = 0 if async_chain is not None else config.concurrency
+        self.slots = Slots(config.concurrency, max_jobs, prefetch=prefetch)
         wiring = Wiring(
             store=store,
             config=config,
