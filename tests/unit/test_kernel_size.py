@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BUDGET = 4_100
+BUDGET = 4_200
 """Issue 39 aimed at about 3,500 lines; a change that takes the kernel past this
-budget should move something out through a door instead. Raised from 3,800 by
+budget should move something out through a door instead. Raised from 3,800 to 4,200 by
 ADR 0058: completions riding with the claims and the prefetch slots are the
 kernel's own hot path (claim and completion), not a feature behind a door."""
 

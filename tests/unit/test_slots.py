@@ -42,3 +42,51 @@ def test_a_spent_budget_still_notices_stop() -> None:
     stopping = threading.Event()
     stopping.set()
     assert slots.take_all(stopping) == 0
+
+
+# --- prefetch (ADR 0058) -----------------------------------------------------------------------
+
+
+def test_prefetch_slots_open_after_short_jobs_and_close_at_a_long_one() -> None:
+    slots = Slots(4, prefetch=4)
+    never = threading.Event()
+    assert slots.take_all(never, timeout=0) == 4
+    assert slots.extra == 0  # nothing known yet: no job waits for a thread
+    slots.free(ran=0.0005)
+    assert slots.extra == 4
+    # One slot freed by the short job, and the four prefetch slots.
+    assert slots.take_all(never, timeout=0) == 5
+    # Eight claims unfinished now; a long job closes the prefetch slots.
+    slots.free(ran=2.0)
+    assert slots.extra == 0
+    # 8 unfinished on 4 slots, one of them ended: none idle until four more end.
+    assert slots.take_all(never, timeout=0) == 0
+    for _ in range(4):
+        slots.free(ran=0.0001)  # short, but the long one still weighs
+    assert slots.extra == 0
+    assert slots.take_all(never, timeout=0) == 1
+
+
+def test_prefetch_stays_shut_until_the_long_job_has_decayed() -> None:
+    slots = Slots(2, prefetch=2)
+    never = threading.Event()
+    slots.take_all(never, timeout=0)
+    slots.free(ran=1.0)
+    short = 0
+    while slots.extra == 0:
+        slots.take_all(never, timeout=0)
+        slots.free(ran=0.0001)
+        short += 1
+        assert short < 1000
+    # 1 s decays below 5 ms by 0.95 a job in about a hundred jobs.
+    assert 90 <= short <= 110
+
+
+def test_without_prefetch_no_job_ever_waits_for_a_thread() -> None:
+    slots = Slots(3)
+    never = threading.Event()
+    assert slots.take_all(never, timeout=0) == 3
+    for _ in range(3):
+        slots.free(ran=0.0001)
+    assert slots.extra == 0
+    assert slots.take_all(never, timeout=0) == 3

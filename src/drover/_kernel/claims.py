@@ -350,6 +350,9 @@ class InFlight:
 # _DECAY per job: a 10 s job keeps it shut for about 200 short ones).
 _SHORT = 0.005
 _DECAY = 0.95
+# How long the fetcher waits for half the prefetch slots before taking fewer.
+_PATIENCE = 0.002
+_GLANCE = 0.01
 
 
 class Slots:
@@ -386,23 +389,44 @@ class Slots:
         # (a pool thread frees its slot after every job).
         self._waiting = 0
 
+    def _enough(self) -> int:
+        return max(1, self.extra // 2)
+
     def _available(self) -> int:
         if self._budget is None:
             return self._idle
         return min(self._idle, self._budget)
 
     def take_all(self, stopping: threading.Event, timeout: float | None = None) -> int:
-        """Wait for at least one idle slot (or stop/timeout), then take every idle one."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Wait for at least one idle slot (or stop/timeout), then take every idle one.
+
+        While the prefetch slots are open it waits up to ``_PATIENCE`` for half
+        of them to be idle, so the threads still have work in hand and a claim
+        brings many jobs, not one per job that ended.
+        """
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        patience = now + _PATIENCE
         with self._cond:
-            while self._available() <= 0 and not stopping.is_set():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
+            while not stopping.is_set():
+                available = self._available()
+                now = time.monotonic()
+                if available >= (self._enough() if now < patience else 1):
+                    break
+                wait = 0.5 if deadline is None else min(deadline - now, 0.5)
+                if available > 0:
+                    wait = min(wait, patience - now)
+                elif self.extra:
+                    # Woken only once enough are idle: look for fewer now and then.
+                    wait = min(wait, _GLANCE)
+                elif deadline is not None and deadline <= now:
                     return 0
+                if wait <= 0:
+                    break
                 # Bounded so a stop that cannot notify us is still noticed.
                 self._waiting += 1
                 try:
-                    self._cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+                    self._cond.wait(wait)
                 finally:
                     self._waiting -= 1
             if stopping.is_set():
@@ -430,7 +454,7 @@ class Slots:
             self._idle = min(self._size, self._idle + count)
             if unused and self._budget is not None:
                 self._budget += count
-            if self._waiting:
+            if self._waiting and self._available() >= self._enough():
                 self._cond.notify_all()
 
     def wake(self) -> None:

@@ -57,7 +57,19 @@ class Executor:
         self._log = logger
 
     def run(self, claim: Claim) -> None:
-        """Run ``claim`` on this thread through the sync chain (what a pool thread calls)."""
+        """Run ``claim`` on this thread through the sync chain (what a pool thread calls).
+
+        A claim lost while it waited for a thread (a prefetched one handed back
+        at shutdown, or taken over) is not started: it is settled with nothing
+        to write.
+        """
+        if claim.lease.lost_reason is not None:
+            self._inflight.finished(claim)
+            try:
+                self._settle(claim, _UNDECIDED)
+            finally:
+                self._slots.free()
+            return
         error: BaseException | None = None
         token = enter_job(claim.row)
         started = perf_counter()
