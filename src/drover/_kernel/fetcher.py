@@ -74,6 +74,9 @@ class Fetcher(ThreadService):
     While more outcomes wait to be written than ``concurrency``, the excess
     idle slots stay idle until the completer catches up, so the claims held
     (running or finished and unwritten) never exceed twice the concurrency.
+    While it claims, the completer keeps its plain completions for it, and
+    each claim writes the ones kept so far in its own statement (``riders``,
+    ADR 0058); before it waits on anything but a free slot it hands them back.
     """
 
     name = "fetcher"

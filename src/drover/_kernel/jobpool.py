@@ -29,11 +29,11 @@ _IDLE = 1.0
 class JobPool:
     """``concurrency`` threads of a ``ThreadPoolExecutor`` that run claims as they arrive.
 
-    The fetcher claims only for idle slots, so a thread is free for every
-    claim dispatched here: nothing waits in the queue while the database
-    already calls it running. ``end`` stops the threads: each idle one
-    ends at once, one inside an abandoned handler ends when the handler
-    returns.
+    The fetcher claims for idle slots, so a thread is free for every claim
+    dispatched here, except those of the prefetch slots (``Slots``, ADR
+    0058), open only while recent jobs were short: those wait here for a
+    thread, briefly. ``end`` stops the threads: each idle one ends at once,
+    one inside an abandoned handler ends when the handler returns.
     """
 
     def __init__(
