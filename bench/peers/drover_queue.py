@@ -7,13 +7,17 @@
 - drain: ``Config(concurrency=c)``, a sync no-op worker; timed from ``start()``
   until ``stop()`` has returned (``stop`` flushes the batched completions);
 - latency: a started client idling with its default LISTEN/NOTIFY wake-ups and
-  ``poll_interval`` 1 s; a second client inserts.
+  ``poll_interval`` 1 s, in a process of its own (``drover_latency_worker.py``),
+  as graphile-worker's runner is; a client in the harness's process inserts.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -102,79 +106,40 @@ def drain(url: str, n: int, concurrency: int) -> float:
 
 
 def latency(url: str, n: int, rate: float) -> list[float]:
+    # The worker runs in a process of its own, as graphile-worker's does: the
+    # producer's inserts and the worker's threads do not share one GIL.
     recorder = Latencies(n)
-    workers = drover.Workers()
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("drover_latency_worker.py")), url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdin is not None
+    ready = threading.Event()
 
-    @workers.register
-    def ping(job: drover.Job[Ping]) -> None:
-        recorder.record(job.args.i, job.args.sent)
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("ready"):
+                ready.set()
+            elif line.startswith("lat "):
+                _, i, ms = line.split()
+                if int(i) >= 0:
+                    with recorder._lock:
+                        recorder.values.append(float(ms))
+                        if len(recorder.values) >= n:
+                            recorder.done.set()
 
-    worker = drover.Client(url, drover.Config(workers=workers))
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     producer = drover.Client(url)
-    _warm_pool(producer, 1)
-    worker.start()
     try:
+        wait_for(ready, "drover latency worker start", timeout=60)
+        _warm_pool(producer, 1)
         return recorder.drive(rate, lambda i, sent: producer.insert(Ping(i=i, sent=sent)))
     finally:
-        worker.stop(10)
         producer.close()
-
-
-def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
-    """One of several processes draining one table; returns its (start, end) wall times.
-
-    A started client works until no job waits or runs anywhere, polled every
-    20 ms on a connection of the benchmark's own, then stops (recording every
-    outcome it holds), the same stop rule as the raw reference's.
-    """
-    workers = drover.Workers()
-
-    @workers.register
-    def noop(job: drover.Job[Noop]) -> None:
-        pass
-
-    client = drover.Client(url, drover.Config(workers=workers, concurrency=concurrency))
-    _warm_pool(client, 1)
-    with psycopg.connect(url, autocommit=True) as watch:
-        started = time.time()
-        client.start()
-        while watch.execute(raw.WORK_LEFT).fetchone() == (True,):
-            time.sleep(0.02)
-        client.stop()
-        return started, time.time()
-
-
-def latency_load(url: str, n: int, rate: float, concurrency: int) -> tuple[list[float], int]:
-    """Enqueue→start of probe jobs while the client drains the filled backlog (see raw's).
-
-    The client works queue ``probe`` with weight 10 and the backlog's queue
-    ``default`` with weight 1, as an application would weight its urgent
-    queue; the probes are inserted one by one by a second client.
-    """
-    recorder = Latencies(n)
-    workers = drover.Workers()
-
-    @workers.register
-    def noop(job: drover.Job[Noop]) -> None:
-        pass
-
-    @workers.register
-    def ping(job: drover.Job[Ping]) -> None:
-        recorder.record(job.args.i, job.args.sent)
-
-    worker = drover.Client(
-        url,
-        drover.Config(workers=workers, concurrency=concurrency, queues={"probe": 10, "default": 1}),
-    )
-    producer = drover.Client(url)
-    _warm_pool(producer, 1)
-    probe = drover.InsertOpts(queue="probe")
-    worker.start()
-    try:
-        values = recorder.drive(rate, lambda i, sent: producer.insert(Ping(i=i, sent=sent), probe))
-        with psycopg.connect(url, autocommit=True) as conn:
-            left = conn.execute(raw.BACKLOG_LEFT).fetchone()
-        return values, int(left[0]) if left else 0
-    finally:
-        worker.stop(10)
-        producer.close()
+        proc.stdin.close()
+        proc.wait(30)
