@@ -40,6 +40,7 @@ import io
 import json
 import os
 import platform
+import re
 import resource
 import signal
 import statistics
@@ -84,6 +85,7 @@ def child(spec_json: str) -> None:
     # drover@base is drover's adapter on another source tree (PYTHONPATH says which).
     module = peers.load("drover" if spec["system"] == BASELINE else spec["system"])
     kind, url, n = spec["kind"], spec["url"], spec["n"]
+    peers.WORK = spec.get("work", 0.0)
     result: dict[str, Any] = {}
     if kind in ("bulk", "single", "drain"):
         before = os.times()
@@ -205,6 +207,14 @@ def run_children(specs: list[dict[str, Any]], script: str = __file__) -> list[di
         return results
 
 
+def work_seconds(wait: str) -> float:
+    """``sleep1ms`` -> 0.001: the wait named in a ``drain-cN-sleepXms`` scenario."""
+    match = re.fullmatch(r"sleep(\d+(?:\.\d+)?)ms", wait)
+    if match is None:
+        raise SystemExit(f"unknown work {wait!r} in a drain scenario (try sleep1ms)")
+    return float(match.group(1)) / 1000
+
+
 def trial(
     system: str, scenario: str, url: str, sizes: dict[str, Any], *, scale: float = 1.0
 ) -> dict[str, Any]:
@@ -220,11 +230,18 @@ def trial(
         spec.update(kind="single", n=n, threads=sizes["threads"])
     elif scenario.startswith("drain-c"):
         n = max(1, int(sizes["drain_jobs"] * scale))
+        shape, _, wait = scenario.removeprefix("drain-c").partition("-")
+        concurrency, _, processes = shape.partition("x")
+        if wait:
+            # drain-c50-sleep1ms: every job waits that long (I/O-like work); about
+            # five seconds of it at full concurrency, at most --drain-jobs.
+            seconds = work_seconds(wait)
+            n = min(n, max(100, int(int(concurrency) / seconds * 5)))
+            spec.update(work=seconds)
         module.fill(url, n)
         # Statistics that describe the filled table, so autovacuum's ANALYZE does not
         # land at a random moment mid-drain and switch the claim query's plan.
         peers.execute(url, *(f"ANALYZE {t}" for t in module.TABLES))
-        concurrency, _, processes = scenario.removeprefix("drain-c").partition("x")
         spec.update(kind="drain", n=n, concurrency=int(concurrency))
         if processes:
             if not hasattr(module, "drain_shared"):

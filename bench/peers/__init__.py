@@ -25,6 +25,7 @@ Connections and pools are opened before the clock starts, for every system.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import threading
 import time
@@ -39,6 +40,7 @@ SYSTEMS: dict[str, str] = {
     "raw-inline": "raw_inline",
     "raw-slots": "raw_slots",
     "drover": "drover_queue",
+    "drover-async": "drover_async_queue",
     "procrastinate": "procrastinate_queue",
     "pgqueuer": "pgqueuer_queue",
     "chancy": "chancy_queue",
@@ -49,6 +51,22 @@ PEERS = ("procrastinate", "pgqueuer", "chancy", "graphile", "graphile-batched")
 # Systems `bench/compare.py` runs when --systems is not given. graphile-worker
 # needs Node and an npm install (bench/peers/graphile_queue.py): name it to run it.
 DEFAULT_SYSTEMS = ("raw", "raw-inline", "drover", "procrastinate", "pgqueuer", "chancy")
+
+WORK = 0.0
+"""Seconds each drained job waits (``drain-cN-sleepXms``), set in the trial's process;
+0 for no-op jobs. A handler calls ``work()`` (or awaits ``awork()``) first."""
+
+
+def work() -> None:
+    """The drained job's wait, on a thread (``time.sleep``): I/O-like work."""
+    if WORK:
+        time.sleep(WORK)
+
+
+async def awork() -> None:
+    """The drained job's wait, on an event loop (``asyncio.sleep``)."""
+    if WORK:
+        await asyncio.sleep(WORK)
 
 
 def load(name: str) -> ModuleType:

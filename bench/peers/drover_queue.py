@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 import drover
+import peers
 from peers import Latencies, raw, run_threads, wait_for
 
 REQUIRES = None
@@ -91,6 +92,7 @@ def drain(url: str, n: int, concurrency: int) -> float:
     @workers.register
     def noop(job: drover.Job[Noop]) -> None:
         nonlocal count
+        peers.work()
         with lock:
             count += 1
             if count == n:

@@ -56,6 +56,7 @@ from typing import Any
 
 import psycopg
 
+import peers
 from peers import Latencies, execute, scalar_pair
 
 REQUIRES = "graphile-worker"
@@ -194,7 +195,14 @@ def enqueue_single(url: str, n: int, threads: int) -> dict[str, float]:
 
 def drain(url: str, n: int, concurrency: int, *, batched: bool = False) -> dict[str, float]:
     """Seconds; the Node process's CPU seconds over the same window, its peak RSS."""
-    spec = {"mode": "drain", "url": url, "n": n, "concurrency": concurrency, "batched": batched}
+    spec = {
+        "mode": "drain",
+        "url": url,
+        "n": n,
+        "concurrency": concurrency,
+        "batched": batched,
+        "workMs": peers.WORK * 1000,
+    }
     return _run(spec)
 
 

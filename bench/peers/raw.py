@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 from pydantic import BaseModel
 
+import peers
 from peers import Latencies, run_threads, scalar_pair, truncate_and_vacuum, wait_for
 
 REQUIRES = None
@@ -200,6 +201,7 @@ def drain(url: str, n: int, concurrency: int) -> float:
         while (job := work.get()) is not None:
             job_id, attempt, args = job
             _noop(args)
+            peers.work()
             finished.put((job_id, attempt))
 
     def take(block: bool) -> list[tuple[int, int]]:

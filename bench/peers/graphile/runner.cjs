@@ -136,6 +136,9 @@ async function main() {
     const taskList = {
       // The payload arrives parsed (pg decodes json): the handler does nothing more.
       bench_noop: async () => {
+        if (spec.workMs) {
+          await new Promise((resolve) => setTimeout(resolve, spec.workMs));
+        }
         done += 1;
         if (done === n) {
           allRan();
