@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 import drover
 import peers
 from peers import Latencies, raw, run_threads, wait_for
