@@ -10,6 +10,7 @@ thread while it awaits.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from functools import partial
@@ -35,7 +36,9 @@ class EventLoop(ThreadService):
     when it is cancelled (shutdown hand-back, an operator's cancel, a lost
     lease) the task is cancelled with the reason. ``stop`` (after the
     engine's drain) stops the loop, cancels what still runs, gives it
-    ``_UNWIND`` seconds and closes the loop.
+    ``_UNWIND`` seconds and closes the loop. With ``limit`` (the
+    concurrency), at most that many tasks run: the claims of prefetch slots
+    wait for one to end.
     """
 
     name = "eventloop"
@@ -46,9 +49,14 @@ class EventLoop(ThreadService):
         executor: Executor,
         client_id: str,
         logger: logging.Logger,
+        limit: int | None = None,
     ) -> None:
         super().__init__(client_id=client_id, logger=logger)
         self._executor = executor
+        self._limit = limit
+        # Claims of prefetch slots (ADR 0058) waiting for a task to end: at
+        # most ``limit`` run at once, the concurrency.
+        self._waiting: collections.deque[Claim] = collections.deque()
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(self._loop_error)
         self.tasks: dict[asyncio.Task[None], Claim] = {}
@@ -69,9 +77,12 @@ class EventLoop(ThreadService):
     def _start(self, claims: list[Claim]) -> None:
         # No task name and no done callback: each would cost every job (the
         # task removes itself from ``tasks`` as it ends).
-        create, tasks, run = self.loop.create_task, self.tasks, self._run
+        create, tasks, run, limit = self.loop.create_task, self.tasks, self._run, self._limit
         for claim in claims:
-            tasks[create(run(claim))] = claim
+            if limit is not None and len(tasks) >= limit:
+                self._waiting.append(claim)
+            else:
+                tasks[create(run(claim))] = claim
 
     def _cancel(self, task: asyncio.Task[None], reason: str) -> None:
         """Cancel ``task`` with ``reason`` (any thread: the loop's or another)."""
@@ -91,6 +102,9 @@ class EventLoop(ThreadService):
         finally:
             if task is not None:
                 del self.tasks[task]
+            if self._waiting:
+                waiting = self._waiting.popleft()
+                self.tasks[self.loop.create_task(self._run(waiting))] = waiting
 
     def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         self._log.error(

@@ -77,7 +77,12 @@ class Kernel:
         self.events: EventLoop | None = None
         dispatch: Callable[[list[Claim]], None] = self.pool.dispatch
         if async_chain is not None and is_async is not None:
-            self.events = EventLoop(executor=self.executor, client_id=kit.client_id, logger=kit.log)
+            self.events = EventLoop(
+                executor=self.executor,
+                client_id=kit.client_id,
+                logger=kit.log,
+                limit=kit.settings.concurrency,
+            )
             dispatch = self._router(self.events, is_async)
         self.fetcher = Fetcher(kit, dispatch=dispatch, riders=self.completer)
         self.heartbeat = Heartbeat(kit)

@@ -64,11 +64,7 @@ class Executor:
         to write.
         """
         if claim.lease.lost_reason is not None:
-            self._inflight.finished(claim)
-            try:
-                self._settle(claim, _UNDECIDED)
-            finally:
-                self._slots.free()
+            self._skip(claim)
             return
         error: BaseException | None = None
         token = enter_job(claim.row)
@@ -86,8 +82,12 @@ class Executor:
         in what becomes the attempt's error: the task ends here)."""
         chain = self._async_chain
         assert chain is not None  # only async kinds are routed here
+        if claim.lease.lost_reason is not None:
+            self._skip(claim)  # lost while it waited (see run)
+            return
         error: BaseException | None = None
         token = enter_job(claim.row)
+        started = perf_counter()
         try:
             await chain(claim.context, claim.row)
         except BaseException as exc:
@@ -96,7 +96,15 @@ class Executor:
             leave_job(token)
         # The task is done: a later cancel (a hand-back racing this) has nothing to cancel.
         claim.context._on_cancel = None
-        self._end(claim, error)
+        self._end(claim, error, perf_counter() - started)
+
+    def _skip(self, claim: Claim) -> None:
+        """A claim lost before it started: settled with nothing to write, its slot freed."""
+        self._inflight.finished(claim)
+        try:
+            self._settle(claim, _UNDECIDED)
+        finally:
+            self._slots.free()
 
     def _end(self, claim: Claim, error: BaseException | None, ran: float | None = None) -> None:
         """The one tail: decide, log, count off, settle, free the slot."""

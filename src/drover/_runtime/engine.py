@@ -96,8 +96,12 @@ class Engine:
         self._log = config.logger
         settings = settings_of(config)
         self.inflight = InFlight(settings.caps)
-        # Prefetch only for the pool's threads: the event loop starts a task per claim.
-        prefetch = 0 if async_chain is not None else config.concurrency
+        # Prefetch (ADR 0058) when every kind runs on one side: the pool's threads
+        # and the event loop each cap what runs at the concurrency, so with both
+        # in use a prefetched claim could run beyond it.
+        workers = config.workers
+        mixed = async_chain is not None and len(workers.async_kinds()) != len(workers.kinds())
+        prefetch = 0 if mixed else config.concurrency
         self.slots = Slots(config.concurrency, max_jobs, prefetch=prefetch)
         wiring = Wiring(
             store=store,
