@@ -62,11 +62,12 @@ SCENARIOS = ("bulk", "single", "drain", "latency", "latency-load")
 LOAD_CONCURRENCY = 10
 CHILD_TIMEOUT = 1800.0
 
-# (scenario, minimum share of raw, minimum multiple of the fastest peer)
+# (scenario, minimum share of raw, minimum multiple of the fastest peer): issue 41's
+# 1.2x the fastest peer (graphile-worker batched) for the drains, 90 % of raw's COPY.
 THROUGHPUT_TARGETS = {
-    "drain-c10": (0.70, 1.5),
-    "drain-c50": (0.50, 1.5),
-    "bulk": (0.70, None),
+    "drain-c10": (0.70, 1.2),
+    "drain-c50": (0.50, 1.2),
+    "bulk": (0.90, None),
     "single": (0.85, None),
     "drain-c50x2": (0.70, None),
 }
@@ -458,8 +459,8 @@ def evaluate(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, An
     checks: list[dict[str, Any]] = []
     for scenario, (share, multiple) in THROUGHPUT_TARGETS.items():
         row = results.get(scenario, {})
-        if "drover" not in row or "raw" not in row:
-            continue
+        if "jobs_per_s" not in row.get("drover", {}) or "jobs_per_s" not in row.get("raw", {}):
+            continue  # a system failed every repetition: nothing to compare
         ratio = row["drover"]["jobs_per_s"] / row["raw"]["jobs_per_s"]
         checks.append(
             {
@@ -471,7 +472,9 @@ def evaluate(results: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, An
         )
         if multiple is None:
             continue
-        peer_rates = {p: row[p]["jobs_per_s"] for p in peers.PEERS if p in row}
+        peer_rates = {
+            p: row[p]["jobs_per_s"] for p in peers.PEERS if "jobs_per_s" in row.get(p, {})
+        }
         if not peer_rates:
             checks.append(
                 {

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 import drover
 import peers
 from peers import Latencies, raw, run_threads, wait_for
@@ -143,3 +145,63 @@ def latency(url: str, n: int, rate: float) -> list[float]:
         producer.close()
         proc.stdin.close()
         proc.wait(30)
+
+
+def drain_shared(url: str, concurrency: int) -> tuple[float, float]:
+    """One of several processes draining one table; returns its (start, end) wall times.
+
+    A started client works until no job waits or runs anywhere, polled every
+    20 ms on a connection of the benchmark's own, then stops (recording every
+    outcome it holds), the same stop rule as the raw reference's.
+    """
+    workers = drover.Workers()
+
+    @workers.register
+    def noop(job: drover.Job[Noop]) -> None:
+        pass
+
+    client = drover.Client(url, drover.Config(workers=workers, concurrency=concurrency))
+    _warm_pool(client, 1)
+    with psycopg.connect(url, autocommit=True) as watch:
+        started = time.time()
+        client.start()
+        while watch.execute(raw.WORK_LEFT).fetchone() == (True,):
+            time.sleep(0.02)
+        client.stop()
+        return started, time.time()
+
+
+def latency_load(url: str, n: int, rate: float, concurrency: int) -> tuple[list[float], int]:
+    """Enqueue→start of probe jobs while the client drains the filled backlog (see raw's).
+
+    The client works queue ``probe`` with weight 10 and the backlog's queue
+    ``default`` with weight 1, as an application would weight its urgent
+    queue; the probes are inserted one by one by a second client.
+    """
+    recorder = Latencies(n)
+    workers = drover.Workers()
+
+    @workers.register
+    def noop(job: drover.Job[Noop]) -> None:
+        pass
+
+    @workers.register
+    def ping(job: drover.Job[Ping]) -> None:
+        recorder.record(job.args.i, job.args.sent)
+
+    worker = drover.Client(
+        url,
+        drover.Config(workers=workers, concurrency=concurrency, queues={"probe": 10, "default": 1}),
+    )
+    producer = drover.Client(url)
+    _warm_pool(producer, 1)
+    probe = drover.InsertOpts(queue="probe")
+    worker.start()
+    try:
+        values = recorder.drive(rate, lambda i, sent: producer.insert(Ping(i=i, sent=sent), probe))
+        with psycopg.connect(url, autocommit=True) as conn:
+            left = conn.execute(raw.BACKLOG_LEFT).fetchone()
+        return values, int(left[0]) if left else 0
+    finally:
+        worker.stop(10)
+        producer.close()
