@@ -72,8 +72,10 @@
 -- It cannot meet the claim's rows: it changes only running jobs, the claim
 -- only waiting ones. A refused completion comes back as a row whose id and
 -- attempt are the claim's and whose kind is NULL (a claimed job always has
--- a kind; the gate's marker has no id); the caller reads why, as
--- job_complete's caller does.
+-- a kind; the gate's marker has no id). The caller leaves those to the
+-- completer, which writes them as any outcome (job_complete, then why, or
+-- the features' statement for a watched job): a refusal is rare, and the
+-- claim stays one statement with no read after it.
 WITH done AS (
     UPDATE drover_jobs j
     SET state = 'completed',

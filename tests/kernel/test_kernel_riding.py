@@ -18,6 +18,9 @@ from .backends import Backend
 def _claim_carrying(
     backend: Backend, completions: list[Outcome], limit: int = 5
 ) -> tuple[list[int], list[list[Recorded]]]:
+    """Claim carrying ``completions``; the claimed ids and, as one batch, every
+    completion's final result in input order: what ``landed`` got, and for each one
+    the claim left out, what ``record`` then says (as the fetcher's completer does)."""
     landed: list[list[Recorded]] = []
     session = backend.store.claim_session()
     try:
@@ -26,7 +29,16 @@ def _claim_carrying(
         )
     finally:
         session.release()
-    return [r.id for r in claimed.rows], landed
+    assert len(landed) == 1
+    final = {(r.outcome.id, r.outcome.attempt): r for r in landed[0]}
+    left = [o for o in completions if (o.id, o.attempt) not in final]
+    if left:
+        outcomes = backend.store.outcome_session()
+        try:
+            final.update({(r.outcome.id, r.outcome.attempt): r for r in outcomes.record(left)})
+        finally:
+            outcomes.release()
+    return [r.id for r in claimed.rows], [[final[(o.id, o.attempt)] for o in completions]]
 
 
 def test_a_claim_writes_the_completions_it_carries_and_claims_as_usual(backend: Backend) -> None:

@@ -97,17 +97,20 @@ def claim(
 
     ``completions`` (plain completions without a result) are written first,
     fenced as ``record_outcomes`` writes them: in the kernel's claim
-    statement itself (ADR 0058), or, when the claim goes to a gate, in a
-    statement of their own before it. ``landed`` gets their results, in
-    input order, as soon as they are written, before the claim returns or
-    raises; when this raises before calling it, none of them was written.
-    A refused claim still running with its attempt goes through
-    ``doors.watched``, as in ``record_outcomes``.
+    statement itself (ADR 0058), or, when the claim goes to a gate, by
+    ``record_outcomes`` just before it. ``landed`` gets the final result of
+    each one settled, as soon as it is, before the claim returns or raises:
+    the claim statement settles those it applied and leaves out those it
+    refused (a stale claim, or a job a feature watches), which the caller
+    writes with ``record_outcomes`` like any other outcome, so no statement
+    but the claim runs in the usual case and no read follows a refusal here.
+    When this raises before calling ``landed``, none of them was written.
     """
     if not 0 < limit <= 2**31 - 1:
         raise ValueError(f"claim limit must be in 1..2147483647, not {limit}")
     if completions and (landed is None or doors is None):
         raise ValueError("a claim carrying completions needs landed and doors")
+    settle = landed if landed is not None else _nothing
     wakes: frozenset[int] = frozenset()
     with translate(f"claim jobs from queue {queue!r}"):
         if via is None:
@@ -124,9 +127,13 @@ def claim(
                 found = cur.fetchall()
             if completions:
                 refused = {(r[0], r[5]) for r in found if r[1] is None and r[0] is not None}
-                assert landed is not None
-                assert doors is not None
-                landed(_settled(conn, completions, refused, doors=doors, ns=ns))
+                settle(
+                    [
+                        Recorded(o, _APPLIED, None, None)
+                        for o in completions
+                        if (o.id, o.attempt) not in refused
+                    ]
+                )
                 if refused:
                     found = [r for r in found if r[1] is not None or r[0] is None]
             if found and found[-1][0] is None:
@@ -139,12 +146,15 @@ def claim(
                 rows.sort(key=lambda r: r.id)
                 return rows, wakes, None
         elif completions:
-            assert landed is not None
             assert doors is not None
-            landed(record_outcomes(conn, completions, doors=doors, ns=ns))
+            settle(record_outcomes(conn, completions, doors=doors, ns=ns))
         rows, wakes = gates[via](conn, queue, limit, lease_seconds, holder, ns=ns)
     rows.sort(key=lambda r: r.id)
     return rows, wakes, via
+
+
+def _nothing(results: list[Recorded]) -> None:
+    """``landed`` of a claim that carries no completions."""
 
 
 def _gate_of(queue: str, vias: list[str], gates: Mapping[str, GateClaim]) -> str | None:
@@ -261,24 +271,6 @@ def _refusals(
             watched.append(i)  # still this claim's: a feature watches the job
         recorded.append(Recorded(o, refusal(state), state, attempt))
     return recorded, watched
-
-
-def _settled(
-    conn: Connection,
-    outcomes: Sequence[Outcome],
-    refused: set[tuple[int, int]],
-    *,
-    doors: Doors,
-    ns: Namespace,
-) -> list[Recorded]:
-    """The final results of plain completions written by the claim: the refused claims
-    still running with their attempt go through the watch, as in ``record_outcomes``."""
-    recorded, watched = _refusals(conn, outcomes, refused, ns=ns)
-    if watched:
-        again = doors.watched(conn, [outcomes[i] for i in watched], ns=ns)
-        for i, answer in zip(watched, again, strict=True):
-            recorded[i] = answer
-    return recorded
 
 
 def _record(

@@ -279,14 +279,20 @@ class Fetcher(ThreadService):
         self, batch: list[Outcome], unwritten: list[Outcome]
     ) -> Callable[[list[Recorded]], None]:
         """The ``landed`` of a claim carrying ``batch``; until it is called, the batch
-        stays in ``unwritten`` (handed back to the completer if the claim fails)."""
+        stays in ``unwritten`` (handed back to the completer if the claim fails), and
+        after, the ones the claim left unsettled (refused: the completer writes them)."""
         riders = self._riders
         assert riders is not None
         unwritten.extend(batch)
 
         def landed(results: list[Recorded]) -> None:
             unwritten.clear()
-            riders.riders_landed(batch, results)
+            settled = batch
+            if len(results) != len(batch):
+                written = {(r.outcome.id, r.outcome.attempt) for r in results}
+                settled = [o for o in batch if (o.id, o.attempt) in written]
+                unwritten.extend(o for o in batch if (o.id, o.attempt) not in written)
+            riders.riders_landed(settled, results)
 
         return landed
 

@@ -151,10 +151,12 @@ class ClaimSession(Protocol):
 
         ``completions`` (plain completions without a result; a busy fetcher's
         finished jobs) are written first, each fenced as ``record`` writes it,
-        in the claim's own statement where the store can (ADR 0058). Their
-        results, in input order, go to ``landed`` (required with them) as
-        soon as they are written, before the claim returns or raises: if the
-        call raises before ``landed`` was called, none of them was written.
+        in the claim's own statement where the store can (ADR 0058). The
+        final results of those it settled go to ``landed`` (required with
+        them), in input order, before the claim returns or raises; one it
+        leaves out (PostgreSQL's claim leaves out every claim it refused) is
+        the caller's to write with ``record``. If the call raises before
+        ``landed`` was called, none of them was written.
         """
         ...
 
