@@ -18,6 +18,10 @@ repetition, medians reported with the ratio to the raw reference):
 - ``drain-cNxP``: the same, shared by P worker processes of concurrency N
   started together (raw and drover only): ``drain-c50x2`` is two processes as
   ``drover worker --processes 2`` runs them, ``drain-c10x4`` four hosts of 10;
+- ``drain-cN-sleepXms``: jobs that wait X ms each (``time.sleep`` on a thread,
+  ``asyncio.sleep`` for ``drover-async``, ``setTimeout`` in graphile-worker's
+  runner), about five seconds of work at full concurrency, at most --drain-jobs
+  (raw, drover, drover-async, graphile, graphile-batched);
 - ``latency``: enqueue→start p50/p95/p99 and max on an idle queue, --latency-jobs
   jobs sent at --rate per second (the table's max is the worst probe of all runs);
 - ``latency-load``: the same probes (to a queue of their own, which the worker
