@@ -212,6 +212,12 @@ def run_children(specs: list[dict[str, Any]], script: str = __file__) -> list[di
         return results
 
 
+# The adapters whose handler waits as a drain-cN-sleepXms scenario asks (peers.work).
+WAITING_JOBS = frozenset(
+    {"raw", "drover", "drover-async", "graphile", "graphile-batched", BASELINE}
+)
+
+
 def work_seconds(wait: str) -> float:
     """``sleep1ms`` -> 0.001: the wait named in a ``drain-cN-sleepXms`` scenario."""
     match = re.fullmatch(r"sleep(\d+(?:\.\d+)?)ms", wait)
@@ -240,6 +246,8 @@ def trial(
         if wait:
             # drain-c50-sleep1ms: every job waits that long (I/O-like work); about
             # five seconds of it at full concurrency, at most --drain-jobs.
+            if system not in WAITING_JOBS:
+                raise TrialFailed(f"{system}'s adapter runs no-op jobs only")
             seconds = work_seconds(wait)
             n = min(n, max(100, int(int(concurrency) / seconds * 5)))
             spec.update(work=seconds)
