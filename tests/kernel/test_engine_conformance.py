@@ -28,7 +28,7 @@ from drover._kernel.memory import MemoryStore
 from drover._kernel.store import KernelStore
 from drover._records import JobInsertParams
 from drover.context import JobContext
-from drover.errors import Cancel, DrainIncomplete, Snooze
+from drover.errors import Cancel, DatabaseError, DrainIncomplete, Snooze
 from drover.job import JobRow, JobState
 from drover.retry import RetryPolicy
 
@@ -351,3 +351,57 @@ def test_stop_hands_back_what_outlives_the_budget(harness: Callable[..., Harness
     row = h.job(job.id)
     assert row.state is JobState.RETRYABLE and row.attempt == 1 and row.leased_until is None
     assert row.scheduled_at <= datetime.now(UTC) + timedelta(seconds=1)
+
+
+# --- completions riding with the claims (ADR 0058) ------------------------------------------
+
+
+class _FailingRides:
+    """A store whose claims fail, before writing anything, while they carry completions,
+    ``failures`` times: the claim's statement failing with the completions in it."""
+
+    def __init__(self, store: KernelStore, failures: int) -> None:
+        self._store = store
+        self.failures = failures
+        self.carried = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def claim_session(self) -> Any:
+        inner = self._store.claim_session()
+        outer = self
+
+        class Session:
+            def claim(self, *args: Any, **kwargs: Any) -> Any:
+                if kwargs.get("completions"):
+                    outer.carried += 1
+                    if outer.failures > 0:
+                        outer.failures -= 1
+                        raise DatabaseError("the claim failed (test)")
+                return inner.claim(*args, **kwargs)
+
+            def release(self) -> None:
+                inner.release()
+
+        return Session()
+
+
+def test_completions_of_a_failed_claim_are_written_by_the_completer(
+    engine_store: KernelStore,
+) -> None:
+    store = _FailingRides(engine_store, failures=3)
+    h = Harness(store, concurrency=2, poll_interval=0.05)  # type: ignore[arg-type]
+    ids = [h.insert().id for _ in range(40)]
+    h.start()
+    try:
+        for job_id in ids:
+            row = h.ends(job_id, JobState.COMPLETED)
+            assert row.attempt == 1
+    finally:
+        h.stop(5.0)
+    assert store.failures == 0  # the failures happened: claims did carry completions
+    assert store.carried > 3
+    # Each job ran once: no completion was lost to a failed claim, none refused.
+    assert sorted(h.runs) == sorted((i, 1) for i in ids)
+    assert h.stale == []
