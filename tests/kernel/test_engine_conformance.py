@@ -391,7 +391,7 @@ def test_completions_of_a_failed_claim_are_written_by_the_completer(
     engine_store: KernelStore,
 ) -> None:
     store = _FailingRides(engine_store, failures=3)
-    h = Harness(store, concurrency=2, poll_interval=0.05)  # type: ignore[arg-type]
+    h = Harness(store, concurrency=2, poll_interval=0.05)
     ids = [h.insert().id for _ in range(40)]
     h.start()
     try:
