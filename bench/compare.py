@@ -66,8 +66,8 @@ SCENARIOS = ("bulk", "single", "drain", "latency", "latency-load")
 LOAD_CONCURRENCY = 10
 CHILD_TIMEOUT = 1800.0
 
-# (scenario, minimum share of raw, minimum multiple of the fastest peer): issue 41's
-# 1.2x the fastest peer (graphile-worker batched) for the drains, 90 % of raw's COPY.
+# (scenario, minimum share of raw, minimum multiple of the fastest peer): the speed
+# targets, 1.2x the fastest peer (graphile-worker batched) for the drains, 90 % of raw's COPY.
 THROUGHPUT_TARGETS = {
     "drain-c10": (0.70, 1.2),
     "drain-c50": (0.50, 1.2),

@@ -29,7 +29,7 @@ import asyncio
 import importlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 
 import psycopg
@@ -205,6 +205,21 @@ class Latencies:
             self.values.append((now - sent) * 1000)
             if len(self.values) >= self.n:
                 self.done.set()
+
+    def read_worker(self, lines: Iterable[str], ready: threading.Event) -> None:
+        """Read a worker process's output (graphile's runner, drover's latency worker):
+        ``ready`` once it listens, ``lat <i> <ms>`` per probe (warm-ups, ``i < 0``, skipped)."""
+        for line in lines:
+            if line.startswith("ready"):
+                ready.set()
+            elif line.startswith("lat "):
+                _, i, ms = line.split()
+                if int(i) < 0:
+                    continue
+                with self._lock:
+                    self.values.append(float(ms))
+                    if len(self.values) >= self.n:
+                        self.done.set()
 
     def drive(self, rate: float, send: Callable[[int, float], object]) -> list[float]:
         """Send the warm-up jobs, then ``n`` jobs at ``rate`` per second; wait for all."""

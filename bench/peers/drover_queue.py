@@ -120,21 +120,7 @@ def latency(url: str, n: int, rate: float) -> list[float]:
     assert proc.stdout is not None
     assert proc.stdin is not None
     ready = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("ready"):
-                ready.set()
-            elif line.startswith("lat "):
-                _, i, ms = line.split()
-                if int(i) >= 0:
-                    with recorder._lock:
-                        recorder.values.append(float(ms))
-                        if len(recorder.values) >= n:
-                            recorder.done.set()
-
-    reader = threading.Thread(target=read, daemon=True)
+    reader = threading.Thread(target=recorder.read_worker, args=(proc.stdout, ready), daemon=True)
     reader.start()
     producer = drover.Client(url)
     try:

@@ -221,21 +221,7 @@ def latency(url: str, n: int, rate: float, *, batched: bool = False) -> list[flo
     )
     assert proc.stdout is not None
     ready = threading.Event()
-    lock = threading.Lock()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("ready"):
-                ready.set()
-            elif line.startswith("lat "):
-                _, _, ms = line.split()
-                with lock:
-                    recorder.values.append(float(ms))
-                    if len(recorder.values) >= n:
-                        recorder.done.set()
-
-    reader = threading.Thread(target=read, daemon=True)
+    reader = threading.Thread(target=recorder.read_worker, args=(proc.stdout, ready), daemon=True)
     reader.start()
     try:
         if not ready.wait(60):

@@ -230,6 +230,15 @@ def _drain_riding(store: Store, *, batch: int = 5) -> list[Recorded]:
         outcomes.release()
 
 
+def _gate_default_queue(url: str) -> None:
+    """A concurrency limit on the default queue: its claims go through the limits' gate."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO drover_limits (scope, target, override_concurrency) "
+            "VALUES ('queue', 'default', 100)"
+        )
+
+
 @contextlib.contextmanager
 def _store(url: str) -> Iterator[Store]:
     store = Store.open(url, who="test", max_size=2)
@@ -310,11 +319,7 @@ def test_carried_completions_on_a_gated_queue_are_written_before_the_gates_claim
     stats_db: str,
 ) -> None:
     _insert(stats_db)
-    with psycopg.connect(stats_db, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO drover_limits (scope, target, override_concurrency) "
-            "VALUES ('queue', 'default', 100)"
-        )
+    _gate_default_queue(stats_db)
     with _store(stats_db) as store:
         _reset(stats_db)
         recorded = _drain_riding(store)
@@ -361,11 +366,7 @@ def test_with_no_feature_in_use_failures_and_snoozes_run_only_the_kernels_outcom
 
 def test_a_limit_brings_the_gates_claim(stats_db: str) -> None:
     _insert(stats_db)
-    with psycopg.connect(stats_db, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO drover_limits (scope, target, override_concurrency) "
-            "VALUES ('queue', 'default', 100)"
-        )
+    _gate_default_queue(stats_db)
     with _store(stats_db) as store:
         _reset(stats_db)
         recorded = _drain(store)
