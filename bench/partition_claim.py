@@ -54,6 +54,7 @@ from psycopg.conninfo import make_conninfo
 import drover
 from drover._db.claims import job_claim_limited
 from drover._db.limits import limit_declare
+from drover._db.kernel import level_params
 from drover._db.queries import query
 from drover.limits import Limit, LimitKey
 
@@ -133,6 +134,7 @@ def explain_ms(conn: psycopg.Connection[Any], limited: bool, batch: int) -> tupl
         # job_claim carries completions (none here); the limited claim ignores these.
         "done_ids": "{}",
         "done_attempts": "{}",
+        **level_params(None),
     }
     text = query("job_claim_limited" if limited else "job_claim")
     with psycopg.ClientCursor(conn) as cur:

@@ -50,6 +50,23 @@
 -- never a level's future jobs (ADR 0024). Both parts are demand-driven, so
 -- a level that fills the limit ends the walk.
 --
+-- Where each level's due jobs start (ADR 0059): every claim and completion
+-- leaves the index entry of the row version it replaced behind, at a level's
+-- oldest end, until vacuum removes it, and vacuum cannot while anything pins
+-- the MVCC horizon (a long REPEATABLE READ reader, a session idle in a
+-- transaction, a lagging replication slot). Read from the oldest end, a
+-- claim's cost grows with every job processed since the last vacuum. So a
+-- claimer remembers, per level, how far its claims have got (the newest due
+-- time it claimed) and sends, less a margin for transactions that commit
+-- late, the levels it knows with their floors: %(levels)s and %(floors)s.
+-- With %(walk)s false the claim reads only those levels, each from its floor
+-- (an index bound: the entries below it are never read), highest first; a
+-- level it does not know, and a job due before a floor (inserted with a past
+-- time, or committed later than the margin) wait for the next walk. With
+-- %(walk)s true it walks the levels as below and reads every level from its
+-- oldest end: the claimer walks on its first claim and then now and then,
+-- less often the longer a walk takes (drover._db.kernel.ClaimCursors).
+--
 -- The limit is a subquery, (SELECT %(limit)s), not a plain parameter: a
 -- plan made for one limit then costs the same as the generic plan, so once
 -- psycopg prepares the statement PostgreSQL keeps the generic plan (the same
@@ -97,19 +114,13 @@ SET state = 'running',
     leased_by = %(holder)s,
     attempted_at = now()
 WHERE j.id = ANY (ARRAY(
-    WITH RECURSIVE levels (priority) AS (
+    WITH RECURSIVE walked (priority) AS (
         (
             SELECT w.priority
             FROM drover_jobs w
             WHERE w.state IN ({{states:waiting}})
               AND w.queue = %(queue)s
-              AND NOT EXISTS (
-                  SELECT 1 FROM drover_queues q
-                  WHERE q.name = %(queue)s AND q.paused_at IS NOT NULL
-              )
-              AND NOT EXISTS (
-                  SELECT 1 FROM drover_gates g WHERE g.queue IN (%(queue)s, '*')
-              )
+              AND %(walk)s
             ORDER BY w.priority DESC
             LIMIT 1
         )
@@ -119,12 +130,24 @@ WHERE j.id = ANY (ARRAY(
             FROM drover_jobs w
             WHERE w.state IN ({{states:waiting}})
               AND w.queue = %(queue)s
-              AND w.priority < levels.priority
+              AND w.priority < walked.priority
             ORDER BY w.priority DESC
             LIMIT 1
         )
-        FROM levels
-        WHERE levels.priority IS NOT NULL
+        FROM walked
+        WHERE walked.priority IS NOT NULL
+    ),
+    levels (priority, floor) AS (
+        SELECT walked.priority, '-infinity'::timestamptz
+        FROM walked
+        WHERE walked.priority IS NOT NULL
+        UNION ALL
+        -- In the order sent: the claimer sends its levels highest first, and
+        -- unnest returns an array's elements in order (no sort in the plan).
+        SELECT known.priority, known.floor
+        FROM unnest(%(levels)s::smallint[], %(floors)s::timestamptz[])
+            AS known (priority, floor)
+        WHERE NOT %(walk)s
     )
     SELECT due.id
     FROM levels
@@ -134,11 +157,19 @@ WHERE j.id = ANY (ARRAY(
         WHERE d.state IN ({{states:waiting}})
           AND d.queue = %(queue)s
           AND d.priority = levels.priority
+          AND d.scheduled_at >= levels.floor
           AND d.scheduled_at <= now()
         ORDER BY d.scheduled_at, d.id
         LIMIT (SELECT %(limit)s::bigint)
         FOR UPDATE SKIP LOCKED
     ) due
+    WHERE NOT EXISTS (
+        SELECT 1 FROM drover_queues q
+        WHERE q.name = %(queue)s AND q.paused_at IS NOT NULL
+    )
+      AND NOT EXISTS (
+        SELECT 1 FROM drover_gates g WHERE g.queue IN (%(queue)s, '*')
+    )
     LIMIT (SELECT %(limit)s::bigint)
 ))
 RETURNING {{job_columns:j}}

@@ -14,6 +14,7 @@ from jobdb import Conn, MakeClient, assert_stored
 
 import drover
 from drover._db.claims import job_claim
+from drover._db.kernel import level_params
 from drover._db.queries import query
 from drover.periodic import PeriodicJob, tick_opts
 
@@ -170,6 +171,7 @@ def test_the_claim_reads_a_bounded_part_of_the_index_on_a_large_table(conn: Conn
         "holder": None,
         "done_ids": "{}",
         "done_attempts": "{}",
+        **level_params(None),
     }
     plan = _plan(conn, params)
     nodes = _nodes(plan)
