@@ -260,9 +260,13 @@ class ClaimCursors:
         """The levels the next claim of ``queue`` reads, highest first, each with its
         floor; ``None``: walk. ``now`` is ``time.monotonic()``."""
         every = _WALK_WHEN_SHORT if queue in self._short else _WALK_EVERY
-        heads = self._heads.get(queue)
-        if heads is None or self._walk_allowed(queue, now, every):
+        if queue not in self._heads or self._walk_allowed(queue, now, every):
             return None
+        return self.floors(queue)
+
+    def floors(self, queue: str) -> list[tuple[int, datetime]]:
+        """The levels of ``queue`` known, highest first, each with its floor."""
+        heads = self._heads.get(queue, {_DEFAULT_LEVEL: None})
         return [
             (p, _OLDEST if at is None else at - _LATE_COMMIT)
             for p, at in sorted(heads.items(), reverse=True)
