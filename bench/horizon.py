@@ -39,6 +39,7 @@ from typing import Any
 import psycopg
 
 import drover
+from drover._db import floors as pg_floors
 from drover._db import kernel as pg_kernel
 from drover._db.embedded import embedded_postgres
 from drover._db.queries import query
@@ -139,7 +140,7 @@ def _claim_buffers(conn: psycopg.Connection[Any], levels: list[Any] | None) -> i
         "holder": "probe",
         "done_ids": "{}",
         "done_attempts": "{}",
-        **pg_kernel.level_params(levels),
+        **pg_floors.level_params(levels),
     }
     with conn.transaction(force_rollback=True):
         row = conn.execute(
@@ -238,7 +239,8 @@ def _print_sample(s: Sample, rate: float) -> None:
     print(
         f"  {s.phase:9s} {s.done / SAMPLE:7.0f} jobs/s ({s.done / SAMPLE / rate:4.0%})  "
         f"claim p99 {_p99(s.claims) * 1000:7.1f} ms max {max(s.claims, default=0) * 1000:7.1f}  "
-        f"depth {s.depth:6d}  dead {s.dead:7d}  buffers/claim floors {s.floors:5d} walk {s.walk:6d}",
+        f"depth {s.depth:6d}  dead {s.dead:7d}  "
+        f"buffers/claim floors {s.floors:5d} walk {s.walk:6d}",
         flush=True,
     )
 
@@ -255,7 +257,8 @@ def _summary(samples: list[Sample], rate: float) -> str:
         parts.append(
             f"{phase}: {statistics.median(rates) / clean:.0%} / worst {min(rates) / clean:.0%} "
             f"of clean, claim p99 {_p99(claims) * 1000:.1f} ms, buffers/claim "
-            f"{max(of(phase, lambda s: s.floors)):.0f} (walk {max(of(phase, lambda s: s.walk)):.0f})"
+            f"{max(of(phase, lambda s: s.floors)):.0f} "
+            f"(walk {max(of(phase, lambda s: s.walk)):.0f})"
         )
     return "; ".join(parts)
 

@@ -53,7 +53,7 @@ from psycopg.conninfo import make_conninfo
 
 import drover
 from drover._db.claims import job_claim_limited
-from drover._db.kernel import level_params
+from drover._db.floors import level_params
 from drover._db.limits import limit_declare
 from drover._db.queries import query
 from drover.limits import Limit, LimitKey

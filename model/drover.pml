@@ -280,7 +280,9 @@ end_idle:
 	/* job_claim may also carry the completions of the worker's previous
 	 * claims (ADR 0058): the outcome step below, then this one, in one
 	 * atomic statement. That removes interleavings and adds none, so this
-	 * model's two steps cover it. */
+	 * model's two steps cover it. Floors (ADR 0059) only narrow which
+	 * waiting job a claim may take, or let it take none for a while: both
+	 * are choices this step already makes. */
 	if
 	:: d_step { WAITING(state[0]) -> CLAIM(0) }
 	:: d_step { WAITING(state[1]) -> CLAIM(1) }

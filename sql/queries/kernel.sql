@@ -50,22 +50,13 @@
 -- never a level's future jobs (ADR 0024). Both parts are demand-driven, so
 -- a level that fills the limit ends the walk.
 --
--- Where each level's due jobs start (ADR 0059): every claim and completion
--- leaves the index entry of the row version it replaced behind, at a level's
--- oldest end, until vacuum removes it, and vacuum cannot while anything pins
--- the MVCC horizon (a long REPEATABLE READ reader, a session idle in a
--- transaction, a lagging replication slot). Read from the oldest end, a
--- claim's cost grows with every job processed since the last vacuum. So a
--- claimer remembers, per level, how far its claims have got (the newest due
--- time it claimed) and sends, less a margin for transactions that commit
--- late, the levels it knows with their floors: %(levels)s and %(floors)s.
--- With %(walk)s false the claim reads only those levels, each from its floor
--- (an index bound: the entries below it are never read), highest first; a
--- level it does not know, and a job due before a floor (inserted with a past
--- time, or committed later than the margin) wait for the next walk. With
--- %(walk)s true it walks the levels as below and reads every level from its
--- oldest end: the claimer walks on its first claim and then now and then,
--- less often the longer a walk takes (drover._db.kernel.ClaimCursors).
+-- Floors (ADR 0059, drover._db.floors): claimed jobs leave their index
+-- entries at a level's oldest end until vacuum removes them, which it cannot
+-- while the MVCC horizon is pinned. With %(walk)s false the claim reads only
+-- the levels in %(levels)s (sent highest first), each from its floor in
+-- %(floors)s, an index bound below which nothing is read; with %(walk)s true
+-- it walks every level from its oldest job, as described above. The claimer
+-- walks now and then, to find what the floors hide.
 --
 -- The limit is a subquery, (SELECT %(limit)s), not a plain parameter: a
 -- plan made for one limit then costs the same as the generic plan, so once

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from jobdb import Conn
 
-from drover._db import kernel
-from drover._db.kernel import ClaimCursors, level_params
+from drover._db import floors
+from drover._db.floors import ClaimCursors, level_params
 from drover._db.queries import query
 from drover._db.store import Store
 from drover._records import Outcome
@@ -96,8 +96,8 @@ def test_a_claim_costs_the_same_however_many_jobs_ran_under_a_pinned_horizon(
 def no_timed_walks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Claims walk only on their first claim and when one finds nothing (not on a timer),
     so a test knows which kind of claim runs however slow the machine is."""
-    monkeypatch.setattr(kernel, "_WALK_EVERY", 3600.0)
-    monkeypatch.setattr(kernel, "_WALK_WHEN_SHORT", 3600.0)
+    monkeypatch.setattr(floors, "_WALK_EVERY", 3600.0)
+    monkeypatch.setattr(floors, "_WALK_WHEN_SHORT", 3600.0)
 
 
 @pytest.mark.usefixtures("no_timed_walks")
@@ -122,7 +122,7 @@ def test_a_job_committed_late_within_the_margin_is_claimed_from_the_floor(
 def test_a_job_below_the_floors_is_found_by_a_walk(
     conn: Conn, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kernel, "_WALK_EVERY", 3600.0)
+    monkeypatch.setattr(floors, "_WALK_EVERY", 3600.0)
     session = store.kernel.claim_session()
     _put(conn, 3, ago="1 minute")
     assert len(session.claim("default", 3, LEASE, "w1").rows) == 3
@@ -144,7 +144,7 @@ def test_a_job_below_the_floors_is_found_by_a_walk(
 def test_a_claim_that_finds_nothing_walks_at_once_to_a_new_level(
     conn: Conn, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kernel, "_WALK_EVERY", 3600.0)
+    monkeypatch.setattr(floors, "_WALK_EVERY", 3600.0)
     session = store.kernel.claim_session()
     _put(conn, 2, ago="1 minute")
     assert len(session.claim("default", 2, LEASE, "w1").rows) == 2
@@ -197,17 +197,19 @@ def _claimed(conn: Conn, levels: list[Any]) -> int:
 def test_the_cursors_walk_first_then_now_and_then_never_more_than_their_share() -> None:
     cursors = ClaimCursors()
     assert cursors.levels("q", 0.0) is None
-    # A walk of 1 ms at t=1: full claims walk again a second later.
-    cursors.claimed("q", [], walked=True, short=False, started=0.999, ended=1.0)
-    assert cursors.levels("q", 1.5) is not None
+    # A walk of 1 ms at t=1 that came back full: the next a second later.
+    cursors.claimed("q", [], None, 0, 0.999, 1.0)
+    floors = cursors.levels("q", 1.5)
+    assert floors is not None
     assert cursors.levels("q", 2.0) is None
-    # A short claim: a walk 100 ms after the last one.
-    cursors.claimed("q", [], walked=False, short=True, started=1.1, ended=1.11)
-    assert cursors.levels("q", 1.05) is not None
+    # A floored claim that came back empty: it may walk at once 100 ms after the
+    # last walk, and claims walk from then on.
+    assert not cursors.claimed("q", [], floors, 10, 1.05, 1.06)
+    assert cursors.levels("q", 1.09) is not None
+    assert cursors.claimed("q", [], floors, 10, 1.1, 1.1)
     assert cursors.levels("q", 1.1) is None
-    assert cursors.walk_now("q", 1.1) and not cursors.walk_now("q", 1.09)
     # A slow walk (a pinned horizon): the next waits 20 times as long.
-    cursors.claimed("q", [], walked=True, short=True, started=2.0, ended=3.0)
+    cursors.claimed("q", [], None, 10, 2.0, 3.0)
     assert cursors.levels("q", 22.9) is not None
     assert not cursors.walk_now("q", 22.9)
     assert cursors.levels("q", 23.0) is None

@@ -14,7 +14,7 @@ from jobdb import Conn, MakeClient, assert_stored
 
 import drover
 from drover._db.claims import job_claim
-from drover._db.kernel import level_params
+from drover._db.floors import level_params
 from drover._db.queries import query
 from drover.periodic import PeriodicJob, tick_opts
 

@@ -25,10 +25,9 @@ caller holds, and commits with it.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
@@ -48,6 +47,7 @@ from drover._db.doors import (
     refusal,
 )
 from drover._db.errors import naming_role, translate
+from drover._db.floors import Backdated, ClaimCursors, level_params
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.pool import HeldConnection, borrow
 from drover._db.queries import query
@@ -55,10 +55,9 @@ from drover._db.rows import row_from_db
 from drover._kernel.store import Claimed
 from drover._records import JobInsertParams, Outcome, Recorded, Renewal, WriteResult
 from drover.errors import DatabaseError, LeaseLost
-from drover.job import WAITING_STATES, JobRow, JobState
+from drover.job import JobRow, JobState
 
 __all__ = [
-    "ClaimCursors",
     "GatesSeen",
     "PgKernelStore",
     "claim",
@@ -160,158 +159,6 @@ def claim(
         rows, wakes = gates[via](conn, queue, limit, lease_seconds, holder, ns=ns)
     rows.sort(key=lambda r: r.id)
     return rows, wakes, via
-
-
-def level_params(levels: Sequence[tuple[int, datetime]] | None) -> dict[str, Any]:
-    """``job_claim``'s ``walk``, ``levels`` and ``floors`` for ``levels`` (see ``claim``)."""
-    if levels is None:
-        return {"walk": True, "levels": "{}", "floors": []}
-    return {
-        "walk": False,
-        "levels": int_array([p for p, _ in levels]),
-        "floors": [f for _, f in levels],
-    }
-
-
-_LATE_COMMIT = timedelta(seconds=1)
-"""How far below the newest due time it claimed a level's next claim starts: a job
-inserted by a transaction that began up to this long before it committed is due
-from the transaction's start, and is still read."""
-_WALK_EVERY = 1.0
-"""Seconds between walks while claims come back full."""
-_WALK_WHEN_SHORT = 0.1
-"""Seconds between walks once a claim came back with fewer jobs than asked for."""
-_WALK_SHARE = 20
-"""The next walk waits at least this many times as long as the last one took."""
-_DEFAULT_LEVEL = 0
-"""The level every queue is read at from the start: jobs' default priority."""
-_OLDEST = datetime(1, 1, 1, tzinfo=UTC)
-"""The floor of a level nothing was claimed from yet: its oldest job."""
-
-
-class Backdated:
-    """Told when this store wrote a waiting job due before now (ADR 0059).
-
-    An outcome may set a retry's due time in the past; such a job may lie
-    below the floors of this store's claim sessions, which then walk on their
-    next claim instead of leaving it for a later walk. Thread-safe: the
-    completer and the rescuer tell, the fetchers look.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._count = 0
-
-    @property
-    def count(self) -> int:
-        """How many writes were told of so far."""
-        return self._count
-
-    def check(self, outcomes: Sequence[Outcome]) -> None:
-        """Note ``outcomes`` if any puts a job back to wait from a time already past."""
-        now: datetime | None = None
-        for o in outcomes:
-            if o.scheduled_at is not None and o.state in WAITING_STATES:
-                now = now or datetime.now(UTC)
-                if o.scheduled_at < now:
-                    with self._lock:
-                        self._count += 1
-                    return
-
-
-class ClaimCursors:
-    """How far one claimer's claims have got in each priority level of each queue (ADR 0059).
-
-    A claim normally reads only the levels of a queue this claimer knows (the
-    default level 0, and those it has claimed from), each from its floor: the
-    newest due time it claimed there, less ``_LATE_COMMIT``. Below a floor lie
-    the index entries that claimed jobs left behind, which vacuum removes
-    only once nothing pins the MVCC horizon; reading from the floor keeps a
-    claim's cost flat however many there are.
-
-    Now and then a claim walks instead (every level, each from its oldest
-    job), to find what the floors hide: a level this claimer has not claimed
-    from, a job inserted due in the past or committed later than
-    ``_LATE_COMMIT`` after its transaction began, a job another claimer had
-    locked and gave back. It walks on the first claim of a queue, then every
-    ``_WALK_EVERY`` seconds while claims come back full, every
-    ``_WALK_WHEN_SHORT`` once one came back short, and at once when a claim
-    found nothing; but never sooner than ``_WALK_SHARE`` times the last
-    walk's duration after it, so walks slowed by a pinned horizon take at
-    most a twentieth of the claimer's time. Floors only ever skip entries:
-    every claim is fenced and ordered as before. One thread uses it.
-    """
-
-    def __init__(self) -> None:
-        # queue -> {priority: newest due time claimed there (None: none yet)}
-        self._heads: dict[str, dict[int, datetime | None]] = {}
-        # queue -> (monotonic time the last walk ended, how long it took)
-        self._walks: dict[str, tuple[float, float]] = {}
-        self._short: set[str] = set()
-
-    def _walk_allowed(self, queue: str, now: float, every: float) -> bool:
-        walk = self._walks.get(queue)
-        if walk is None:
-            return True
-        ended, took = walk
-        return now - ended >= max(every, _WALK_SHARE * took)
-
-    def levels(self, queue: str, now: float) -> list[tuple[int, datetime]] | None:
-        """The levels the next claim of ``queue`` reads, highest first, each with its
-        floor; ``None``: walk. ``now`` is ``time.monotonic()``."""
-        every = _WALK_WHEN_SHORT if queue in self._short else _WALK_EVERY
-        if queue not in self._heads or self._walk_allowed(queue, now, every):
-            return None
-        return self.floors(queue)
-
-    def floors(self, queue: str) -> list[tuple[int, datetime]]:
-        """The levels of ``queue`` known, highest first, each with its floor."""
-        heads = self._heads.get(queue, {_DEFAULT_LEVEL: None})
-        return [
-            (p, _OLDEST if at is None else at - _LATE_COMMIT)
-            for p, at in sorted(heads.items(), reverse=True)
-        ]
-
-    def walk_now(self, queue: str, now: float) -> bool:
-        """True when a claim of ``queue`` that found nothing should walk straight away."""
-        return self._walk_allowed(queue, now, _WALK_WHEN_SHORT)
-
-    def claimed(
-        self,
-        queue: str,
-        rows: Sequence[JobRow],
-        *,
-        walked: bool,
-        short: bool,
-        started: float,
-        ended: float,
-    ) -> None:
-        """Note a claim of ``queue`` (sent at ``started``, back at ``ended``) and its rows."""
-        heads = self._heads.setdefault(queue, {_DEFAULT_LEVEL: None})
-        if walked:
-            # A walk read every level from its oldest job: what it claimed is
-            # where each of those levels stands now, even below the old floor.
-            for p in {row.priority for row in rows}:
-                heads[p] = None
-            self._walks[queue] = (ended, ended - started)
-        for row in rows:
-            at = heads.get(row.priority)
-            if at is None or row.scheduled_at > at:
-                heads[row.priority] = row.scheduled_at
-        if short:
-            self._short.add(queue)
-        else:
-            self._short.discard(queue)
-
-    def forget(self, queue: str | None = None) -> None:
-        """Start over for ``queue`` (every queue with ``None``): walk on its next claim,
-        and read each level from its oldest job until a claim there sets its floor."""
-        if queue is None:
-            self._walks.clear()
-            self._heads.clear()
-        else:
-            self._walks.pop(queue, None)
-            self._heads.pop(queue, None)
 
 
 def _nothing(results: list[Recorded]) -> None:
@@ -575,9 +422,7 @@ class _ClaimSession:
         self._doors = doors
         self._ns = ns
         self._gates = GatesSeen()
-        self.cursors = ClaimCursors()
-        self._backdated = backdated
-        self._seen = backdated.count
+        self.cursors = ClaimCursors(backdated)
 
     def claim(
         self,
@@ -592,61 +437,29 @@ class _ClaimSession:
         with self._held as conn, naming_role(conn):
             sent = time.monotonic()
             via = self._gates.via(queue, sent)
-            told = self._backdated.count
-            if told != self._seen:
-                self._seen = told
-                self.cursors.forget()
             levels = self.cursors.levels(queue, sent)
-            rows, wakes, through = claim(
-                conn,
-                queue,
-                limit,
-                lease_seconds,
-                holder,
-                gates=self._doors.gates,
-                via=via,
-                ns=self._ns,
-                completions=completions,
-                landed=landed,
-                doors=self._doors,
-                levels=levels,
-            )
-            self._gates.saw(queue, via, through, sent)
-            if through is None:
-                cursors = self.cursors
-                ended = time.monotonic()
-                cursors.claimed(
+            while True:
+                rows, wakes, through = claim(
+                    conn,
                     queue,
-                    rows,
-                    walked=levels is None,
-                    short=len(rows) < limit,
-                    started=sent,
-                    ended=ended,
+                    limit,
+                    lease_seconds,
+                    holder,
+                    gates=self._doors.gates,
+                    via=via,
+                    ns=self._ns,
+                    completions=completions,
+                    landed=landed,
+                    doors=self._doors,
+                    levels=levels,
                 )
-                if not rows and levels is not None and cursors.walk_now(queue, ended):
-                    # Found nothing where it looked: a walk finds a job of a level
-                    # it does not know (a first high-priority job) without a poll.
-                    sent = ended
-                    rows, wakes, through = claim(
-                        conn,
-                        queue,
-                        limit,
-                        lease_seconds,
-                        holder,
-                        gates=self._doors.gates,
-                        ns=self._ns,
-                    )
-                    self._gates.saw(queue, None, through, sent)
-                    if through is None:
-                        cursors.claimed(
-                            queue,
-                            rows,
-                            walked=True,
-                            short=len(rows) < limit,
-                            started=sent,
-                            ended=time.monotonic(),
-                        )
-            return Claimed(rows, sent, wakes)
+                self._gates.saw(queue, via, through, sent)
+                if through is not None or not self.cursors.claimed(
+                    queue, rows, levels, limit, sent, time.monotonic()
+                ):
+                    return Claimed(rows, sent, wakes)
+                # Nothing from the floors, and a walk is due: walk now (ADR 0059).
+                levels, completions, landed, sent = None, (), None, time.monotonic()
 
     def release(self) -> None:
         self._held.release()
