@@ -153,7 +153,7 @@ def _claim_buffers(conn: psycopg.Connection[Any], levels: list[Any] | None) -> i
 
 def run(args: argparse.Namespace, url: str, pressure: str, variant: str) -> list[Sample]:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE drover_jobs")
+        conn.execute("TRUNCATE drover_jobs CASCADE")
         conn.execute("VACUUM ANALYZE drover_jobs")
     done = 0
     lock = threading.Lock()
