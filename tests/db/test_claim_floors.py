@@ -97,7 +97,7 @@ def no_timed_walks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Claims walk only on their first claim and when one finds nothing (not on a timer),
     so a test knows which kind of claim runs however slow the machine is."""
     monkeypatch.setattr(floors, "_WALK_EVERY", 3600.0)
-    monkeypatch.setattr(floors, "_WALK_WHEN_SHORT", 3600.0)
+    monkeypatch.setattr(floors, "_WALK_WHEN_EMPTY", 3600.0)
 
 
 @pytest.mark.usefixtures("no_timed_walks")
@@ -131,7 +131,7 @@ def test_a_job_below_the_floors_is_found_by_a_walk(
     (new,) = _put(conn, 1, ago="1 second")
     assert session.cursors.levels("default", time.monotonic()) is not None
     assert [r.id for r in session.claim("default", 1, LEASE, "w1").rows] == [new]
-    # The claims that come back short walk within _WALK_WHEN_SHORT.
+    # A claim that finds nothing from the floors walks (_WALK_WHEN_EMPTY after the last).
     deadline = time.monotonic() + 30
     found: list[int] = []
     while not found:
@@ -197,22 +197,20 @@ def _claimed(conn: Conn, levels: list[Any]) -> int:
 def test_the_cursors_walk_first_then_now_and_then_never_more_than_their_share() -> None:
     cursors = ClaimCursors()
     assert cursors.levels("q", 0.0) is None
-    # A walk of 1 ms at t=1 that came back full: the next a second later.
-    cursors.claimed("q", [], None, 0, 0.999, 1.0)
+    # A walk of 1 ms at t=1: the next a second later.
+    cursors.claimed("q", [], None, 0.999, 1.0)
     floors = cursors.levels("q", 1.5)
     assert floors is not None
     assert cursors.levels("q", 2.0) is None
-    # A floored claim that came back empty: it may walk at once 100 ms after the
-    # last walk, and claims walk from then on.
-    assert not cursors.claimed("q", [], floors, 10, 1.05, 1.06)
-    assert cursors.levels("q", 1.09) is not None
-    assert cursors.claimed("q", [], floors, 10, 1.1, 1.1)
-    assert cursors.levels("q", 1.1) is None
-    # A slow walk (a pinned horizon): the next waits 20 times as long.
-    cursors.claimed("q", [], None, 10, 2.0, 3.0)
-    assert cursors.levels("q", 22.9) is not None
-    assert not cursors.walk_now("q", 22.9)
-    assert cursors.levels("q", 23.0) is None
+    # A claim from the floors that found nothing walks at once, from 250 ms after
+    # the last walk.
+    assert not cursors.claimed("q", [], floors, 1.2, 1.2)
+    assert cursors.claimed("q", [], floors, 1.25, 1.25)
+    # A slow walk (a pinned horizon): the next waits 50 times as long.
+    cursors.claimed("q", [], None, 2.0, 2.4)
+    assert cursors.levels("q", 21.9) is not None
+    assert not cursors.walk_now("q", 21.9)
+    assert cursors.levels("q", 22.4) is None
     cursors.forget()
     assert cursors.levels("q", 3.1) is None
 

@@ -40,10 +40,10 @@ _LATE_COMMIT = timedelta(seconds=1)
 inserted by a transaction that began up to this long before it committed is due
 from the transaction's start, and is still read."""
 _WALK_EVERY = 1.0
-"""Seconds between walks while claims come back full."""
-_WALK_WHEN_SHORT = 0.1
-"""Seconds between walks once a claim came back with fewer jobs than asked for."""
-_WALK_SHARE = 20
+"""Seconds between walks."""
+_WALK_WHEN_EMPTY = 0.25
+"""Seconds after the last walk from which a claim that found nothing walks at once."""
+_WALK_SHARE = 50
 """The next walk waits at least this many times as long as the last one took."""
 _DEFAULT_LEVEL = 0
 """The level every queue is read at from the start: jobs' default priority."""
@@ -108,12 +108,12 @@ class ClaimCursors:
     from, a job inserted due in the past or committed later than
     ``_LATE_COMMIT`` after its transaction began, a job another claimer had
     locked and gave back. It walks on the first claim of a queue, then every
-    ``_WALK_EVERY`` seconds while claims come back full, every
-    ``_WALK_WHEN_SHORT`` once one came back short, and at once when a claim
-    found nothing; but never sooner than ``_WALK_SHARE`` times the last
-    walk's duration after it, so walks slowed by a pinned horizon take at
-    most a twentieth of the claimer's time. Floors only ever skip entries:
-    every claim is fenced and ordered as before. One thread uses it.
+    ``_WALK_EVERY`` seconds, and at once when a claim from the floors found
+    nothing, ``_WALK_WHEN_EMPTY`` or more after the last walk; but never
+    sooner than ``_WALK_SHARE`` times the last walk's duration after it, so
+    walks slowed by a pinned horizon take at most a fiftieth of the
+    claimer's time (and rarely set its claims' p99). Floors only ever skip
+    entries: every claim is fenced and ordered as before. One thread uses it.
     """
 
     def __init__(self, backdated: Backdated | None = None) -> None:
@@ -123,7 +123,6 @@ class ClaimCursors:
         self._heads: dict[str, dict[int, datetime | None]] = {}
         # queue -> (monotonic time the last walk ended, how long it took)
         self._walks: dict[str, tuple[float, float]] = {}
-        self._short: set[str] = set()
 
     def _walk_allowed(self, queue: str, now: float, every: float) -> bool:
         walk = self._walks.get(queue)
@@ -141,8 +140,7 @@ class ClaimCursors:
             earliest = told.take()
             if earliest is not None:
                 self.lower(earliest)
-        every = _WALK_WHEN_SHORT if queue in self._short else _WALK_EVERY
-        if queue not in self._heads or self._walk_allowed(queue, now, every):
+        if queue not in self._heads or self._walk_allowed(queue, now, _WALK_EVERY):
             return None
         return self.floors(queue)
 
@@ -156,19 +154,18 @@ class ClaimCursors:
 
     def walk_now(self, queue: str, now: float) -> bool:
         """True when a claim of ``queue`` that found nothing should walk straight away."""
-        return self._walk_allowed(queue, now, _WALK_WHEN_SHORT)
+        return self._walk_allowed(queue, now, _WALK_WHEN_EMPTY)
 
     def claimed(
         self,
         queue: str,
         rows: Sequence[JobRow],
         levels: list[tuple[int, datetime]] | None,
-        limit: int,
         started: float,
         ended: float,
     ) -> bool:
         """Note a claim of ``queue`` that read ``levels`` (``None``: walked), sent at
-        ``started`` and back at ``ended`` with ``rows`` of ``limit``. True when it found
+        ``started`` and back at ``ended`` with ``rows``. True when it found
         nothing from its floors and a walk may run now: a job of a level not known here
         (a first high-priority job) is then found without waiting for a poll."""
         heads = self._heads.setdefault(queue, {_DEFAULT_LEVEL: None})
@@ -182,10 +179,6 @@ class ClaimCursors:
             at = heads.get(row.priority)
             if at is None or row.scheduled_at > at:
                 heads[row.priority] = row.scheduled_at
-        if len(rows) < limit:
-            self._short.add(queue)
-        else:
-            self._short.discard(queue)
         return not rows and levels is not None and self.walk_now(queue, ended)
 
     def lower(self, due: datetime) -> None:

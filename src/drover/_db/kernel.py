@@ -455,7 +455,7 @@ class _ClaimSession:
                 )
                 self._gates.saw(queue, via, through, sent)
                 if through is not None or not self.cursors.claimed(
-                    queue, rows, levels, limit, sent, time.monotonic()
+                    queue, rows, levels, sent, time.monotonic()
                 ):
                     return Claimed(rows, sent, wakes)
                 # Nothing from the floors, and a walk is due: walk now (ADR 0059).
