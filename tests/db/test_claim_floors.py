@@ -227,3 +227,27 @@ def test_the_floors_are_a_margin_below_the_newest_due_time_claimed_per_level(
     assert list(floors) == [3, 0]
     assert {p: (newest[p] - f).total_seconds() for p, f in floors.items()} == {0: 1.0, 3: 1.0}
     session.release()
+
+
+@pytest.mark.usefixtures("no_timed_walks")
+def test_every_claim_session_of_a_store_lowers_its_floors_for_a_retry_due_in_the_past(
+    conn: Conn, store: Store
+) -> None:
+    sessions = [store.kernel.claim_session() for _ in range(2)]
+    _put(conn, 2, ago="1 minute")
+    (first,) = sessions[0].claim("default", 1, LEASE, "w1").rows
+    assert len(sessions[1].claim("default", 1, LEASE, "w2").rows) == 1
+    now = time.monotonic()
+    assert all(s.cursors.levels("default", now) is not None for s in sessions)
+    # This store's completer puts the first job back, due an hour ago: below both floors.
+    row = conn.execute("SELECT now() - interval '1 hour'").fetchone()
+    assert row is not None
+    outcomes = store.kernel.outcome_session()
+    outcomes.record([Outcome(first.id, first.attempt, JobState.RETRYABLE, row[0])])
+    outcomes.release()
+    for s in sessions:
+        assert s.cursors.levels("default", time.monotonic()) is None  # a walk comes next
+        assert dict(s.cursors.floors("default"))[0] <= row[0]
+    assert [r.id for r in sessions[1].claim("default", 1, LEASE, "w2").rows] == [first.id]
+    for s in sessions:
+        s.release()

@@ -13,6 +13,7 @@ entries: the fence and everything a claim writes are the kernel's
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from drover._db.doors import int_array
 from drover._records import Outcome
 from drover.job import WAITING_STATES, JobRow
 
-__all__ = ["Backdated", "ClaimCursors", "level_params"]
+__all__ = ["Backdated", "ClaimCursors", "Mailbox", "level_params"]
 
 
 def level_params(levels: Sequence[tuple[int, datetime]] | None) -> dict[str, Any]:
@@ -55,30 +56,33 @@ class Backdated:
     """Told when this store wrote a waiting job due well before now (ADR 0059).
 
     An outcome may give a retry a due time in the past; such a job may lie
-    below the floors of this store's claim sessions, which then walk on their
-    next claim and lower their floors to it. A due time less than
+    below the floors of this store's claim sessions, which then lower their
+    floors to it and walk on their next claim. A due time less than
     ``_LATE_COMMIT`` ago (a retry without a delay) is above the floors
-    already. Thread-safe: the completer tells, the fetchers look.
+    already. Each claim session has a mailbox (``subscribe``) holding the
+    earliest such time it has not taken yet. Thread-safe: the completer
+    tells, the fetchers take.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._count = 0
-        self._earliest: datetime | None = None
+        self._boxes: weakref.WeakSet[Mailbox] = weakref.WeakSet()
 
-    @property
-    def count(self) -> int:
-        """How many writes were told of so far."""
-        return self._count
-
-    def take(self) -> datetime | None:
-        """The earliest due time told of since the last call, and forget it."""
+    def subscribe(self) -> Mailbox:
+        """A new mailbox, told of every backdated write from now on."""
+        box = Mailbox()
         with self._lock:
-            earliest, self._earliest = self._earliest, None
+            self._boxes.add(box)
+        return box
+
+    def take(self, box: Mailbox) -> datetime | None:
+        """The earliest due time ``box`` was told of since the last take, and empty it."""
+        with self._lock:
+            earliest, box.earliest = box.earliest, None
         return earliest
 
     def check(self, outcomes: Sequence[Outcome]) -> None:
-        """Note ``outcomes`` that put a job back to wait from a time already past."""
+        """Tell every mailbox of ``outcomes`` that put a job back to wait from a time past."""
         before: datetime | None = None
         earliest: datetime | None = None
         for o in outcomes:
@@ -88,9 +92,18 @@ class Backdated:
                     earliest = o.scheduled_at
         if earliest is not None:
             with self._lock:
-                if self._earliest is None or earliest < self._earliest:
-                    self._earliest = earliest
-                self._count += 1
+                for box in self._boxes:
+                    if box.earliest is None or earliest < box.earliest:
+                        box.earliest = earliest
+
+
+class Mailbox:
+    """One claim session's news from ``Backdated``: the earliest backdated due time."""
+
+    __slots__ = ("__weakref__", "earliest")
+
+    def __init__(self) -> None:
+        self.earliest: datetime | None = None
 
 
 class ClaimCursors:
@@ -118,7 +131,7 @@ class ClaimCursors:
 
     def __init__(self, backdated: Backdated | None = None) -> None:
         self._backdated = backdated
-        self._told = 0 if backdated is None else backdated.count
+        self._box = None if backdated is None else backdated.subscribe()
         # queue -> {priority: newest due time claimed there (None: none yet)}
         self._heads: dict[str, dict[int, datetime | None]] = {}
         # queue -> (monotonic time the last walk ended, how long it took)
@@ -134,10 +147,9 @@ class ClaimCursors:
     def levels(self, queue: str, now: float) -> list[tuple[int, datetime]] | None:
         """The levels the next claim of ``queue`` reads, highest first, each with its
         floor; ``None``: walk. ``now`` is ``time.monotonic()``."""
-        told = self._backdated
-        if told is not None and told.count != self._told:
-            self._told = told.count
-            earliest = told.take()
+        box = self._box
+        if box is not None and box.earliest is not None and self._backdated is not None:
+            earliest = self._backdated.take(box)
             if earliest is not None:
                 self.lower(earliest)
         if queue not in self._heads or self._walk_allowed(queue, now, _WALK_EVERY):

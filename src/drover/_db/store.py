@@ -76,6 +76,7 @@ class Store(EngineOps):
         self._session_url = session_url
         self._ns = ns
         self._operator = OperatorStore(pool, ns)
+        self._kernel = PgKernelStore(pool, ns, doors=FEATURES)
 
     @classmethod
     def open(
@@ -108,8 +109,9 @@ class Store(EngineOps):
     @property
     def kernel(self) -> PgKernelStore:
         """The kernel's operations on this store's pool (``drover._kernel.store.KernelStore``),
-        with drover's features plugged in (``drover._db.features.FEATURES``)."""
-        return PgKernelStore(self._pool, self._ns, doors=FEATURES)
+        with drover's features plugged in (``drover._db.features.FEATURES``). One per store:
+        its claim and outcome sessions share what they must (ADR 0059)."""
+        return self._kernel
 
     @property
     def operator(self) -> OperatorStore:
