@@ -126,7 +126,8 @@ class ClaimCursors:
     sooner than ``_WALK_SHARE`` times the last walk's duration after it, so
     walks slowed by a pinned horizon take at most a fiftieth of the
     claimer's time (and rarely set its claims' p99). Floors only ever skip
-    entries: every claim is fenced and ordered as before. One thread uses it.
+    entries: every claim is fenced as before, and takes what it reads in the
+    same order. One thread uses it.
     """
 
     def __init__(self, backdated: Backdated | None = None) -> None:
