@@ -20,9 +20,9 @@ depth, the table's dead tuples, and what one claim costs in shared buffers read
 from the worker's floors (``floors``) and walking every level from its oldest
 job (``walk``), measured with EXPLAIN on a connection of the benchmark's own.
 
-``--variants walk`` makes the worker walk on every claim, as drover did before
-claims had floors (ADR 0059): run both in one invocation to compare them on one
-server. autovacuum runs with the server's defaults.
+``--variants walk`` makes the worker walk on every claim, reading every level
+from its oldest job (no floors, ADR 0059): run both in one invocation to compare
+them on one server. autovacuum runs with the server's defaults.
 """
 
 from __future__ import annotations
@@ -77,14 +77,14 @@ class Producer(threading.Thread):
 
     def __init__(self, url: str, rate: float, stop: threading.Event) -> None:
         super().__init__(name="producer", daemon=True)
-        self._url, self._rate, self._stop = url, rate, stop
+        self._url, self._rate, self._halt = url, rate, stop
 
     def run(self) -> None:
         tick = 0.05
         with psycopg.connect(self._url, autocommit=True) as conn:
             started = time.monotonic()
             sent = 0
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 due = int((time.monotonic() - started) * self._rate)
                 if due > sent:
                     conn.execute(
@@ -94,7 +94,7 @@ class Producer(threading.Thread):
                         (due - sent,),
                     )
                     sent = due
-                self._stop.wait(tick)
+                self._halt.wait(tick)
 
 
 @contextlib.contextmanager
@@ -187,6 +187,7 @@ def run(args: argparse.Namespace, url: str, pressure: str, variant: str) -> list
     stop = threading.Event()
     client = drover.Client(url, drover.Config(workers=workers, concurrency=args.concurrency))
     samples: list[Sample] = []
+    producer: Producer | None = None
     try:
         client.start()
         producer = Producer(url, args.rate, stop)
@@ -223,6 +224,8 @@ def run(args: argparse.Namespace, url: str, pressure: str, variant: str) -> list
                         _print_sample(sample, args.rate)
     finally:
         stop.set()
+        if producer is not None:
+            producer.join()
         client.stop()
         pg_kernel._ClaimSession.claim = original  # type: ignore[method-assign]
     return samples

@@ -41,9 +41,9 @@ def _put(conn: Conn, n: int, *, ago: str = "1 hour", priority: int = 0) -> list[
     return sorted(r[0] for r in rows)
 
 
-def _buffers(conn: Conn, levels: list[Any] | None, limit: int = 50) -> int:
-    """Shared buffers one claim of the default queue touches, claiming nothing for good."""
-    params = {
+def _params(levels: list[Any] | None, limit: int) -> dict[str, Any]:
+    """``job_claim``'s parameters for a probe of the default queue, carrying no completions."""
+    return {
         "queue": "default",
         "limit": limit,
         "lease_seconds": LEASE,
@@ -52,9 +52,13 @@ def _buffers(conn: Conn, levels: list[Any] | None, limit: int = 50) -> int:
         "done_attempts": "{}",
         **level_params(levels),
     }
+
+
+def _buffers(conn: Conn, levels: list[Any] | None, limit: int = 50) -> int:
+    """Shared buffers one claim of the default queue touches, claiming nothing for good."""
     with conn.transaction(force_rollback=True):
         plan = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("job_claim"), params
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("job_claim"), _params(levels, limit)
         ).fetchone()
     assert plan is not None
     top = plan[0][0]["Plan"]
@@ -180,17 +184,8 @@ def test_a_floored_claim_of_a_paused_or_gated_queue_takes_nothing(conn: Conn, st
 
 
 def _claimed(conn: Conn, levels: list[Any]) -> int:
-    params = {
-        "queue": "default",
-        "limit": 10,
-        "lease_seconds": LEASE,
-        "holder": "probe",
-        "done_ids": "{}",
-        "done_attempts": "{}",
-        **level_params(levels),
-    }
     with conn.transaction(force_rollback=True):
-        rows = conn.execute(query("job_claim"), params).fetchall()
+        rows = conn.execute(query("job_claim"), _params(levels, 10)).fetchall()
     return len([r for r in rows if r[0] is not None])
 
 

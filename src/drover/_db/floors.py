@@ -126,8 +126,8 @@ class ClaimCursors:
     sooner than ``_WALK_SHARE`` times the last walk's duration after it, so
     walks slowed by a pinned horizon take at most a fiftieth of the
     claimer's time (and rarely set its claims' p99). Floors only ever skip
-    entries: every claim is fenced as before, and takes what it reads in the
-    same order. One thread uses it.
+    entries: the fence is the claim's own, and a claim takes what it reads in
+    priority, due-time and id order. One thread uses it.
     """
 
     def __init__(self, backdated: Backdated | None = None) -> None:
