@@ -2,9 +2,11 @@
 //
 //   node runner.cjs '<spec as JSON>'
 //
-// spec.mode is one of migrate, fill, bulk, single, drain, latency. The result is
-// printed as one line `result <JSON>` on stdout; a latency trial also prints a
-// line `ready` once its worker is listening and `lat <i> <ms>` per probe.
+// spec.mode is one of migrate, fill, bulk, single, drain, latency, serve. The
+// result is printed as one line `result <JSON>` on stdout; a latency trial also
+// prints a line `ready` once its worker is listening and `lat <i> <ms>` per probe.
+// serve (bench/horizon.py) runs a worker until its stdin closes, printing
+// `ready` and then every second `tick {"t": <s>, "done": <jobs run>}`.
 // graphile-worker and pg are resolved from NODE_PATH (bench/.cache/graphile/
 // node_modules, installed by the Python adapter).
 "use strict";
@@ -197,6 +199,43 @@ async function main() {
     await finished;
     await runner.stop();
     emit(`result ${JSON.stringify({})}`);
+    await pool.end();
+    return;
+  }
+  if (mode === "serve") {
+    // A worker that runs until stdin closes: jobs of `horizon_load` wait
+    // spec.workMs each; every second a tick says how many have run so far.
+    const concurrency = spec.concurrency;
+    const pool = await warmPool(spec.poolSize || 10);
+    let done = 0;
+    const taskList = {
+      horizon_load: async () => {
+        if (spec.workMs) {
+          await new Promise((resolve) => setTimeout(resolve, spec.workMs));
+        }
+        done += 1;
+      },
+    };
+    const runner = await run({
+      pgPool: pool,
+      concurrency,
+      noHandleSignals: true,
+      taskList,
+      logger,
+      preset: preset(concurrency),
+    });
+    emit("ready");
+    const ticker = setInterval(() => {
+      emit(`tick ${JSON.stringify({ t: performance.now() / 1000, done })}`);
+    }, 1000);
+    await new Promise((resolve) => {
+      process.stdin.on("end", resolve);
+      process.stdin.on("close", resolve);
+      process.stdin.resume();
+    });
+    clearInterval(ticker);
+    await runner.stop();
+    emit(`result ${JSON.stringify({ done })}`);
     await pool.end();
     return;
   }
