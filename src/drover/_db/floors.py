@@ -128,8 +128,9 @@ class ClaimTimes:
         seen = 0
         for i, n in enumerate(self.buckets):
             seen += n
-            if seen >= rank:
-                return min(_SMALLEST * 2 ** (i / _PER_OCTAVE), self.max_seconds)
+            if seen >= rank:  # the last bucket has no top: its claims' is the max
+                top = _SMALLEST * 2 ** (i / _PER_OCTAVE) if i < _BUCKETS - 1 else math.inf
+                return min(top, self.max_seconds)
         return self.max_seconds
 
 
