@@ -90,3 +90,14 @@ def test_the_workers_page_shows_each_client_s_claim_times(browser: Client, conn:
     assert '<th class="num">Claim p99</th>' in page
     assert '<td class="num">812</td>' in page
     assert '<td class="num">2.1 ms</td>' in page and '<td class="num">45.6 ms</td>' in page
+
+
+def test_the_health_page_of_a_schema_behind_names_it_and_draws_nothing(
+    browser: Client, conn: Conn
+) -> None:
+    # As before migration 0020: no samples table, and the version says so.
+    conn.execute("DROP TABLE drover_health_samples")
+    conn.execute("DELETE FROM drover_schema_version WHERE version = 20")
+    page = html.unescape(get(browser, "/health").get_data(as_text=True))
+    assert '<tr data-code="SCHEMA_BEHIND">' in page
+    assert 'id="no-samples"' in page

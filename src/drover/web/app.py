@@ -256,8 +256,11 @@ class StatusPage:
     def _health(self, request: Request) -> Response:
         # The queue doctor (ADR 0035), read-only, with the default thresholds.
         report = self.inspector.health()
-        # The last hours of the samples the clients write once a minute (ADR 0060).
-        samples = self.inspector.health_samples(datetime.now(UTC) - HEALTH_HISTORY)
+        # The last hours of the samples the clients write once a minute (ADR 0060); a
+        # schema behind this drover may have no such table, and the doctor says so.
+        behind = {"SCHEMA_MISSING", "SCHEMA_BEHIND"} & set(report.codes())
+        since = datetime.now(UTC) - HEALTH_HISTORY
+        samples = [] if behind else self.inspector.health_samples(since)
         return self._render(
             request,
             "health.html",
