@@ -37,7 +37,8 @@ GRANT USAGE ON SCHEMA {{schema}} TO {{producer}}, {{worker}}, {{reader}};
 REVOKE ALL ON {{schema}}.drover_jobs, {{schema}}.drover_job_deps, {{schema}}.drover_queues,
     {{schema}}.drover_clients, {{schema}}.drover_limits, {{schema}}.drover_limit_starts,
     {{schema}}.drover_gates, {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
-    {{schema}}.drover_periodic_lease, {{schema}}.drover_schema_version
+    {{schema}}.drover_periodic_lease, {{schema}}.drover_schema_version,
+    {{schema}}.drover_health_samples
     FROM {{producer}}, {{worker}}, {{reader}};
 REVOKE ALL ON SEQUENCE {{schema}}.drover_jobs_id_seq, {{schema}}.drover_limits_id_seq
     FROM {{producer}}, {{worker}}, {{reader}};
@@ -69,6 +70,8 @@ GRANT DELETE ON {{schema}}.drover_jobs TO {{worker}}; -- retention
 GRANT SELECT, INSERT ON {{schema}}.drover_job_deps TO {{worker}};
 GRANT SELECT ON {{schema}}.drover_queues TO {{worker}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.drover_clients TO {{worker}};
+-- A client's refresh writes the minute's health sample and deletes old ones.
+GRANT SELECT, INSERT, DELETE ON {{schema}}.drover_health_samples TO {{worker}};
 GRANT SELECT, INSERT, UPDATE ON {{schema}}.drover_limits TO {{worker}};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {{schema}}.drover_limit_starts TO {{worker}};
 -- The claim reads the gates; a write of drover_limits rebuilds the limits'
@@ -86,7 +89,7 @@ GRANT USAGE ON SEQUENCE {{schema}}.drover_jobs_id_seq, {{schema}}.drover_limits_
 GRANT SELECT ON {{schema}}.drover_jobs, {{schema}}.drover_job_deps, {{schema}}.drover_queues,
     {{schema}}.drover_clients, {{schema}}.drover_limits, {{schema}}.drover_limit_starts,
     {{schema}}.drover_gates, {{schema}}.drover_periodic_ticks, {{schema}}.drover_periodic_leader,
-    {{schema}}.drover_periodic_lease TO {{reader}};
+    {{schema}}.drover_periodic_lease, {{schema}}.drover_health_samples TO {{reader}};
 
 -- The queue doctor (`drover doctor`, every worker's health probe, the status -- stats
 -- page's Health) names the sessions holding back vacuum from pg_stat_activity, -- stats

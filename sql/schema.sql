@@ -1,7 +1,7 @@
 -- drover's schema, as its migrations leave it. GENERATED: do not edit by hand.
 --
 -- What `drover migrate` builds in an empty database's default schema (public)
--- through migration 0019_exact_rate_windows,
+-- through migration 0020_claim_health,
 -- as pg_dump prints it (schema only; no owners, privileges or tablespaces).
 -- The migrations in sql/migrations stay the source of truth and the only SQL
 -- `drover migrate` runs: this file is for reading and review, the package never
@@ -822,7 +822,12 @@ CREATE TABLE public.drover_clients (
     running integer DEFAULT 0 NOT NULL,
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
-    expires_at timestamp with time zone NOT NULL
+    expires_at timestamp with time zone NOT NULL,
+    claims bigint,
+    claim_p50_seconds double precision,
+    claim_p99_seconds double precision,
+    claim_max_seconds double precision,
+    walk_max_seconds double precision
 );
 
 
@@ -833,6 +838,24 @@ CREATE TABLE public.drover_clients (
 CREATE TABLE public.drover_gates (
     queue text NOT NULL,
     via text NOT NULL
+);
+
+
+--
+-- Name: drover_health_samples; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.drover_health_samples (
+    sampled_at timestamp with time zone NOT NULL,
+    live_tuples bigint,
+    dead_tuples bigint,
+    total_bytes bigint,
+    claims bigint DEFAULT 0 NOT NULL,
+    claim_p50_seconds double precision,
+    claim_p99_seconds double precision,
+    claim_max_seconds double precision,
+    walk_max_seconds double precision,
+    horizon_xids bigint
 );
 
 
@@ -999,6 +1022,14 @@ ALTER TABLE ONLY public.drover_clients
 
 ALTER TABLE ONLY public.drover_gates
     ADD CONSTRAINT drover_gates_pkey PRIMARY KEY (queue, via);
+
+
+--
+-- Name: drover_health_samples drover_health_samples_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.drover_health_samples
+    ADD CONSTRAINT drover_health_samples_pkey PRIMARY KEY (sampled_at);
 
 
 --

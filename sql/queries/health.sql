@@ -124,3 +124,13 @@ SELECT (SELECT count(*) FROM drover_periodic_ticks)::bigint,
        ),
        (SELECT EXTRACT(EPOCH FROM now() - min(t.next_fire))::float8
         FROM drover_periodic_ticks t WHERE t.next_fire <= now());
+
+-- name: health_client_claims
+-- The live clients' claims over their last refresh windows (ADR 0060), for
+-- the clients that claimed at all; a client of a release before claim
+-- timing writes no figures and is left out.
+SELECT c.client_id || ' (pid ' || c.pid || ' on ' || c.host || ')', c.claims,
+       c.claim_p50_seconds, c.claim_p99_seconds, c.claim_max_seconds, c.walk_max_seconds
+FROM drover_clients c
+WHERE c.expires_at >= now() AND c.claims > 0 AND c.claim_p99_seconds IS NOT NULL
+ORDER BY c.claim_p99_seconds DESC, c.id;

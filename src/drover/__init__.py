@@ -47,7 +47,7 @@ from drover.errors import (
     UnknownJobKind,
     UnsupportedConnection,
 )
-from drover.health import HealthFinding, HealthReport, HealthThresholds
+from drover.health import HealthFinding, HealthReport, HealthSample, HealthThresholds
 from drover.insert_middleware import InsertBatch, InsertMiddleware, InsertParams
 from drover.inspector import (
     Inspector,
@@ -121,6 +121,7 @@ __all__ = [
     "Handler",
     "HealthFinding",
     "HealthReport",
+    "HealthSample",
     "HealthThresholds",
     "InsertBatch",
     "InsertItem",

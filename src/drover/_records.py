@@ -328,6 +328,19 @@ class WorkerInfo:
     """When the row stops counting as live unless refreshed again."""
     heartbeat_age_seconds: float
     """Seconds since `heartbeat_at` when it was read."""
+    claims: int | None = None
+    """Claims the client made in its last refresh window (one heartbeat interval);
+    `None` from a client of a release before claim timing (ADR 0060)."""
+    claim_p50_seconds: float | None = None
+    """The median claim's seconds in that window (to a histogram bucket's top, at most
+    19% high); `None` with no claim."""
+    claim_p99_seconds: float | None = None
+    """The 99th percentile claim's seconds in that window, as `claim_p50_seconds`."""
+    claim_max_seconds: float | None = None
+    """The slowest claim's seconds in that window."""
+    walk_max_seconds: float | None = None
+    """The slowest walk's seconds in that window (a claim reading every priority level
+    from its oldest job, ADR 0059); `None` with no walk."""
 
     @property
     def name(self) -> str:

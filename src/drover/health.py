@@ -10,7 +10,8 @@ query, a replication slot or a forgotten prepared transaction keeps every
 row version deleted after it began, so the completed and deleted jobs of a
 busy queue pile up as dead tuples that no vacuum can reclaim, and every
 claim scans past them. The doctor names the holder (pid, application,
-state, age) and how to release it.
+state, age) and how to release it; and when the live clients report slow
+claims (``CLAIMS_SLOWED``, ADR 0060), whether a pin is the likely cause.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from drover.errors import ConfigError
 __all__ = [
     "CODES",
     "BackendHolder",
+    "ClientClaims",
     "ExpiredLeases",
     "HealthFacts",
     "HealthFinding",
     "HealthReport",
+    "HealthSample",
     "HealthThresholds",
     "PeriodicFacts",
     "PreparedHolder",
@@ -46,7 +49,7 @@ CODES = (
     "SCHEMA_MISSING", "SCHEMA_BEHIND", "XMIN_IDLE_IN_TRANSACTION", "XMIN_LONG_QUERY",
     "XMIN_OLD_SNAPSHOT", "XMIN_REPLICATION_SLOT", "REPLICATION_SLOT_INACTIVE",
     "XMIN_PREPARED_TRANSACTION", "DEAD_TUPLES", "LEASE_EXPIRED", "QUEUE_UNSERVED",
-    "PERIODIC_NO_LEADER", "CANNOT_SEE_SESSIONS",
+    "PERIODIC_NO_LEADER", "CANNOT_SEE_SESSIONS", "CLAIMS_SLOWED",
 )  # fmt: skip
 """Every finding code the doctor can report, stable for alerts and scripts."""
 
@@ -115,6 +118,12 @@ class HealthThresholds:
     ``dead_tuples_min`` and ``dead_tuples_ratio``: a drover table with at
     least that many dead tuples, making up at least that fraction of its
     rows, is named (defaults 10,000 and 0.2).
+    ``claim_p99``: a live client whose claims' 99th percentile, or slowest
+    walk, over its last heartbeat interval took longer than this is named
+    (``CLAIMS_SLOWED``, default 250 ms; ADR 0060).
+
+    Raises ``drover.ConfigError`` naming the field for a value of the wrong
+    type or out of range.
     """
 
     xmin_age: timedelta
@@ -122,6 +131,7 @@ class HealthThresholds:
     unserved_grace: timedelta
     dead_tuples_min: int
     dead_tuples_ratio: float
+    claim_p99: timedelta
 
     def __init__(
         self,
@@ -131,6 +141,7 @@ class HealthThresholds:
         unserved_grace: Duration = timedelta(minutes=1),
         dead_tuples_min: int = 10_000,
         dead_tuples_ratio: float = 0.2,
+        claim_p99: Duration = timedelta(milliseconds=250),
     ) -> None:
         if isinstance(dead_tuples_min, bool) or not isinstance(dead_tuples_min, int):
             raise ConfigError("HealthThresholds.dead_tuples_min must be an int")
@@ -149,6 +160,7 @@ class HealthThresholds:
         )
         object.__setattr__(self, "dead_tuples_min", dead_tuples_min)
         object.__setattr__(self, "dead_tuples_ratio", float(dead_tuples_ratio))
+        object.__setattr__(self, "claim_p99", _positive(claim_p99, "HealthThresholds.claim_p99"))
 
 
 # --- facts, as the database layer reads them ----------------------------------------------------
@@ -252,6 +264,51 @@ class PeriodicFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientClaims:
+    """One live client's claims over its last refresh window (its registry row, ADR 0060).
+
+    Durations in seconds; the percentiles are to a histogram bucket's top
+    (at most 19% high); ``walk_max_seconds`` is ``None`` with no walk.
+    """
+
+    client: str
+    """How a job's lease holder names the client: ``"<id> (pid <pid> on <host>)"``."""
+    claims: int
+    claim_p50_seconds: float
+    claim_p99_seconds: float
+    claim_max_seconds: float
+    walk_max_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSample:
+    """One minute of the health history (``drover.Inspector.health_samples``, ADR 0060).
+
+    Written once a minute by whichever live client refreshes first.
+    ``live_tuples``, ``dead_tuples`` and ``total_bytes`` (with indexes and
+    TOAST) are ``drover_jobs`` as PostgreSQL's statistics last saw it
+    (``None`` before its first statistics). The claim figures sum or combine
+    the live clients' last refresh windows: ``claims`` summed, the median a
+    claims-weighted mean of theirs, the 99th percentile and the maxima the
+    highest of theirs (``None`` with no claim). ``horizon_xids`` is the age,
+    in transactions, of the oldest xmin held in the database (a session, a
+    replication slot or a prepared transaction; ``None`` when none is).
+    """
+
+    sampled_at: datetime
+    """The minute's start (database clock)."""
+    live_tuples: int | None
+    dead_tuples: int | None
+    total_bytes: int | None
+    claims: int
+    claim_p50_seconds: float | None
+    claim_p99_seconds: float | None
+    claim_max_seconds: float | None
+    walk_max_seconds: float | None
+    horizon_xids: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class HealthFacts:
     """Everything one examination read. ``schema_pending`` lists migrations not applied;
     when the schema is missing or behind, the drover-table facts are empty (not read).
@@ -267,6 +324,7 @@ class HealthFacts:
     expired: list[ExpiredLeases] = field(default_factory=list)
     unserved: list[UnservedQueue] = field(default_factory=list)
     periodic: PeriodicFacts | None = None
+    claims: list[ClientClaims] = field(default_factory=list)
 
 
 # --- rules ----------------------------------------------------------------------------------------
@@ -437,6 +495,100 @@ def _table(t: TableFacts, th: HealthThresholds, pinned: bool) -> HealthFinding |
     )
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def _pins(facts: HealthFacts) -> list[str]:
+    """What holds the horizon, as the doctor named it: sessions, slots, prepared ones."""
+    pins = [
+        f"pid {b.pid}" + (f" ({b.application})" if b.application else "") + f", {b.state}"
+        for b in facts.backends
+    ]
+    pins += [
+        f"replication slot {s.name}"
+        for s in facts.slots
+        if s.xmin_age_xids is not None or s.catalog_xmin_age_xids is not None
+    ]
+    pins += [f"prepared transaction {p.gid!r}" for p in facts.prepared]
+    return pins
+
+
+def _claims(facts: HealthFacts, th: HealthThresholds) -> HealthFinding | None:
+    bound = th.claim_p99.total_seconds()
+    slow = [
+        c
+        for c in facts.claims
+        if c.claim_p99_seconds > bound or (c.walk_max_seconds or 0.0) > bound
+    ]
+    if not slow:
+        return None
+    p99 = max(c.claim_p99_seconds for c in slow)
+    walks = [c.walk_max_seconds for c in slow if c.walk_max_seconds is not None]
+    jobs = next((t for t in facts.tables if t.table == "drover_jobs"), None)
+    pins = _pins(facts)
+    what = (
+        f"claims are slow: {len(slow)} of {len(facts.claims)} live client(s) report a claim "
+        f"p99 of up to {_ms(p99)}"
+        + (f" (walks up to {_ms(max(walks))})" if walks else "")
+        + f", over {_ms(bound)}"
+    )
+    dead = "" if jobs is None else f"; drover_jobs has {jobs.dead_tuples} dead tuples"
+    if pins:
+        summary = (
+            f"{what}; the likely cause: the MVCC horizon is pinned by {'; '.join(pins)}, so "
+            f"vacuum cannot remove the claimed jobs' dead index entries{dead}"
+        )
+        remedy = (
+            "release the xmin holder named (see its finding); claims speed up once vacuum "
+            "runs after it"
+        )
+    elif facts.sessions is not None and facts.sessions.hidden_holding_xmin:
+        summary = (
+            f"{what}; no pin is named, but {facts.sessions.hidden_holding_xmin} session(s) "
+            f"hidden from role {facts.sessions.role} hold an xmin{dead}"
+        )
+        remedy = "examine as a role with pg_read_all_stats to name the session holding the xmin"
+    else:
+        last = (
+            ""
+            if jobs is None
+            else ", never vacuumed"
+            if jobs.last_vacuum is None
+            else f", last vacuumed {jobs.last_vacuum:%Y-%m-%d %H:%M}"
+        )
+        summary = f"{what}, with no pinned horizon named{dead}{last}"
+        remedy = (
+            "VACUUM drover_jobs if its dead tuples grew since the last vacuum, and tune "
+            "autovacuum for it (see docs/production.md); otherwise look at the database "
+            "server's load (CPU, I/O, locks) and at a younger pin (drover doctor --xmin-age)"
+        )
+    return HealthFinding(
+        "CLAIMS_SLOWED",
+        Severity.WARNING,
+        summary,
+        {
+            "threshold_seconds": bound,
+            "clients": [
+                {
+                    "client": c.client,
+                    "claims": c.claims,
+                    "claim_p50_seconds": round(c.claim_p50_seconds, 4),
+                    "claim_p99_seconds": round(c.claim_p99_seconds, 4),
+                    "claim_max_seconds": round(c.claim_max_seconds, 4),
+                    "walk_max_seconds": None
+                    if c.walk_max_seconds is None
+                    else round(c.walk_max_seconds, 4),
+                }
+                for c in slow
+            ],
+            "pinned_by": pins,
+            "dead_tuples": None if jobs is None else jobs.dead_tuples,
+        },
+        remedy,
+    )
+
+
 def diagnose(facts: HealthFacts, thresholds: HealthThresholds) -> HealthReport:
     """Turn ``facts`` into findings, critical first, in a stable order within each severity."""
     found: list[HealthFinding] = []
@@ -461,6 +613,9 @@ def diagnose(facts: HealthFacts, thresholds: HealthThresholds) -> HealthReport:
     found.extend(_prepared(p) for p in facts.prepared)
     pinned = any(f.code.startswith("XMIN_") for f in found)
     found.extend(f for f in (_table(t, thresholds, pinned) for t in facts.tables) if f is not None)
+    slowed = _claims(facts, thresholds)
+    if slowed is not None:
+        found.append(slowed)
     for e in facts.expired:
         found.append(
             HealthFinding(

@@ -27,7 +27,7 @@ from drover._jobs_and_queues import JobsAndQueues
 from drover._operator_writes import DEFAULT_CANCEL_GRACE, OperatorWrites, validate_enqueue
 from drover._records import KindStats, PeriodicInfo, WorkerInfo
 from drover.errors import InvalidArgument, NotFound
-from drover.health import HealthReport, HealthThresholds, diagnose
+from drover.health import HealthReport, HealthSample, HealthThresholds, diagnose
 from drover.insert_middleware import InsertMiddleware, checked_insert_chain
 from drover.job import (
     MAX_KIND_LENGTH,
@@ -654,6 +654,23 @@ class Inspector:
                 f"thresholds must be a drover.HealthThresholds, not {type(thresholds).__name__}"
             )
         return diagnose(self._store.operator.health_facts(thresholds), thresholds)
+
+    def health_samples(self, since: datetime) -> list[HealthSample]:
+        """The health history from ``since`` (a timezone-aware datetime) on, oldest first:
+        one sample a minute of ``drover_jobs``' dead and live tuples and size, the live
+        clients' claim times and the MVCC horizon's age (ADR 0060).
+
+        A started client writes the minute's sample at its registry refresh
+        (every heartbeat interval) unless another has, so minutes with no
+        started client are missing; samples are kept for a week. Read-only,
+        one statement on the primary key. Thread-safe.
+
+        Raises:
+            drover.InvalidArgument: ``since`` is not a timezone-aware datetime.
+        """
+        if not isinstance(since, datetime) or since.tzinfo is None:
+            raise InvalidArgument(f"since must be a timezone-aware datetime, not {since!r}")
+        return self._store.operator.health_samples(since)
 
     def close(self) -> None:
         """Close the pool if the Inspector opened it; idempotent."""

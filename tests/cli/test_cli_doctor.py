@@ -66,3 +66,4 @@ def test_a_bad_threshold_is_a_usage_error(db_url: str) -> None:
         refused(cli(db_url, "doctor", "--dead-tuples-ratio", "1.5"), 2)
     )
     assert "--xmin-age" in one_line(refused(cli(db_url, "doctor", "--xmin-age", "-1"), 2))
+    assert "--claim-p99" in one_line(refused(cli(db_url, "doctor", "--claim-p99", "-1"), 2))

@@ -268,3 +268,50 @@ def test_the_doctor_does_not_name_its_own_session(inspector: drover.Inspector) -
     # Its own statement is an active query holding a snapshot; with every age
     # threshold at zero it would be named if it were not left out.
     assert not _with(inspector.health(NOW), "XMIN_LONG_QUERY")
+
+
+def _slow_client(conn: Conn, p99: float) -> None:
+    # A live client's row as its refresh writes it (ADR 0060): the rule under test
+    # reads these columns, whatever made the claims slow.
+    conn.execute(
+        "INSERT INTO drover_clients (id, client_id, host, pid, version, queues, concurrency, "
+        "expires_at, claims, claim_p50_seconds, claim_p99_seconds, claim_max_seconds, "
+        "walk_max_seconds) VALUES ('slow', 'a1b2c3', 'w1', 4242, '9.9', ARRAY['default'], 4, "
+        "now() + interval '1 minute', 800, 0.003, %s, %s, NULL)",
+        (p99, p99),
+    )
+
+
+def test_slow_claims_name_the_session_pinning_the_horizon(
+    db_url: str, conn: Conn, inspector: drover.Inspector
+) -> None:
+    _slow_client(conn, 0.8)
+    app = f"doctor-{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(db_url, application_name=app) as holder:
+        holder.execute("SELECT txid_current()")
+        pid = holder.info.backend_pid
+        report = inspector.health(NOW)
+        holder.rollback()
+    [finding] = _with(report, "CLAIMS_SLOWED")
+    assert finding.severity is Severity.WARNING
+    assert f"pinned by pid {pid} ({app}), idle in transaction" in finding.summary
+    assert "claim p99 of up to 800 ms, over 250 ms" in finding.summary
+    assert f"pid {pid} ({app}), idle in transaction" in finding.evidence["pinned_by"]
+    [client] = finding.evidence["clients"]
+    assert client["client"] == "a1b2c3 (pid 4242 on w1)" and client["claims"] == 800
+    assert client["walk_max_seconds"] is None
+    # Released, the claims are still slow, but the finding no longer blames a pin.
+    [alone] = _with(inspector.health(NOW), "CLAIMS_SLOWED")
+    assert "with no pinned horizon named" in alone.summary
+    assert alone.evidence["pinned_by"] == []
+    # Under the threshold, nothing is named.
+    relaxed = drover.HealthThresholds(xmin_age=0, claim_p99=1)
+    assert not _with(inspector.health(relaxed), "CLAIMS_SLOWED")
+
+
+def test_an_expired_client_s_slow_claims_are_not_named(
+    conn: Conn, inspector: drover.Inspector
+) -> None:
+    _slow_client(conn, 0.8)
+    conn.execute("UPDATE drover_clients SET expires_at = now() - interval '1 second'")
+    assert not _with(inspector.health(NOW), "CLAIMS_SLOWED")

@@ -15,6 +15,7 @@ import pytest
 import drover
 from drover.health import (
     BackendHolder,
+    ClientClaims,
     HealthFacts,
     PreparedHolder,
     SessionVisibility,
@@ -110,6 +111,8 @@ def test_thresholds_take_timedelta_or_seconds() -> None:
     assert t.xmin_age == timedelta(minutes=2)
     assert t.lease_grace == timedelta(seconds=30)
     assert t.unserved_grace == timedelta(minutes=1)
+    assert t.claim_p99 == timedelta(milliseconds=250)
+    assert drover.HealthThresholds(claim_p99=0.5).claim_p99 == timedelta(milliseconds=500)
 
 
 @pytest.mark.parametrize(
@@ -121,8 +124,68 @@ def test_thresholds_take_timedelta_or_seconds() -> None:
         ("dead_tuples_min", -1),
         ("dead_tuples_min", True),
         ("dead_tuples_ratio", 1.5),
+        ("claim_p99", -0.1),
+        ("claim_p99", "250ms"),
+        ("claim_p99", float("inf")),
     ],
 )
 def test_bad_thresholds_are_refused_by_name(field: str, value: object) -> None:
     with pytest.raises(drover.ConfigError, match=field):
         drover.HealthThresholds(**{field: value})  # type: ignore[arg-type]
+
+
+def _claims(
+    p99: float, walk: float | None = None, client: str = "ab12cd (pid 7 on w1)"
+) -> ClientClaims:
+    return ClientClaims(client, 900, 0.002, p99, max(p99, walk or 0.0), walk)
+
+
+def test_claims_under_the_threshold_are_not_named() -> None:
+    assert diagnose(_facts(claims=[_claims(0.2, walk=0.24)]), DEFAULT).healthy
+
+
+def test_slow_claims_behind_a_pinned_horizon_name_the_pin_as_the_likely_cause() -> None:
+    holder = BackendHolder(7, "etl", "idle in transaction", "client backend", "u", 600, None, 99)
+    table = TableFacts("drover_jobs", 1_000, 50_000, 1 << 24, None, 0)
+    slow, fast = _claims(0.9, walk=3.0), _claims(0.01, client="ef34ab (pid 8 on w2)")
+    report = diagnose(_facts(claims=[slow, fast], backends=[holder], tables=[table]), DEFAULT)
+    assert report.codes() == ["XMIN_IDLE_IN_TRANSACTION", "DEAD_TUPLES", "CLAIMS_SLOWED"]
+    finding = report.findings[2]
+    assert finding.severity is Severity.WARNING
+    assert "1 of 2 live client(s) report a claim p99 of up to 900 ms" in finding.summary
+    assert "walks up to 3000 ms" in finding.summary
+    assert "the MVCC horizon is pinned by pid 7 (etl), idle in transaction" in finding.summary
+    assert "drover_jobs has 50000 dead tuples" in finding.summary
+    assert "release the xmin holder" in finding.remedy
+    assert finding.evidence["pinned_by"] == ["pid 7 (etl), idle in transaction"]
+    assert [c["client"] for c in finding.evidence["clients"]] == ["ab12cd (pid 7 on w1)"]
+    assert finding.evidence["threshold_seconds"] == 0.25
+
+
+def test_a_slow_walk_alone_is_named_and_a_slot_or_prepared_transaction_is_a_pin() -> None:
+    slot = SlotHolder("standby", "physical", "", True, 1_000, None, None)
+    prepared = PreparedHolder("tx-1", "u", 900, 50)
+    report = diagnose(
+        _facts(claims=[_claims(0.01, walk=0.4)], slots=[slot], prepared=[prepared]), DEFAULT
+    )
+    [finding] = [f for f in report.findings if f.code == "CLAIMS_SLOWED"]
+    assert finding.evidence["pinned_by"] == [
+        "replication slot standby",
+        "prepared transaction 'tx-1'",
+    ]
+
+
+def test_slow_claims_without_a_pin_say_so_and_point_at_vacuum() -> None:
+    table = TableFacts("drover_jobs", 1_000, 5_000, 1 << 24, None, 0)
+    report = diagnose(_facts(claims=[_claims(0.3)], tables=[table]), DEFAULT)
+    [finding] = report.findings
+    assert finding.code == "CLAIMS_SLOWED"
+    assert "with no pinned horizon named" in finding.summary
+    assert "5000 dead tuples, never vacuumed" in finding.summary
+    assert finding.remedy.startswith("VACUUM drover_jobs")
+    assert finding.evidence["pinned_by"] == []
+    hidden = SessionVisibility("shop", sees_all=False, hidden=2, hidden_holding_xmin=1)
+    report = diagnose(_facts(claims=[_claims(0.3)], sessions=hidden), DEFAULT)
+    [slowed] = [f for f in report.findings if f.code == "CLAIMS_SLOWED"]
+    assert "1 session(s) hidden from role shop hold an xmin" in slowed.summary
+    assert diagnose(_facts(claims=[_claims(0.3)]), drover.HealthThresholds(claim_p99=1)).healthy

@@ -434,3 +434,31 @@ def test_a_chords_workflow_page_draws_the_graph_and_links_each_job(
         page.wait_for_url(f"**/jobs/{ids[6]}")
         assert page.locator("h1").inner_text() == f"Job {ids[6]} pending"
         assert page.locator("#waits-for a").all_inner_texts() == [str(ids[5])]
+
+
+def test_the_health_page_draws_dead_tuples_and_claim_times_over_time(
+    db_url: str, conn: Conn, page: Any
+) -> None:
+    # Two hours of samples: dead tuples growing under a pin, claims slowing with them,
+    # until a vacuum forty minutes ago (ADR 0060).
+    conn.execute(
+        "INSERT INTO drover_health_samples (sampled_at, live_tuples, dead_tuples, total_bytes, "
+        "claims, claim_p50_seconds, claim_p99_seconds, claim_max_seconds, walk_max_seconds) "
+        "SELECT date_trunc('minute', now()) - make_interval(mins => g), 20000, "
+        "  CASE WHEN g > 40 THEN (120 - g) * 5000 ELSE 3000 END, 1 << 26, 6000, "
+        "  CASE WHEN g > 40 THEN 0.002 + (120 - g) * 0.0002 ELSE 0.002 END, "
+        "  CASE WHEN g > 40 THEN 0.01 + (120 - g) * 0.003 ELSE 0.012 END, 0.4, "
+        "  CASE WHEN g > 40 THEN 0.05 + (120 - g) * 0.004 ELSE 0.03 END "
+        "FROM generate_series(0, 119) g"
+    )
+    with drover_web(db_url, "--listen", "127.0.0.1:0") as (url, _):
+        page.goto(url + "/health")
+        assert page.title() == "Health · drover"
+        for chart in ("#tuples-chart", "#claims-chart"):
+            svg = page.locator(chart)
+            assert svg.is_visible()
+            box = svg.bounding_box()
+            assert box is not None and box["width"] > 600 and box["height"] > 150
+        legend = " ".join(page.locator("#claims-chart text").all_text_contents())
+        assert "claim p99 (12)" in legend and "slowest walk (30)" in legend
+        _shot(page, "health")

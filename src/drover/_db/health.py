@@ -16,6 +16,7 @@ from drover._db.namespace import DEFAULT, Namespace
 from drover._db.queries import query
 from drover.health import (
     BackendHolder,
+    ClientClaims,
     ExpiredLeases,
     PeriodicFacts,
     PreparedHolder,
@@ -26,6 +27,7 @@ from drover.health import (
 )
 
 __all__ = [
+    "client_claims",
     "expired_leases",
     "horizon_backends",
     "horizon_prepared",
@@ -166,3 +168,20 @@ def periodic_facts(conn: Connection, *, ns: Namespace = DEFAULT) -> PeriodicFact
         leader=bool(leader),
         overdue_seconds=None if overdue is None else max(0.0, float(overdue)),
     )
+
+
+def client_claims(conn: Connection, *, ns: Namespace = DEFAULT) -> list[ClientClaims]:
+    """The live clients' claim times over their last refresh windows, slowest first."""
+    with translate("read the clients' claim times"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("health_client_claims", ns))
+        return [
+            ClientClaims(
+                client=str(name),
+                claims=int(n),
+                claim_p50_seconds=float(p50),
+                claim_p99_seconds=float(p99),
+                claim_max_seconds=float(top),
+                walk_max_seconds=None if walk is None else float(walk),
+            )
+            for name, n, p50, p99, top, walk in cur.fetchall()
+        ]

@@ -47,7 +47,7 @@ from drover._db.doors import (
     refusal,
 )
 from drover._db.errors import naming_role, translate
-from drover._db.floors import Backdated, ClaimCursors, level_params
+from drover._db.floors import Backdated, ClaimCursors, ClaimTimes, level_params
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.pool import HeldConnection, borrow
 from drover._db.queries import query
@@ -522,6 +522,10 @@ class PgKernelStore:
 
     def outcome_session(self) -> _OutcomeSession:
         return _OutcomeSession(self._pool, self._doors, self._ns, self._backdated)
+
+    def claim_times(self) -> ClaimTimes:
+        """The claim sessions' claim times since the last call, summed (ADR 0060)."""
+        return self._backdated.times()
 
     def extend_leases(
         self, held: Sequence[tuple[int, int]], lease_seconds: float, *, deadline: float

@@ -17,7 +17,7 @@ from typing import Any
 from psycopg_pool import ConnectionPool
 
 from drover._db import cancels, clients, kernel, ledger, retention, testing
-from drover._db.clients import ClientEntry
+from drover._db.clients import ClaimWindow, ClientEntry
 from drover._db.deadline import socket_deadline
 from drover._db.features import FEATURES
 from drover._db.limits import limit_take_start
@@ -47,8 +47,10 @@ class EngineOps:
         ttl_seconds: float,
         started_at: datetime | None,
         deadline: float,
+        window: ClaimWindow | None = None,
     ) -> tuple[datetime, int]:
-        """Write this client's registry row and reap expired ones (see ``clients.sql``).
+        """Write this client's registry row, with its claims' ``window`` (ADR 0060), and
+        reap expired ones (see ``clients.sql``).
 
         Returns ``(the row's start time, rows reaped)``. Waits at most
         ``deadline`` seconds for a connection and as long again for the
@@ -64,8 +66,19 @@ class EngineOps:
                 running=running,
                 ttl_seconds=ttl_seconds,
                 started_at=started_at,
+                window=window,
                 ns=self._ns,
             )
+
+    def sample_health(self, keep_seconds: float, *, deadline: float) -> bool:
+        """Write this minute's health sample unless a client already has, deleting the
+        samples older than ``keep_seconds`` (ADR 0060); True when this call wrote it.
+        Waits at most ``deadline`` seconds for a connection and as long for the statement."""
+        with (
+            borrow(self._pool, "write the health sample", timeout=deadline) as conn,
+            socket_deadline(conn, deadline),
+        ):
+            return clients.health_sample(conn, keep_seconds, ns=self._ns)
 
     def unregister_client(self, registration_id: str, *, deadline: float) -> bool:
         """Delete this client's registry row; False when it was already gone."""

@@ -22,6 +22,7 @@ from drover._db import (
     admin,
     bulk,
     cancels,
+    clients,
     health,
     ledger,
     limits,
@@ -35,7 +36,7 @@ from drover._db.migrator import read_status
 from drover._db.namespace import Namespace
 from drover._db.pool import borrow
 from drover._records import KindStats, PeriodicInfo, QueueStats
-from drover.health import HealthFacts, HealthThresholds
+from drover.health import HealthFacts, HealthSample, HealthThresholds
 from drover.job import JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState
 from drover.queues import QueueState
@@ -218,6 +219,11 @@ class OperatorStore:
         with borrow(self._pool, "list periodic jobs") as conn:
             return ticks.periodic_list(conn, ns=self._ns)
 
+    def health_samples(self, since: datetime) -> list[HealthSample]:
+        """The health samples from ``since`` on, oldest first (ADR 0060)."""
+        with borrow(self._pool, "read the health samples") as conn:
+            return clients.health_samples_since(conn, since, ns=self._ns)
+
     def health_facts(self, thresholds: HealthThresholds) -> HealthFacts:
         """The queue doctor's facts, read on one connection (ADR 0035).
 
@@ -252,4 +258,5 @@ class OperatorStore:
                     conn, thresholds.unserved_grace.total_seconds(), ns=self._ns
                 ),
                 periodic=health.periodic_facts(conn, ns=self._ns),
+                claims=health.client_claims(conn, ns=self._ns),
             )

@@ -1,4 +1,5 @@
-"""Keeps this client's row in the registry of live clients, and reaps the rows of dead ones."""
+"""Keeps this client's row in the registry of live clients, and reaps the rows of dead ones;
+writes the minute's health sample when no other client has (ADR 0060)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,22 @@ import logging
 import os
 import secrets
 import socket
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from drover._db.clients import ClientEntry
+from drover._db.clients import ClaimWindow, ClientEntry
+from drover._db.floors import ClaimTimes
 from drover._kernel.service import IntervalService
 from drover._runtime.wiring import Wiring
 from drover._version import VERSION
+from drover.errors import DroverError
 
-__all__ = ["EXPIRY_INTERVALS", "Registry"]
+__all__ = ["EXPIRY_INTERVALS", "SAMPLES_KEPT", "Registry"]
 
 EXPIRY_INTERVALS = 3
 """A row not refreshed for this many of its client's intervals has expired."""
 UNREGISTER_DEADLINE = 2.0
+SAMPLES_KEPT = timedelta(days=7)
+"""How long the health samples are kept: the minute's writer deletes older ones."""
 
 
 class Registry(IntervalService):
@@ -30,6 +35,14 @@ class Registry(IntervalService):
     three of its own intervals, on the database clock, which is how a crashed
     or frozen process disappears. A clean stop deletes the row after the drain (the registry
     stops after the intake services and the drain, with the other services).
+
+    The row also carries the client's claims since its last refresh: how
+    many, their median, 99th percentile and slowest, and the slowest walk
+    (ADR 0060), which ``drover doctor`` reads. After each refresh the
+    registry writes the minute's health sample (``drover_health_samples``)
+    unless another client has, and deletes samples older than
+    ``SAMPLES_KEPT``; a failed sample is logged at WARNING once until one
+    succeeds, and does not fail the refresh.
 
     The row is for operators only (`Inspector.workers`, the status page);
     nothing that runs jobs reads it. A failed refresh is logged at WARNING and
@@ -62,17 +75,28 @@ class Registry(IntervalService):
         )
         self.started_at: datetime | None = None
         """The row's start time (database clock), once written."""
+        self._unsent: ClaimTimes | None = None
+        self._sample_failing = False
 
     def run_once(self) -> int:
-        """Write or refresh the row and reap expired ones; return how many rows were reaped."""
+        """Write or refresh the row with the claims since the last refresh, reap expired
+        rows, and write the minute's health sample unless another client has; return how
+        many rows were reaped."""
+        window = self._store.kernel.claim_times()
+        if self._unsent is not None:
+            window.merge(self._unsent)  # a failed refresh's claims count in the next
+        self._unsent = window
         started_at, reaped = self._store.refresh_client(
             self.entry,
             running=len(self._inflight.held()),
             ttl_seconds=self.ttl_seconds,
             started_at=self.started_at,
             deadline=self._deadline,
+            window=ClaimWindow.of(window),
         )
+        self._unsent = None
         self.started_at = started_at
+        self.sample()
         if reaped:
             self._log.info(
                 "removed %d expired client(s) from the registry",
@@ -80,6 +104,19 @@ class Registry(IntervalService):
                 extra={"reaped": reaped},
             )
         return reaped
+
+    def sample(self) -> bool:
+        """Write the minute's health sample unless another client has (ADR 0060); True
+        when this call wrote it. A failure is logged (once until a success), not raised."""
+        try:
+            wrote = self._store.sample_health(SAMPLES_KEPT.total_seconds(), deadline=self._deadline)
+        except DroverError:
+            if not self._sample_failing:
+                self._log.warning("writing the health sample failed", exc_info=True)
+            self._sample_failing = True
+            return False
+        self._sample_failing = False
+        return wrote
 
     def unregister(self) -> bool:
         """Delete the row now; False when it was already gone."""

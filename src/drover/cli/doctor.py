@@ -46,8 +46,16 @@ def doctor_command(
     dead_tuples_ratio: Annotated[
         float, typer.Option(help="Fraction of dead rows a drover table may carry (0 to 1).")
     ] = 0.2,
+    claim_p99: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a live client's claim p99 (or slowest walk) may take before it is "
+            "named, with the likely cause."
+        ),
+    ] = 0.25,
 ) -> None:
-    """Name what hurts the queue: xmin holders, dead tuples, unrescued leases, idle queues.
+    """Name what hurts the queue: xmin holders, dead tuples, slow claims, unrescued leases,
+    idle queues.
 
     One line per finding (CODE  summary — remedy). Exits 0 when healthy and 1
     with findings. Read-only; works on a schema behind this drover (and says so).
@@ -61,6 +69,7 @@ def doctor_command(
             unserved_grace=unserved_grace,
             dead_tuples_min=dead_tuples_min,
             dead_tuples_ratio=dead_tuples_ratio,
+            claim_p99=claim_p99,
         )
     except drover.ConfigError as exc:
         usage(str(exc).replace("HealthThresholds.", "--").replace("_", "-"))

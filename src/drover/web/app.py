@@ -8,7 +8,7 @@ import re
 import secrets
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -36,7 +36,7 @@ from drover.job import (
 )
 from drover.limits import period_text
 from drover.queues import check_queue_name
-from drover.web.chart import SERIES, throughput_svg
+from drover.web.chart import CLAIM_SERIES, SERIES, TUPLE_SERIES, samples_svg, throughput_svg
 from drover.web.limits import (
     LIMIT_POSTS,
     limit_action,
@@ -63,6 +63,8 @@ CSP = (
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 CSRF_COOKIE = "drover_csrf"
+HEALTH_HISTORY = timedelta(hours=6)
+"""How far back the health page's charts reach."""
 # Cancel is offered on running jobs too: the worker is asked to stop (ADR 0030).
 _CANCEL_BUTTON = frozenset({*(s.value for s in CANCELLABLE_STATES), JobState.RUNNING.value})
 _JOB_ACTION = re.compile(r"^/jobs/([0-9]{1,19})/(retry|cancel)$")
@@ -254,11 +256,31 @@ class StatusPage:
     def _health(self, request: Request) -> Response:
         # The queue doctor (ADR 0035), read-only, with the default thresholds.
         report = self.inspector.health()
+        # The last hours of the samples the clients write once a minute (ADR 0060); a
+        # schema behind this drover may have no such table, and the doctor says so.
+        behind = {"SCHEMA_MISSING", "SCHEMA_BEHIND"} & set(report.codes())
+        since = datetime.now(UTC) - HEALTH_HISTORY
+        samples = [] if behind else self.inspector.health_samples(since)
         return self._render(
             request,
             "health.html",
             title="Health",
             report=report,
+            samples=samples,
+            history_hours=int(HEALTH_HISTORY.total_seconds() // 3600),
+            tuples_chart=samples_svg(
+                samples,
+                TUPLE_SERIES,
+                chart_id="tuples-chart",
+                title="drover_jobs: dead and live tuples, per minute",
+            ),
+            claims_chart=samples_svg(
+                samples,
+                CLAIM_SERIES,
+                chart_id="claims-chart",
+                title="Claim time, milliseconds: p50 and p99 over the live clients, slowest walk",
+                scale=1000.0,
+            ),
             refresh_url=self._refresh_url(request, "/health"),
             live_seconds=self._live_seconds,
         )
