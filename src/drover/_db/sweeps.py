@@ -85,6 +85,12 @@ class SweepFloors:
         self._full_at: float | None = None
         self._floored = 0
 
+    @property
+    def floor(self) -> datetime | None:
+        """The floor the last sweeps left, whether or not the next is full (for tests)."""
+        with self._lock:
+            return self._floor
+
     def next_floor(self, now: float) -> datetime | None:
         """The floor the sweep at ``now`` (``time.monotonic()``) reads above; ``None``: full."""
         with self._lock:
