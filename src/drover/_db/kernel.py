@@ -510,6 +510,7 @@ class PgKernelStore:
         self._doors = doors
         self._backdated = Backdated()
         self.sweeps = SweepFloors()
+        """Where this store's next rescue sweep begins (ADR 0059)."""
 
     @property
     def ns(self) -> Namespace:
