@@ -100,6 +100,10 @@ def test_depth_counts_full_first_then_each_known_level_from_its_floor() -> None:
         "floors": [early, AT - MARGIN],
         "running_floor": AT - MARGIN,
     }
+    # A level's rows (one per waiting state) set its floor together: the earliest of them.
+    rows = [("a", 0, later), ("a", 0, early), ("a", 0, AT + timedelta(hours=1))]
+    depth.counted(params, AT, rows, None, 1.0)
+    assert depth.params(1.5)["floors"][0] == early
     # A level found empty keeps a floor: the count's time less the margin.
     depth.counted(params, AT + timedelta(seconds=15), [("a", 5, later)], None, 1.0)
     assert depth.params(2.0)["floors"] == [AT + timedelta(seconds=14)] * 2

@@ -184,8 +184,9 @@ class DepthFloors:
         below = at - _MARGIN
         with self._lock:
             levels = dict.fromkeys(self._levels, below)
+            # A level has a row per waiting state: its floor is the earliest of them all.
             for queue, priority, earliest in waiting:
-                levels[(queue, priority)] = min(earliest, below)
+                levels[(queue, priority)] = min(levels.get((queue, priority), below), earliest)
             self._levels = levels
             self._running = below if running is None else min(running, below)
             if params["full"]:
