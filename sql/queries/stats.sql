@@ -14,7 +14,7 @@ ORDER BY queue, state;
 -- earliest due time or lease among them. With %(full)s false (ADR 0059),
 -- only the levels given are read, each from its floor, and only the leases
 -- past %(running_floor)s: the entries that claimed and completed jobs left
--- below are never read. The last row carries the count's time (now()).
+-- below are never read. One row, of state 'now', carries the count's time.
 SELECT queue, state::text, priority, count(*), min(scheduled_at)
 FROM drover_jobs
 WHERE %(full)s AND state IN ({{states:waiting}})
