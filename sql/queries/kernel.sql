@@ -342,19 +342,23 @@ LEFT JOIN renewed r ON r.id = held.id
 LEFT JOIN drover_jobs cur ON cur.id = held.id;
 
 -- name: job_claim_expired
--- The rescuer's claim: running rows whose lease passed. Re-leasing them (same
--- attempt) makes this sweep their owner until it records their outcome;
--- concurrent sweeps skip each other's rows. Same array form as job_claim. The
--- rescue's outcomes are written as the completer's are (job_record, then the
--- features' statement for watched jobs).
-UPDATE drover_jobs j
-SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
-WHERE j.id = ANY (ARRAY(
-    SELECT id
-    FROM drover_jobs
-    WHERE state = 'running' AND leased_until <= now()
-    ORDER BY leased_until, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-))
-RETURNING {{job_columns:j}};
+-- The rescuer's claim: running rows whose lease passed (after %(floor)s unless
+-- NULL, ADR 0059). Re-leasing them (same attempt) makes this sweep their owner
+-- until it records their outcome; concurrent sweeps skip each other's rows.
+-- Same array form as job_claim. The rescue's outcomes are written as the
+-- completer's are (job_record, then the features' statement for watched
+-- jobs). Rows lead with now(), the sweep's time: if none found, one of NULLs.
+WITH swept AS (
+    UPDATE drover_jobs j
+    SET leased_until = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE j.id = ANY (ARRAY(
+        SELECT id FROM drover_jobs
+        WHERE state = 'running' AND leased_until <= now()
+          AND leased_until > COALESCE(%(floor)s::timestamptz, '-infinity')
+        ORDER BY leased_until, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING {{job_columns:j}}
+)
+SELECT now(), swept.* FROM (VALUES (0)) AS one(x) LEFT JOIN swept ON true;

@@ -9,21 +9,46 @@ ORDER BY queue, state;
 -- name: stats_depth
 -- Rows per queue in the five published states. One branch per partial index
 -- (waiting, running, dead) so the cost follows the backlog, never the
--- history of completed and cancelled rows.
-SELECT queue, state::text, count(*)
+-- history of completed and cancelled rows. The waiting rows are counted per
+-- level (queue, priority) and the running ones per queue, each with the
+-- earliest due time or lease among them. With %(full)s false (ADR 0059),
+-- only the levels given are read, each from its floor, and only the leases
+-- past %(running_floor)s: the entries that claimed and completed jobs left
+-- below are never read. One row, of state 'now', carries the count's time.
+SELECT queue, state::text, priority, count(*), min(scheduled_at)
 FROM drover_jobs
-WHERE state IN ({{states:waiting}})
-GROUP BY queue, state
+WHERE %(full)s AND state IN ({{states:waiting}})
+GROUP BY queue, priority, state
 UNION ALL
-SELECT queue, 'running', count(*)
+SELECT l.queue, level.state::text, l.priority, level.count, level.earliest
+FROM unnest(%(queues)s::text[], %(priorities)s::int[], %(floors)s::timestamptz[])
+    AS l(queue, priority, floor)
+CROSS JOIN LATERAL (
+    -- Per level, so that each is read from the fetch index from its floor.
+    SELECT j.state, count(*) AS count, min(j.scheduled_at) AS earliest
+    FROM drover_jobs j
+    WHERE j.queue = l.queue AND j.priority = l.priority AND j.scheduled_at >= l.floor
+      AND j.state IN ({{states:waiting}})
+    GROUP BY j.state
+) AS level
+WHERE NOT %(full)s
+UNION ALL
+SELECT queue, 'running', NULL, count(*), min(leased_until)
 FROM drover_jobs
-WHERE state = 'running'
+WHERE %(full)s AND state = 'running'
 GROUP BY queue
 UNION ALL
-SELECT queue, 'dead', count(*)
+SELECT queue, 'running', NULL, count(*), min(leased_until)
+FROM drover_jobs
+WHERE NOT %(full)s AND state = 'running' AND leased_until > %(running_floor)s
+GROUP BY queue
+UNION ALL
+SELECT queue, 'dead', NULL, count(*), NULL
 FROM drover_jobs
 WHERE state = 'dead'
-GROUP BY queue;
+GROUP BY queue
+UNION ALL
+SELECT NULL, 'now', NULL, 0, now();
 
 -- name: stats_oldest_age
 -- Age of the oldest job each queue could claim right now: the fetch
@@ -37,6 +62,24 @@ WHERE j.state IN ({{states:waiting}})
       SELECT 1 FROM drover_queues q WHERE q.name = j.queue AND q.paused_at IS NOT NULL
   )
 GROUP BY j.queue;
+
+-- name: stats_oldest_age_floored
+-- stats_oldest_age read as stats_depth reads with %(full)s false (ADR 0059):
+-- only the levels given, each from its floor.
+SELECT l.queue, EXTRACT(EPOCH FROM now() - min(first.scheduled_at))::float8
+FROM unnest(%(queues)s::text[], %(priorities)s::int[], %(floors)s::timestamptz[])
+    AS l(queue, priority, floor)
+CROSS JOIN LATERAL (
+    SELECT j.scheduled_at FROM drover_jobs j
+    WHERE j.queue = l.queue AND j.priority = l.priority AND j.scheduled_at >= l.floor
+      AND j.scheduled_at <= now() AND j.state IN ({{states:waiting}})
+    ORDER BY j.scheduled_at
+    LIMIT 1
+) AS first
+WHERE NOT EXISTS (
+    SELECT 1 FROM drover_queues q WHERE q.name = l.queue AND q.paused_at IS NOT NULL
+)
+GROUP BY l.queue;
 
 -- name: server_settings
 -- What a benchmark report must state about the server it ran on.

@@ -95,11 +95,11 @@ def test_the_store_sums_its_claim_sessions_and_each_take_starts_a_new_window(
         for session in sessions:
             for _ in range(3):
                 session.claim("default", 10, 30.0, "test")
-        times = store.kernel.claim_times()
+        times = store.kernel.shared.times()
         assert times.claims == 6
         assert times.walks >= 2  # each session's first claim of the queue walks
         assert 0 < times.walk_max_seconds <= times.max_seconds
-        assert store.kernel.claim_times().claims == 0
+        assert store.kernel.shared.times().claims == 0
     finally:
         for session in sessions:
             session.release()

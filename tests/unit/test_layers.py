@@ -397,6 +397,8 @@ KERNEL_MAY_IMPORT = frozenset(
         # where a claim's reads begin (ADR 0059): no feature, and nothing it
         # decides reaches the fence, so it is outside the audited lines
         "drover._db.floors",
+        # where the rescuer's sweeps begin (ADR 0059): the same, for the lease index
+        "drover._db.sweeps",
     }
 )
 # The model's public types (a row names every column, the context every

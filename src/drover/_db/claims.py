@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from drover._db import Connection, kernel
 from drover._db.features import FEATURES, LIMITS_GATE
 from drover._db.namespace import DEFAULT, Namespace
+from drover._db.sweeps import Sweep
 from drover._records import Outcome, Recorded, Renewal
 from drover.job import JobRow
 
@@ -93,5 +94,6 @@ def job_extend_leases(
 def job_claim_expired(
     conn: Connection, limit: int, lease_seconds: float, *, ns: Namespace = DEFAULT
 ) -> list[JobRow]:
-    """Re-lease up to ``limit`` running jobs whose lease expired (attempt unchanged)."""
-    return kernel.claim_expired(conn, limit, lease_seconds, ns=ns)
+    """Re-lease up to ``limit`` running jobs whose lease expired (attempt unchanged): a full
+    sweep, every expired lease read (no floor, ADR 0059)."""
+    return kernel.claim_expired(conn, limit, lease_seconds, ns=ns, sweep=Sweep(None))

@@ -47,11 +47,12 @@ from drover._db.doors import (
     refusal,
 )
 from drover._db.errors import naming_role, translate
-from drover._db.floors import Backdated, ClaimCursors, ClaimTimes, level_params
+from drover._db.floors import Backdated, ClaimCursors, level_params
 from drover._db.namespace import DEFAULT, Namespace
 from drover._db.pool import HeldConnection, borrow
 from drover._db.queries import query
 from drover._db.rows import row_from_db
+from drover._db.sweeps import Sweep, SweepFloors
 from drover._kernel.store import Claimed
 from drover._records import JobInsertParams, Outcome, Recorded, Renewal, WriteResult
 from drover.errors import DatabaseError, LeaseLost
@@ -309,9 +310,8 @@ def _record(
             recorded.append(Recorded(o, _APPLIED, None, None))
             continue
         if state == JobState.RUNNING.value and now == o.attempt:
-            # Running with this claim's attempt as the statement saw it: a
-            # feature watches the job, or the row changed under the write. The
-            # watch's statement decides, in a new snapshot.
+            # Running with this claim's attempt as the statement saw it: a feature watches the job,
+            # or the row changed under the write. The watch's statement decides, in a new snapshot.
             watched.append(i)
         recorded.append(Recorded(o, refusal(state), state, now))
     return recorded, watched
@@ -344,14 +344,16 @@ def extend_leases(
 
 
 def claim_expired(
-    conn: Connection, limit: int, lease_seconds: float, *, ns: Namespace = DEFAULT
+    conn: Connection, limit: int, lease_seconds: float, *, ns: Namespace = DEFAULT, sweep: Sweep
 ) -> list[JobRow]:
-    """Re-lease up to ``limit`` running jobs whose lease expired (attempt unchanged)."""
+    """Re-lease up to ``limit`` running jobs whose lease expired past ``sweep.floor``
+    (``None``: any; ADR 0059), attempt unchanged; ``sweep`` is told what was found."""
+    params = {"limit": limit, "lease_seconds": lease_seconds, "floor": sweep.floor}
     with translate("claim expired jobs"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(
-            query("job_claim_expired", ns), {"limit": limit, "lease_seconds": lease_seconds}
-        )
-        return [row_from_db(r) for r in cur.fetchall()]
+        found = cur.execute(query("job_claim_expired", ns), params).fetchall()
+    rows = [row_from_db(r[1:]) for r in found if r[1] is not None]
+    sweep.ran(found[0][0], len(rows), limit)
+    return rows
 
 
 def rescue(
@@ -359,14 +361,15 @@ def rescue(
     limit: int,
     lease_seconds: float,
     decide: Callable[[JobRow], Outcome],
+    sweep: Sweep,
     *,
     by: str,
     doors: Doors,
     ns: Namespace = DEFAULT,
 ) -> tuple[int, list[Recorded]]:
-    """The rescue on ``conn``, in the caller's transaction: claim the expired, record
-    ``decide(row)`` for each, then the doors' rescue hooks; ``(rows found, results)``."""
-    rows = claim_expired(conn, limit, lease_seconds, ns=ns)
+    """The rescue on ``conn``, in the caller's transaction: claim the expired (``sweep``),
+    record ``decide(row)`` for each, then the doors' rescue hooks; ``(rows found, results)``."""
+    rows = claim_expired(conn, limit, lease_seconds, ns=ns, sweep=sweep)
     if not rows:
         return 0, []
     results = record_outcomes(conn, [decide(row) for row in rows], doors=doors, ns=ns)
@@ -479,12 +482,12 @@ class _OutcomeSession:
         self._held = HeldConnection(pool, "record job outcomes")
         self._doors = doors
         self._ns = ns
-        self._backdated = backdated
+        self.shared = backdated
 
     def record(self, outcomes: Sequence[Outcome]) -> list[Recorded]:
         with self._held as conn, naming_role(conn):
             recorded = record_outcomes(conn, outcomes, doors=self._doors, ns=self._ns)
-        self._backdated.check(outcomes)
+        self.shared.check(outcomes)
         return recorded
 
     def release(self) -> None:
@@ -505,7 +508,10 @@ class PgKernelStore:
         self._pool = pool
         self._ns = ns
         self._doors = doors
-        self._backdated = Backdated()
+        self.shared = Backdated()
+        """What its claim and outcome sessions share: backdated due times, claim times."""
+        self.sweeps = SweepFloors()
+        """Where this store's next rescue sweep begins (ADR 0059)."""
 
     @property
     def ns(self) -> Namespace:
@@ -518,14 +524,10 @@ class PgKernelStore:
         return self._doors
 
     def claim_session(self) -> _ClaimSession:
-        return _ClaimSession(self._pool, self._doors, self._ns, self._backdated)
+        return _ClaimSession(self._pool, self._doors, self._ns, self.shared)
 
     def outcome_session(self) -> _OutcomeSession:
-        return _OutcomeSession(self._pool, self._doors, self._ns, self._backdated)
-
-    def claim_times(self) -> ClaimTimes:
-        """The claim sessions' claim times since the last call, summed (ADR 0060)."""
-        return self._backdated.times()
+        return _OutcomeSession(self._pool, self._doors, self._ns, self.shared)
 
     def extend_leases(
         self, held: Sequence[tuple[int, int]], lease_seconds: float, *, deadline: float
@@ -540,11 +542,17 @@ class PgKernelStore:
     def rescue(
         self, limit: int, lease_seconds: float, decide: Callable[[JobRow], Outcome], *, by: str
     ) -> tuple[int, list[Recorded]]:
-        # One transaction, so the rescued rows stay locked until the hooks
-        # (the duplicate ledger) have written: a fetcher cannot claim one in
-        # between and make an entry skip it.
-        with borrow(self._pool, "rescue expired jobs") as conn, conn.transaction():
-            return rescue(conn, limit, lease_seconds, decide, by=by, doors=self._doors, ns=self._ns)
+        # One transaction, so the rescued rows stay locked until the hooks (the duplicate
+        # ledger) have written: a fetcher cannot claim one in between and make an entry skip
+        # it. The next sweep's floor (ADR 0059) moves only once this one has committed.
+        with (
+            borrow(self._pool, "rescue expired jobs") as conn,
+            self.sweeps.sweep() as s,
+            conn.transaction(),
+        ):
+            return rescue(
+                conn, limit, lease_seconds, decide, s, by=by, doors=self._doors, ns=self._ns
+            )
 
     def hand_back(self, outcomes: Sequence[Outcome], *, worker: str) -> list[Recorded]:
         with borrow(self._pool, "return jobs to the queue") as conn, conn.transaction():

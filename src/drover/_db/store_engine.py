@@ -24,6 +24,7 @@ from drover._db.limits import limit_take_start
 from drover._db.namespace import Namespace
 from drover._db.pool import borrow
 from drover._db.progress import ProgressReport, job_report_progress
+from drover._db.sweeps import Sweep
 from drover._records import Outcome, Recorded, WorkerInfo
 from drover.job import JobRow
 
@@ -113,11 +114,13 @@ class EngineOps:
 
         One transaction, so the rescued rows stay locked until their ledger
         entries are written (a fetcher cannot claim one in between and make
-        the entry skip it). Returns ``(rows found, the writes' results)``.
+        the entry skip it). Returns ``(rows found, the writes' results)``. A full sweep,
+        every expired lease read; the rescuer's sweeps (``Store.kernel``) start at floors
+        (ADR 0059).
         """
         with borrow(self._pool, "rescue expired jobs") as conn, conn.transaction():
             return kernel.rescue(
-                conn, limit, lease_seconds, decide, by=by, doors=FEATURES, ns=self._ns
+                conn, limit, lease_seconds, decide, Sweep(None), by=by, doors=FEATURES, ns=self._ns
             )
 
     def hand_back(self, outcomes: Sequence[Outcome], *, worker: str) -> list[Recorded]:

@@ -35,6 +35,7 @@ from drover._db import (
 from drover._db.migrator import read_status
 from drover._db.namespace import Namespace
 from drover._db.pool import borrow
+from drover._db.sweeps import DepthFloors
 from drover._records import KindStats, PeriodicInfo, QueueStats
 from drover.health import HealthFacts, HealthSample, HealthThresholds
 from drover.job import JobRow, JobState
@@ -54,6 +55,7 @@ class OperatorStore:
     def __init__(self, pool: ConnectionPool[Any], ns: Namespace) -> None:
         self._pool = pool
         self._ns = ns
+        self._depth = DepthFloors()
 
     # --- jobs and queues --------------------------------------------------------------------
 
@@ -188,10 +190,12 @@ class OperatorStore:
 
     # --- statistics -------------------------------------------------------------------------
 
-    def queue_stats(self) -> QueueStats:
-        """Depth per queue and state, and the oldest claimable age per queue."""
+    def queue_stats(self, *, floored: bool = False) -> QueueStats:
+        """Depth per queue and state, and the oldest claimable age per queue. ``floored``:
+        a long-lived reader's (the refresher's) depth counts, read from where this store's
+        last floored count left off and now and then in full (ADR 0059); else exact."""
         with borrow(self._pool, "refresh queue stats") as conn:
-            return stats.queue_stats(conn, ns=self._ns)
+            return stats.queue_stats(conn, ns=self._ns, floors=self._depth if floored else None)
 
     def queue_overview(self, action: str) -> tuple[QueueStats, list[QueueState]]:
         """``queue_stats`` and ``queue_states``, read on one connection."""

@@ -126,9 +126,8 @@ class Fetcher(ThreadService):
         """Rounds that left idle slots unclaimed to wait for outcomes to be written."""
 
     def join_timeout(self, budget: float | None) -> float | None:
-        # Normally instant; bounded so a claim stuck on an unresponsive
-        # database cannot hold stop() forever (a late claim is untracked and
-        # rescued after its lease).
+        # Normally instant; bounded so a claim stuck on an unresponsive database cannot hold stop()
+        # forever (a late claim is untracked and rescued after its lease).
         return None if budget is None else max(budget, 5.0)
 
     def wake(self) -> None:
@@ -140,9 +139,8 @@ class Fetcher(ThreadService):
         self._slots.wake()
 
     def _ride(self, on: bool) -> None:
-        # Completions ride with the claims while this loop claims; before it
-        # waits on anything but a free slot (a poll, a backoff, the
-        # completer), the completer writes them itself.
+        # Completions ride with the claims while this loop claims; before it waits on anything but a
+        # free slot (a poll, a backoff, the completer), the completer writes them itself.
         if self._riders is not None:
             self._riders.ride(on)
 

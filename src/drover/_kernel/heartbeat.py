@@ -45,9 +45,8 @@ class Heartbeat(IntervalService):
 
     def run_once(self) -> int:
         """Renew every held lease; return how many were renewed."""
-        # Give a lease up if it would lapse before the next beat could renew it:
-        # the check runs once per interval, and must act before the database's
-        # expiry, not an interval after it.
+        # Give a lease up if it would lapse before the next beat could renew it: the check runs once
+        # per interval, and must act before the database's expiry, not an interval after it.
         horizon = time.monotonic() + self._interval
         held: list[Claim] = []
         for claim in self._inflight.snapshot():

@@ -59,8 +59,7 @@ class JobPool:
         """Hand claims to the pool threads."""
         for claim in claims:
             self._ready.put(claim)
-        # Once per claim round (a lock acquisition): a task that retired
-        # just now is replaced.
+        # Once per claim round (a lock acquisition): a task that retired just now is replaced.
         self._top_up()
 
     def _top_up(self) -> None:

@@ -180,9 +180,8 @@ class IntervalService(ThreadService):
                 self.run_once()
             except Exception as exc:
                 if self._failed(exc):
-                    # Sooner than the interval (a stats refresh waits 15 s), so
-                    # readiness returns soon after the database does; never
-                    # busier than once a second, doubling.
+                    # Sooner than the interval (a stats refresh waits 15 s), so readiness returns
+                    # soon after the database does; never busier than once a second, doubling.
                     failures += 1
                     delay = min(self._interval, _RETRY.delay(failures))
                     continue

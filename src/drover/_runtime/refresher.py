@@ -40,7 +40,7 @@ class StatsRefresher(IntervalService):
 
     def run_once(self) -> QueueStats:
         """Read and publish once; raises on failure (the loop logs it)."""
-        stats = self._store.operator.queue_stats()
+        stats = self._store.operator.queue_stats(floored=True)
         self._metrics.publish_queue_stats(stats.depth, stats.oldest_age)
         self.last_success = time.monotonic()
         return stats

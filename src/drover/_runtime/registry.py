@@ -82,7 +82,7 @@ class Registry(IntervalService):
         """Write or refresh the row with the claims since the last refresh, reap expired
         rows, and write the minute's health sample unless another client has; return how
         many rows were reaped."""
-        window = self._store.kernel.claim_times()
+        window = self._store.kernel.shared.times()
         if self._unsent is not None:
             window.merge(self._unsent)  # a failed refresh's claims count in the next
         self._unsent = window
