@@ -8,7 +8,9 @@
 Each system's worker runs in a process of its own (``--concurrency`` slots, each
 job waits ``--job-ms``), fed by a producer in this process that inserts jobs at a
 steady rate, a batch every 50 ms. The rate is ``--share`` of the system's clean
-peak, measured first by draining a filled table (``--rate`` sets it instead).
+peak (``--rate`` sets it instead), measured first: what the worker runs while a
+producer offers it as many jobs a second as it drains from a filled table alone,
+so that the peak pays for the inserts as the runs do.
 Each run has three phases: clean, a pressure held for ``--pressure`` seconds
 (``--peer-pressure`` for the peer), then recovery. autovacuum runs on the
 server's defaults. The pressures:
@@ -510,8 +512,14 @@ def _print_sample(s: Sample, clean: float | None) -> None:
     )
 
 
-def peak(url: str, system: str, args: argparse.Namespace) -> float:
-    """Jobs a second the system's worker drains from a filled table, no producer."""
+def peak(url: str, system: str, args: argparse.Namespace) -> tuple[float, float]:
+    """The system's clean peak: ``(drain, fed)`` jobs a second.
+
+    ``drain``: what its worker drains from a filled table with nothing else running.
+    ``fed``: what it runs while a producer offers it ``drain`` jobs a second on top of a
+    backlog, sharing the server and the cores as in the runs (the peak the runs' share
+    is taken of: a drain alone does not pay for the inserts).
+    """
     reset(url, system)
     with psycopg.connect(url, autocommit=True) as conn:
         for _ in range(args.peak_fill // 20_000):
@@ -523,12 +531,20 @@ def peak(url: str, system: str, args: argparse.Namespace) -> float:
         ticks = worker.wait_ticks(1)
         while len(ticks) < 11 and ticks[-1].done < args.peak_fill * 0.8:
             ticks += worker.wait_ticks(1)[1:]
+        if len(ticks) < 4:
+            raise SystemExit(f"{system}: the peak drain ran out of jobs; raise --peak-fill")
+        drain = (ticks[-1].done - ticks[0].done) / (ticks[-1].t - ticks[0].t)
+        producer = Producer(url, _sql(system).insert, drain)
+        producer.start()
+        try:
+            worker.wait_ticks(2)
+            ticks = worker.wait_ticks(10)
+        finally:
+            producer.stop()
     finally:
         worker.stop()
-    first, last = ticks[0], ticks[-1]
-    if len(ticks) < 4:
-        raise SystemExit(f"{system}: the peak drain ran out of jobs; raise --peak-fill")
-    return (last.done - first.done) / (last.t - first.t)
+    fed = (ticks[-1].done - ticks[0].done) / (ticks[-1].t - ticks[0].t)
+    return drain, fed
 
 
 def run(
@@ -706,9 +722,13 @@ def main() -> None:
     with _database(args.database) as url:
         setup(url, systems)
         for system in systems:
-            peak_rate = peak(url, system, args)
+            drain, peak_rate = peak(url, system, args)
             rate = args.rate or peak_rate * args.share
-            print(f"== {system}: clean peak {peak_rate:.0f} jobs/s, offered {rate:.0f}", flush=True)
+            print(
+                f"== {system}: clean peak {peak_rate:.0f} jobs/s fed ({drain:.0f} draining), "
+                f"offered {rate:.0f}",
+                flush=True,
+            )
             for pressure in args.pressures.split(","):
                 print(f"== {system}, {pressure}", flush=True)
                 samples = run(url, system, pressure, rate, peak_rate, args)
@@ -717,6 +737,7 @@ def main() -> None:
                 everything["runs"].append(
                     {
                         "peak": peak_rate,
+                        "drain": drain,
                         "verdict": asdict(v),
                         "samples": [asdict(s) for s in samples],
                     }
