@@ -1,6 +1,7 @@
 """A steady load while something pins the MVCC horizon: throughput, claim latency, claim cost.
 
-    python bench/horizon.py [--database URL] [--systems drover,drover-walk,graphile-batched]
+    python bench/horizon.py [--database URL] [--systems drover,drover-walk,drover@base,
+        graphile-batched] [--baseline-src DIR]
         [--pressures idle-tx,rr-readers,slot,overload,none] [--clean 60] [--pressure 600]
         [--recovery 60] [--rate N] [--share 0.8] [--overload 1.5]
         [--concurrency 32] [--job-ms 1] [--peer-pressure SECONDS] [--json FILE]
@@ -29,9 +30,11 @@ server's defaults. The pressures:
 
 The systems: ``drover`` (claims from floors, ADR 0059), ``drover-walk`` (the same
 worker walking every level from its oldest job on every claim, as every claim
-did before), ``graphile-batched`` (graphile-worker with its documented batching
-settings, its runner from ``bench/peers/graphile``; it deletes a job when it
-completes).
+did before), ``drover@base`` (the same worker on the drover of ``--baseline-src``,
+e.g. a checkout from before a change: ``git worktree add /tmp/base <commit>`` and
+``--baseline-src /tmp/base/src``), ``graphile-batched`` (graphile-worker with its
+documented batching settings, its runner from ``bench/peers/graphile``; it deletes
+a job when it completes).
 
 Every 5 seconds of the worker's own clock it prints the jobs finished in the
 sample (and their share of the clean median), the p50/p99/max of the worker's
@@ -68,14 +71,14 @@ from urllib.parse import parse_qs, urlparse
 import psycopg
 
 import drover
-from drover._db import floors as pg_floors
 from drover._db.embedded import _bin_dir, _run, embedded_postgres
 from drover._db.queries import query
 
 SAMPLE_TICKS = 5
 """A sample is this many of the worker's one-second ticks."""
 PEER = "graphile-batched"
-SYSTEMS = ("drover", "drover-walk", PEER)
+BASE = "drover@base"
+SYSTEMS = ("drover", "drover-walk", BASE, PEER)
 SLOT = "drover_bench_standby"
 READERS = 4
 READ_RANGE = 20_000
@@ -171,8 +174,9 @@ def drover_child(url: str, concurrency: int, job_ms: float, walk: bool) -> None:
     original = pg_kernel._ClaimSession.claim
 
     def timed(self: Any, *a: Any, **kw: Any) -> Any:
-        if walk:
-            self.cursors.forget()
+        cursors = getattr(self, "cursors", None)  # a baseline without floors has none
+        if walk and cursors is not None:
+            cursors.forget()
         if not sessions:
             sessions.append(self)
         started = time.perf_counter()
@@ -195,7 +199,8 @@ def drover_child(url: str, concurrency: int, job_ms: float, walk: bool) -> None:
     try:
         while not closed.wait(1.0):
             taken = [claims.popleft() for _ in range(len(claims))]
-            floors = sessions[0].cursors.floors("default") if sessions else None
+            cursors = getattr(sessions[0], "cursors", None) if sessions else None
+            floors = cursors.floors("default") if cursors is not None else None
             tick = {
                 "t": time.monotonic(),
                 "done": done,
@@ -234,10 +239,12 @@ class Worker:
             env = graphile._env()
         else:
             argv = [
-                sys.executable, __file__, "--child", system, "--database", url,
+                sys.executable, __file__, "--child", "drover" if system == BASE else system,
+                "--database", url,
                 "--concurrency", str(args.concurrency), "--job-ms", str(args.job_ms),
             ]  # fmt: skip
-            env = None
+            # drover@base: the same worker on the drover of --baseline-src (a checkout's src).
+            env = None if system != BASE else {**os.environ, "PYTHONPATH": args.baseline_src}
         self.ticks: list[Tick] = []
         self.ready = threading.Event()
         self._cond = threading.Condition()
@@ -446,6 +453,8 @@ class Sample:
 
 
 def _claim_buffers(conn: psycopg.Connection[Any], levels: Any) -> int:
+    from drover._db import floors as pg_floors  # not at the top: a baseline child lacks it
+
     params = {
         "queue": "default",
         "limit": 32,
@@ -700,11 +709,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--recovery", type=float, default=60.0)
     parser.add_argument("--peak-fill", type=int, default=200_000)
     parser.add_argument("--json", help="write every sample and verdict to this file")
+    parser.add_argument(
+        "--baseline-src", help="system drover@base runs the drover of this src directory"
+    )
     parser.add_argument("--child", choices=["drover", "drover-walk"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name in args.systems.split(","):
         if name not in SYSTEMS:
             parser.error(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
+        if name == BASE and not args.baseline_src:
+            parser.error(f"system {BASE} needs --baseline-src (a checkout's src directory)")
     for name in args.pressures.split(","):
         if name not in ("idle-tx", "rr-readers", "slot", "overload", "none"):
             parser.error(f"unknown pressure {name!r}")
