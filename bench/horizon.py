@@ -597,10 +597,13 @@ class Verdict:
     clean_rate: float
     clean_p99: float | None
     clean_worst: float
+    clean_worst_30s: float
     worst_share: float
+    worst_30s: float
     median_share: float
     pressure_p99: float | None
     pressure_max: float | None
+    after_p99: float | None
     back_after: float | None
     depth_max: int
     dead_max: int
@@ -620,13 +623,15 @@ def verdict(system: str, pressure: str, samples: list[Sample]) -> Verdict:
     shares = [s.rate / clean_rate for s in under]
     clean_claims = [c for s in clean for c in s.claims]
     under_claims = [c for s in under for c in s.claims]
+    after_claims = [c for s in after for c in s.claims]
     clean_p99 = _pct(clean_claims, 0.99) if clean_claims else None
-    # Back: the first recovery sample whose backlog is no deeper than it was when clean,
-    # from which on the claims are as fast as clean (within 5 ms or 2x) and the worker
-    # keeps up (95 % of clean over the rest of the run).
+    # Back: the first recovery sample whose backlog is within what it was when clean (half
+    # as deep again as the deepest clean sample, or a second and a half of work: at 80 % of
+    # its peak a worker's backlog swings that much), from which on the claims are as fast
+    # as clean (within 5 ms or 2x) and the worker keeps up (95 % of clean over the rest).
     back_after = None
     ended = under[-1].at if under else 0.0
-    clean_depth = max(max(s.depth for s in clean), int(clean_rate))
+    clean_depth = int(1.5 * max(max(s.depth for s in clean), clean_rate))
     for i, s in enumerate(after):
         rest = after[i:]
         rest_claims = [c for r in rest for c in r.claims]
@@ -646,10 +651,13 @@ def verdict(system: str, pressure: str, samples: list[Sample]) -> Verdict:
         clean_rate=clean_rate,
         clean_p99=clean_p99,
         clean_worst=min(s.rate for s in clean) / clean_rate,
+        clean_worst_30s=_worst_window([s.rate / clean_rate for s in clean]),
         worst_share=min(shares, default=0.0),
+        worst_30s=_worst_window(shares),
         median_share=statistics.median(shares) if shares else 0.0,
         pressure_p99=_pct(under_claims, 0.99) if under_claims else None,
         pressure_max=max(under_claims, default=None),
+        after_p99=_pct(after_claims, 0.99) if after_claims else None,
         back_after=back_after,
         depth_max=max(s.depth for s in samples),
         dead_max=max(s.dead for s in samples),
@@ -659,16 +667,23 @@ def verdict(system: str, pressure: str, samples: list[Sample]) -> Verdict:
     )
 
 
+def _worst_window(shares: list[float], n: int = 30 // SAMPLE_TICKS) -> float:
+    """The lowest mean of ``n`` consecutive samples' shares (30 s of them)."""
+    if len(shares) <= n:
+        return statistics.mean(shares) if shares else 0.0
+    return min(statistics.mean(shares[i : i + n]) for i in range(len(shares) - n + 1))
+
+
 def _ms(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1f}"
 
 
 def table(verdicts: list[Verdict]) -> str:
     lines = [
-        "| pressure | system | offered jobs/s | clean worst sample "
-        "| held under pressure, worst / median sample "
-        "| claim p99 clean → pressure (max), ms | back after | depth max | dead tuples max "
-        "| table MB max | buffers/claim under pressure (walk) |",
+        "| pressure | system | offered jobs/s | clean worst sample (30 s) "
+        "| held under pressure, worst sample (30 s) / median "
+        "| claim p99 clean → pressure (max) → recovery, ms | back after | depth max "
+        "| dead tuples max | table MB max | buffers/claim under pressure (walk) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
@@ -676,12 +691,23 @@ def table(verdicts: list[Verdict]) -> str:
         buffers = "n/a" if v.floors_max is None else f"{v.floors_max} ({v.walk_max})"
         lines.append(
             f"| {v.pressure} | {v.system} | {v.offered:.0f} | {v.clean_worst:.0%} "
-            f"| {v.worst_share:.0%} / "
+            f"({v.clean_worst_30s:.0%}) | {v.worst_share:.0%} ({v.worst_30s:.0%}) / "
             f"{v.median_share:.0%} | {_ms(v.clean_p99)} → {_ms(v.pressure_p99)} "
-            f"({_ms(v.pressure_max)}) | {back} | {v.depth_max:,} | {v.dead_max:,} "
-            f"| {v.size_mb_max:.0f} | {buffers} |"
+            f"({_ms(v.pressure_max)}) → {_ms(v.after_p99)} | {back} | {v.depth_max:,} "
+            f"| {v.dead_max:,} | {v.size_mb_max:.0f} | {buffers} |"
         )
     return "\n".join(lines)
+
+
+def report(paths: list[str]) -> list[Verdict]:
+    """The verdicts of the runs written by ``--json`` to ``paths``, judged again."""
+    verdicts = []
+    for path in paths:
+        for run in json.loads(Path(path).read_text())["runs"]:
+            samples = [Sample(**s) for s in run["samples"]]
+            v = run["verdict"]
+            verdicts.append(verdict(v["system"], v["pressure"], samples))
+    return verdicts
 
 
 @contextlib.contextmanager
@@ -712,6 +738,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--baseline-src", help="system drover@base runs the drover of this src directory"
     )
+    parser.add_argument(
+        "--report", nargs="+", metavar="JSON", help="print the verdicts of --json files, no run"
+    )
     parser.add_argument("--child", choices=["drover", "drover-walk"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name in args.systems.split(","):
@@ -729,6 +758,9 @@ def main() -> None:
     args = parse_args()
     if args.child:
         drover_child(args.database, args.concurrency, args.job_ms, args.child == "drover-walk")
+        return
+    if args.report:
+        print(table(report(args.report)))
         return
     systems = args.systems.split(",")
     verdicts: list[Verdict] = []
