@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +27,12 @@ from clihelp import invoke, refused, run
 
 import drover
 from drover.faults.app.report import Execution, KindReport, analyse
+from drover.faults.app.run import _AppFleet
 from drover.faults.app.sample import sample_from
 from drover.faults.app.worker import outcome_of
-from drover.faults.harness.fleet import FAULT_KINDS
+from drover.faults.harness.fleet import FAULT_KINDS, FleetSettings, Worker
 from drover.faults.harness.history import Fault, JobFinal, Params
+from drover.faults.harness.jsonl import HistoryFile
 
 HERE = Path(__file__).parent
 APP = ["faults", "--app", "sample_app:workers"]
@@ -113,6 +118,32 @@ def test_sampled_rows_on_a_database_of_the_callers_without_server_faults(
     with psycopg.connect(db_url) as conn:
         row = conn.execute("SELECT count(*) FROM drover_jobs WHERE state = 'available'").fetchone()
     assert row == (12,)
+
+
+def test_a_fault_waits_until_the_workers_have_been_busy_a_moment(tmp_path: Path) -> None:
+    # A fault at the first start record could land before the handler's effect;
+    # two such kills once made the idempotency verdict of a run depend on the draw.
+    fleet = _AppFleet(FleetSettings(), "sample_app:workers", "", "", ["default"], tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        fleet.workers.append(Worker(proc, time.time()))
+        history = HistoryFile(tmp_path / f"worker-{proc.pid}.jsonl")
+        history.write(ev="start", job=1, attempt=1, pid=proc.pid, t=time.time(), kind="k")
+        began = time.monotonic()
+        fleet.await_busy(timeout=60, settle=0.3)
+        assert time.monotonic() - began >= 0.3
+        # Nothing in flight: the wait ends at its timeout, however short the settle.
+        history.write(ev="end", job=1, attempt=1, pid=proc.pid, t=time.time(), kind="k")
+        history.close()
+        began = time.monotonic()
+        fleet.await_busy(timeout=0.5, settle=0.0)
+        assert time.monotonic() - began >= 0.5
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(10)
 
 
 def test_a_database_that_holds_jobs_is_refused_untouched(db_url: str) -> None:

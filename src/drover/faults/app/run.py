@@ -90,6 +90,10 @@ class AppScenario:
     log: Callable[[str], None] = field(default=print, repr=False)
 
 
+_SETTLE = 0.5
+"""Seconds the workers must have been busy before a fault lands (``_AppFleet.await_busy``)."""
+
+
 class _AppFleet(Fleet):
     """The harness's fleet running the user's workers; faults pick the busiest worker."""
 
@@ -144,12 +148,25 @@ class _AppFleet(Fleet):
         most = max(load.values())
         return rng.choice([w for w in self.workers if load[w.proc.pid] == most])
 
-    def await_busy(self, timeout: float) -> None:
-        """Until a worker has an execution in flight (so a fault lands on work), or ``timeout``."""
+    def await_busy(self, timeout: float, settle: float = _SETTLE) -> None:
+        """Until the workers have been busy for ``settle`` seconds and are now, or ``timeout``.
+
+        Returning at the first start record would let a fault land before
+        the handler has done anything (its first lines are often its
+        effect), and a run of such faults says nothing about idempotency. So
+        the wait goes on until executions have been seen in flight for
+        ``settle`` seconds and one is in flight still: a long handler is
+        then past its first lines, a short one has run many times.
+        """
         deadline = time.monotonic() + timeout
+        busy_since: float | None = None
         while time.monotonic() < deadline:
             if any(_in_flight(self.history, w.proc.pid) > 0 for w in self.workers):
-                return
+                now = time.monotonic()
+                if busy_since is None:
+                    busy_since = now
+                if now - busy_since >= settle:
+                    return
             time.sleep(0.02)
 
     def await_ready(self, timeout: float) -> None:
