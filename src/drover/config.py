@@ -179,6 +179,13 @@ class Config:
     logger: logging.Logger = dataclasses.field(default_factory=_default_logger)
     """Where drover logs (the ``drover`` logger by default)."""
 
+    log_tracebacks: bool = True
+    """The record that ends a failed execution (a retry scheduled, a dead
+    job) carries the handler's traceback as ``exc_info``: printed under the
+    line in text logs, the ``exc_info`` key in JSON. ``False`` keeps those
+    records to their one line (the traceback is still stored in the job's
+    ``errors``, as ``drover jobs get ID`` prints it)."""
+
     shutdown_timeout: DurationField = DurationField(30.0)
     """The drain budget ``Client.run`` and ``with client:`` give
     ``Client.stop`` (zero or more)."""
@@ -325,6 +332,10 @@ class Config:
         self._check_durations()
         if not isinstance(self.notify, bool):
             raise ConfigError(f"Config.notify must be True or False, not {self.notify!r}")
+        if not isinstance(self.log_tracebacks, bool):
+            raise ConfigError(
+                f"Config.log_tracebacks must be True or False, not {self.log_tracebacks!r}"
+            )
         if self.metrics_registry is not None and not isinstance(
             self.metrics_registry, CollectorRegistry
         ):

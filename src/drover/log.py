@@ -5,10 +5,12 @@ configures logging, though ``drover worker`` does when the application has not).
 Every record about a job names it in its text,
 so ``logging.basicConfig()`` alone shows which job it was:
 
-    WARNING:drover:job 42 (send_email, queue default, attempt 1/5) failed after 3.1 ms: ...
+    WARNING:drover:job 42 (send_email, queue default, attempt 1/5) failed after 3.1 ms,
+    retry scheduled at ...: ValueError: boom
+    Traceback (most recent call last): ...
 
 and carries the same facts as flat ``extra`` keys for structured handlers:
-``event`` (``job_started``, ``job_failed``, ...), ``job_id``, ``job_kind``,
+``event`` (``job_started``, ``job_retry_scheduled``, ...), ``job_id``, ``job_kind``,
 ``queue``, ``attempt`` and, where relevant, ``max_attempts``,
 ``duration_ms`` and ``error``.
 """
@@ -25,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from drover.context import JobContext
-from drover.errors import Snooze, describe_failure
 from drover.job import JobRow
 from drover.middleware import Handler, Middleware
 
@@ -34,6 +35,7 @@ __all__ = [
     "JobLogFilter",
     "JsonFormatter",
     "Logging",
+    "human_duration",
     "job_args",
     "job_fields",
     "job_scope",
@@ -91,11 +93,13 @@ def log_job(
     event: str,
     message: str,
     *args: object,
-    exc_info: bool = False,
+    exc_info: bool | BaseException = False,
     **fields: Any,
 ) -> None:
     """Log a record about ``row``: ``message`` names it with ``JOB``, whose arguments
-    come first, then ``args``; the extra keys are ``job_fields`` plus ``fields``."""
+    come first, then ``args``; the extra keys are ``job_fields`` plus ``fields``.
+    ``exc_info``: an exception whose traceback the record carries (or ``True``:
+    the one being handled)."""
     if log.isEnabledFor(level):
         log.log(
             level,
@@ -181,65 +185,59 @@ class JsonFormatter(logging.Formatter):
 
 
 def Logging(logger: logging.Logger | None = None) -> Middleware:
-    """Middleware writing one start and one end record per execution.
+    """Middleware writing the start record of every execution and the end record of a success.
 
     INFO ``job 42 (kind, queue q, attempt 1/25) started`` (event
-    ``job_started``); then INFO ``... finished in 3.1 ms`` (``job_finished``)
-    or, when the handler raised (cancel included), WARNING ``...
-    failed after 3.1 ms: <error>`` (``job_failed``, with ``error``). A handler
-    that raised ``Snooze`` gets INFO ``... snoozed after 3.1 ms: job snoozed
-    for 0:01:00`` (``job_finished``, with ``error``): asking to run later is not
-    a failure. All carry ``duration_ms``. What happens next
-    (retry, dead, cancelled, snoozed) is logged separately, once, by the
-    disposition. The client installs this outermost with its own logger; adding
-    it to ``Config.middleware`` as well would log twice. When INFO is disabled
-    the success path costs one level check.
+    ``job_started``); then, when the handler returns, INFO ``... finished in
+    3.1 ms`` (``job_finished``, with ``duration_ms``). When it raises, this
+    middleware writes nothing more: the outcome's one record says what
+    failed, after how long and what happens next (``job_retry_scheduled``,
+    ``job_dead``, ``job_cancelled``, ``job_snoozed``), with the traceback
+    (see docs/logging.md). The client installs this outermost with its own
+    logger; adding it to ``Config.middleware`` as well would log twice.
+    When INFO is disabled it costs one level check.
     """
     log = logger or logging.getLogger("drover")
 
     def middleware(next_handler: Handler) -> Handler:
         def handle(ctx: JobContext, row: JobRow) -> None:
-            verbose = log.isEnabledFor(logging.INFO)
-            if verbose:
-                log.info(JOB + " started", *job_args(row), extra=job_fields(row, "job_started"))
-            started = time.perf_counter()
-            try:
+            if not log.isEnabledFor(logging.INFO):
                 next_handler(ctx, row)
-            except BaseException as exc:
-                log_execution_end(log, row, started, exc)
-                raise
-            if verbose:
-                log_execution_end(log, row, started)
+                return
+            log.info(JOB + " started", *job_args(row), extra=job_fields(row, "job_started"))
+            started = time.perf_counter()
+            next_handler(ctx, row)
+            log_execution_end(log, row, started)
 
         return handle
 
     return middleware
 
 
-def log_execution_end(
-    log: logging.Logger, row: JobRow, started: float, exc: BaseException | None = None
-) -> None:
-    """Write the record that ends one execution, for both forms of ``Logging``.
+def log_execution_end(log: logging.Logger, row: JobRow, started: float) -> None:
+    """Write the record that ends a successful execution, for both forms of ``Logging``.
 
-    ``started`` is the ``time.perf_counter()`` reading at its start; ``exc``
-    what it raised, if anything. A return is ``job_finished`` at INFO; a
-    ``Snooze`` is the handler asking to run later (a polling job snoozes every
-    time), so also INFO, not a failure; anything else is ``job_failed`` at
-    WARNING. Nothing is formatted when the level is off.
+    ``started`` is the ``time.perf_counter()`` reading at its start. Nothing
+    is formatted when INFO is off.
     """
-    if exc is None:
-        level, event, text = logging.INFO, "job_finished", " finished in %s ms"
-    elif isinstance(exc, Snooze):
-        level, event, text = logging.INFO, "job_finished", " snoozed after %s ms: %s"
-    else:
-        level, event, text = logging.WARNING, "job_failed", " failed after %s ms: %s"
-    if not log.isEnabledFor(level):
+    if not log.isEnabledFor(logging.INFO):
         return
-    duration = round((time.perf_counter() - started) * 1000, 3)
-    extra = {**job_fields(row, event), "duration_ms": duration}
-    if exc is None:
-        log.log(level, JOB + text, *job_args(row), duration, extra=extra)
-        return
-    error = describe_failure(exc)
-    extra["error"] = error
-    log.log(level, JOB + text, *job_args(row), duration, error, extra=extra)
+    seconds = time.perf_counter() - started
+    extra = {**job_fields(row, "job_finished"), "duration_ms": round(seconds * 1000, 3)}
+    log.info(JOB + " finished in %s", *job_args(row), human_duration(seconds), extra=extra)
+
+
+def human_duration(seconds: float) -> str:
+    """A duration as people read it: ``0.12 ms``, ``3.1 ms``, ``35.18 s``, ``9 min 46 s``."""
+    ms = seconds * 1000
+    if ms < 1:
+        return f"{ms:.2f} ms"
+    if ms < 1000:
+        return f"{ms:.1f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"

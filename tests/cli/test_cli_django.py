@@ -98,7 +98,7 @@ def test_the_worker_logs_its_start_and_a_dead_job_in_drovers_format(
 ) -> None:
     err = _run_until_dead(db_url, poll, tmp_path, processes)
     assert " INFO drover.cli[" in err and "worker starting under Django: database " in err
-    dead = [line for line in err.splitlines() if ") dead: RuntimeError: dj boom" in line]
+    dead = [line for line in err.splitlines() if ") dead after " in line and "dj boom" in line]
     assert len(dead) == 1 and " ERROR drover[" in dead[0], err
     assert err.rstrip().endswith("drover worker stopped cleanly")
 

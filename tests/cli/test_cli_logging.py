@@ -142,12 +142,22 @@ def test_the_worker_logs_a_start_line_failures_at_warning_and_dead_jobs_at_error
         assert len(found) == 1, (needle, worker.err)
         return found[0]
 
+    # One record per failed execution: how long it ran, what next, what failed,
+    # then the traceback under it (down to the handler's line), then nothing
+    # else about that attempt.
     failed = one(f"job {retries.id} (cli_boom, queue default, attempt 1/5) failed after")
-    assert " WARNING drover[" in failed and failed.endswith("RuntimeError: boom")
-    retry = one(f"job {retries.id} (cli_boom, queue default, attempt 1/5) failed, retry")
-    assert " WARNING drover[" in retry
-    dead = one(f"job {dies.id} (cli_boom, queue default, attempt 1/1) dead: RuntimeError: boom")
-    assert " ERROR drover[" in dead
+    assert " WARNING drover[" in failed and ", retry scheduled at " in failed
+    assert failed.endswith(": RuntimeError: boom")
+    after = lines[lines.index(failed) + 1 :]
+    assert after[0] == "Traceback (most recent call last):", worker.err
+    end = after.index("RuntimeError: boom")
+    assert any("cli_app.py" in line for line in after[:end]), worker.err
+    about = [
+        line for line in lines if f"job {retries.id} (cli_boom, queue default, attempt 1/5)" in line
+    ]
+    assert len(about) == 2 and about[0].endswith(" started") and about[1] == failed, about
+    dead = one(f"job {dies.id} (cli_boom, queue default, attempt 1/1) dead after ")
+    assert " ERROR drover[" in dead and dead.endswith(" ms: RuntimeError: boom")
     assert lines[-1] == "drover worker stopped cleanly"
 
 
@@ -180,8 +190,10 @@ def test_json_logs_are_one_object_per_line_with_the_job_fields(
     assert (dead["job_id"], dead["job_kind"], dead["queue"]) == (dies.id, "cli_boom", "default")
     assert (dead["attempt"], dead["max_attempts"]) == (1, 1)
     assert dead["error"] == "RuntimeError: boom"
-    (failed,) = [d for d in documents if d.get("event") == "job_failed"]
-    assert failed["level"] == "WARNING" and failed["duration_ms"] >= 0
+    assert dead["duration_ms"] >= 0
+    assert dead["exc_info"].startswith("Traceback (most recent call last):")
+    assert dead["exc_info"].endswith("RuntimeError: boom")
+    assert [d for d in documents if d.get("event") == "job_failed"] == []
 
 
 def test_log_level_warning_hides_info_records(
@@ -196,7 +208,7 @@ def test_log_level_warning_hides_info_records(
     )
     assert worker.stop() == 0, worker.err
     text = worker.err
-    assert " WARNING drover[" in text and " ERROR drover[" in text
+    assert f" ERROR drover[{worker.proc.pid}] job {dies.id} (cli_boom" in text
     assert " INFO " not in text, text
 
 
@@ -214,7 +226,9 @@ def test_an_application_that_configures_logging_keeps_its_own_format(
     assert worker.stop() == 0, worker.err
     *lines, last = worker.lines()
     assert last == "drover worker stopped cleanly"
-    assert lines and all(line.startswith("APP ") for line in lines), worker.err
+    # Every record in the application's format (a traceback's lines follow its record).
+    records = [line for line in lines if not line.startswith(("Traceback ", "  ", "RuntimeError"))]
+    assert records and all(line.startswith("APP ") for line in records), worker.err
     assert "APP WARNING drover.cli --log-format json is ignored" in worker.err
     assert f"APP ERROR drover job {dies.id} (cli_boom" in worker.err
     assert "APP INFO drover.cli drover" in worker.err  # the start line, in the app's format

@@ -27,7 +27,6 @@ import drover
 
 STARTED = "job_started"
 FINISHED = "job_finished"
-FAILED = "job_failed"
 RETRY = "job_retry_scheduled"
 DEAD = "job_dead"
 SNOOZED = "job_snoozed"
@@ -155,9 +154,14 @@ def test_default_log_format_names_the_job_once_without_a_doubled_prefix(
     lines = [formatter.format(r) for r in _job_records(caplog, job.id)]
     named = f"drover:job {job.id} (task, queue mail, attempt 1/2)"
     assert lines[0] == f"INFO:{named} started"
-    assert lines[1].startswith(f"WARNING:{named} failed after ")
-    assert lines[1].endswith(" ms: ValueError: boom")
-    assert lines[2].startswith(f"WARNING:{named} failed, retry scheduled at ")
+    # One record ends the failed execution: how long it ran, what next, what
+    # failed, and the traceback under it, down to the handler's line.
+    assert len(lines) == 2, lines
+    first, *trace = lines[1].splitlines()
+    assert first.startswith(f"WARNING:{named} failed after ")
+    assert " ms, retry scheduled at " in first and first.endswith(": ValueError: boom")
+    assert trace[0] == "Traceback (most recent call last):"
+    assert any("in fail" in line for line in trace) and trace[-1] == "ValueError: boom"
     every = "\n".join(formatter.format(r) for r in caplog.records)
     assert "drover:drover" not in every
 
@@ -169,13 +173,13 @@ def test_default_log_format_names_the_job_once_without_a_doubled_prefix(
                      (RETRY, logging.WARNING), "ValueError: boom", id="retry"),
         pytest.param(ValueError("last"), 1, "dead", "ValueError: last",
                      (DEAD, logging.ERROR), "ValueError: last", id="dead-at-error"),
-        pytest.param(drover.Snooze(3600), 25, "scheduled", "job snoozed for 1:00:00",
+        pytest.param(drover.Snooze(3600), 25, "scheduled", None,
                      (SNOOZED, logging.INFO), None, id="snooze-at-info"),
         pytest.param(drover.Cancel("no"), 25, "cancelled", "job cancelled by handler: no",
                      (CANCELLED, logging.WARNING), "job cancelled by handler: no", id="cancel"),
     ],
 )  # fmt: skip
-def test_a_failed_execution_logs_start_failure_and_its_disposition_once(
+def test_a_failed_execution_logs_its_start_and_then_one_record_with_its_disposition(
     make_client: MakeClient,
     conn: Conn,
     poll: Poll,
@@ -183,12 +187,13 @@ def test_a_failed_execution_logs_start_failure_and_its_disposition_once(
     raised: BaseException,
     max_attempts: int,
     state: str,
-    error: str,
+    error: str | None,
     disposition: tuple[str, int],
     disposition_error: str | None,
 ) -> None:
-    # A cancel is a failed execution for logging, too; a snooze is not (it is
-    # how a polling job waits), so it ends at INFO.
+    # The disposition's record is the execution's end record: its duration, what
+    # failed and the exception's traceback (not for a snooze, how a polling job
+    # waits, nor for a cancel the handler asked for).
     caplog.set_level(logging.INFO, logger="drover")
     workers = drover.Workers()
     _failing_worker(workers, raised)
@@ -196,14 +201,16 @@ def test_a_failed_execution_logs_start_failure_and_its_disposition_once(
     job = client.insert(Task(), drover.InsertOpts(max_attempts=max_attempts))
     row = await_job_state(poll, conn, job.id, state)
     records = _job_records(caplog, job.id)
-    ended = (
-        (FINISHED, logging.INFO) if isinstance(raised, drover.Snooze) else (FAILED, logging.WARNING)
-    )
-    assert _shape(records) == [(STARTED, logging.INFO), ended, disposition]
-    _, failed, decided = records
-    _assert_job_fields(failed, job.id)
-    assert getattr(failed, "error", None) == error
-    _assert_duration(failed)
+    assert _shape(records) == [(STARTED, logging.INFO), disposition]
+    _, decided = records
+    assert [e["error"] for e in row["errors"]] == ([] if error is None else [error])
+    assert decided.getMessage().startswith(f"job {job.id} (task, queue default, attempt 1/")
+    assert " after " in decided.getMessage()
+    _assert_duration(decided)
+    traced = isinstance(raised, ValueError)
+    assert bool(decided.exc_info) is traced
+    if traced:
+        assert isinstance(decided.exc_info, tuple) and decided.exc_info[1] is raised
     _assert_job_fields(decided, job.id)
     assert getattr(decided, "job_kind", None) == "task"
     assert getattr(decided, "max_attempts", None) == max_attempts
@@ -213,6 +220,27 @@ def test_a_failed_execution_logs_start_failure_and_its_disposition_once(
     assert [r for r in caplog.records if getattr(r, "event", None) in others] == []
     if event == RETRY:
         assert datetime.fromisoformat(getattr(decided, "retry_at", "")) == row["scheduled_at"]
+
+
+def test_log_tracebacks_off_keeps_the_failure_to_one_line_and_the_trace_in_the_row(
+    make_client: MakeClient, conn: Conn, poll: Poll, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="drover")
+    workers = drover.Workers()
+    _failing_worker(workers, ValueError("quiet"))
+    client = _start(make_client, workers, log_tracebacks=False)
+    job = client.insert(Task(), drover.InsertOpts(max_attempts=1))
+    row = await_job_state(poll, conn, job.id, "dead")
+    (dead,) = [r for r in _job_records(caplog, job.id) if r.levelno == logging.ERROR]
+    assert dead.getMessage().endswith(": ValueError: quiet") and not dead.exc_info
+    assert "Traceback (most recent call last)" in row["errors"][0]["trace"]
+
+
+def test_log_tracebacks_must_be_a_bool() -> None:
+    with pytest.raises(
+        drover.ConfigError, match=r"Config.log_tracebacks must be True or False, not 'no'"
+    ):
+        drover.Config(log_tracebacks="no")  # type: ignore[arg-type]
 
 
 # --- 2. the configured chain and logger, under Logging --------------------------------------------
@@ -242,7 +270,7 @@ def _twice(next_handler: drover.Handler) -> drover.Handler:
 
 
 SUCCEEDED = [(STARTED, logging.INFO), (FINISHED, logging.INFO)]
-RETRIED = [(STARTED, logging.INFO), (FAILED, logging.WARNING), (RETRY, logging.WARNING)]
+RETRIED = [(STARTED, logging.INFO), (RETRY, logging.WARNING)]
 
 
 @pytest.mark.parametrize(
@@ -315,7 +343,6 @@ def test_a_configured_logger_receives_the_job_records(
     ]
     assert _shape(_job_records(caplog, bad.id, "myapp.jobs")) == [
         (STARTED, logging.INFO),
-        (FAILED, logging.WARNING),
         (RETRY, logging.WARNING),
     ]
     assert _job_records(caplog, ok.id) == []

@@ -19,7 +19,7 @@ from drover._records import Outcome
 from drover.errors import ArgsDecodeError, Cancel, LeaseLost, Snooze
 from drover.errors import describe_failure as describe
 from drover.job import JobRow, JobState
-from drover.log import JOB, log_job
+from drover.log import JOB, human_duration, log_job
 from drover.retry import ExponentialRetryPolicy, RetryPolicy
 
 __all__ = [
@@ -52,7 +52,7 @@ class Note(NamedTuple):
     message: str
     args: tuple[object, ...] = ()
     fields: dict[str, Any] = {}  # noqa: RUF012 - never mutated, shared empty default
-    exc_info: bool = False
+    exc_info: BaseException | None = None
 
 
 class Decision(NamedTuple):
@@ -62,19 +62,16 @@ class Decision(NamedTuple):
     notes: tuple[Note, ...] = ()
 
 
-def report(log: logging.Logger, row: JobRow, decision: Decision) -> None:
-    """Log a decision's notes about ``row`` (the one place a decision is logged)."""
-    for note in decision.notes:
-        log_job(
-            log,
-            note.level,
-            row,
-            note.event,
-            note.message,
-            *note.args,
-            exc_info=note.exc_info,
-            **note.fields,
-        )
+def report(log: logging.Logger, row: JobRow, decision: Decision, tracebacks: bool = True) -> None:
+    """Log a decision's notes about ``row`` (the one place a decision is logged), each with its
+    exception's traceback unless ``tracebacks`` is off (``Config.log_tracebacks``)."""
+    for n in decision.notes:
+        trace = n.exc_info if tracebacks and n.exc_info is not None else False
+        log_job(log, n.level, row, n.event, n.message, *n.args, exc_info=trace, **n.fields)
+
+
+def _took(seconds: float) -> dict[str, Any]:
+    return {"duration_ms": round(seconds * 1000, 3)}
 
 
 def _timestamp(moment: datetime) -> str:
@@ -132,7 +129,7 @@ def _retry_at(row: JobRow, policy: RetryPolicy) -> tuple[datetime, Note | None]:
             "retry policy failed for " + JOB + "; falling back to the default schedule: %s",
             (describe(exc),),
             {"error": describe(exc)},
-            exc_info=True,
+            exc,
         )
         at = _fallback_policy.next_retry(row)
     return max(at, now), note
@@ -145,6 +142,7 @@ def failed(
     policy: RetryPolicy,
     message: str | None = None,
     with_trace: bool = True,
+    ran: float | None = None,
 ) -> Decision:
     """Decide the outcome of an attempt that did not succeed.
 
@@ -153,25 +151,18 @@ def failed(
     otherwise the failure is recorded and the job is dead once its attempts are
     used up, or at once when no retry can help (stored args that do not
     validate: ``drover.ArgsDecodeError``), else retryable at the policy's
-    time.
+    time. ``ran``: how long the handler ran (seconds), when one did; its one
+    note says so and carries the exception (the execution's end record).
     """
     signal = find_signal(exc) if exc is not None else None
+    after, took = ("", {}) if ran is None else (f" after {human_duration(ran)}", _took(ran))
     if isinstance(signal, Snooze):
         run_at = datetime.now(UTC) + signal.delay
         when = run_at.isoformat()
         outcome = Outcome(row.id, row.attempt, JobState.SCHEDULED, run_at, refund_attempt=True)
-        return Decision(
-            outcome,
-            (
-                Note(
-                    logging.INFO,
-                    "job_snoozed",
-                    JOB + " snoozed until %s",
-                    (when,),
-                    {"run_at": when},
-                ),
-            ),
-        )
+        fields = {"run_at": when, **took}
+        note = Note(logging.INFO, "job_snoozed", JOB + " snoozed%s until %s", (after, when), fields)
+        return Decision(outcome, (note,))
     text = message if message is not None else describe(exc) if exc is not None else "failed"
     trace = None
     if exc is not None and with_trace:
@@ -180,22 +171,24 @@ def failed(
         # The reason lives on the chained Cancel; keep it next to the outer message.
         text = f"{text} ({describe(signal)})"
     entry = error_entry(row, text, trace)
+    fields = {"error": text, **took}
     if isinstance(signal, Cancel):
         note = Note(
-            logging.WARNING, "job_cancelled", JOB + " cancelled: %s", (text,), {"error": text}
+            logging.WARNING, "job_cancelled", JOB + " cancelled%s: %s", (after, text), fields
         )
         return Decision(Outcome(row.id, row.attempt, JobState.CANCELLED, error=entry), (note,))
     if isinstance(exc, ArgsDecodeError) or row.attempt >= row.max_attempts:
-        note = Note(logging.ERROR, "job_dead", JOB + " dead: %s", (text,), {"error": text})
+        note = Note(logging.ERROR, "job_dead", JOB + " dead%s: %s", (after, text), fields, exc)
         return Decision(Outcome(row.id, row.attempt, JobState.DEAD, error=entry), (note,))
     retry_at, policy_failed = _retry_at(row, policy)
     when = retry_at.isoformat()
     note = Note(
         logging.WARNING,
         "job_retry_scheduled",
-        JOB + " failed, retry scheduled at %s: %s",
-        (when, text),
-        {"error": text, "retry_at": when},
+        JOB + " failed%s, retry scheduled at %s: %s",
+        (after, when, text),
+        {**fields, "retry_at": when},
+        exc,
     )
     notes = (note,) if policy_failed is None else (policy_failed, note)
     return Decision(Outcome(row.id, row.attempt, JobState.RETRYABLE, retry_at, error=entry), notes)
@@ -238,8 +231,9 @@ _LEFT_OPEN = Note(
 
 
 def decide(
-    row: JobRow, claim: Claim, exc: BaseException | None, *, policy: RetryPolicy
-) -> Decision:
+    row: JobRow, claim: Claim, exc: BaseException | None, *, policy: RetryPolicy,
+    ran: float | None = None,
+) -> Decision:  # fmt: skip
     """The outcome of an execution whose handler returned (``exc`` None) or raised.
 
     No outcome means write nothing: the handler's ``complete_tx`` was refused
@@ -263,7 +257,7 @@ def decide(
             return Decision(None, (note,))
         if claim.completed_in_tx and claim.tx_open():
             return Decision(None, (_LEFT_OPEN,))
-        decision = failed(row, exc, policy=policy)
+        decision = failed(row, exc, policy=policy, ran=ran)
         if claim.completed_in_tx and decision.outcome is not None:
             return decision._replace(outcome=decision.outcome._replace(settles_tx=True))
         return decision

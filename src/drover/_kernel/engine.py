@@ -67,6 +67,7 @@ class Kernel:
             inflight=kit.inflight,
             settle=self.completer.settle,
             logger=kit.log,
+            tracebacks=kit.settings.log_tracebacks,
         )
         self.pool = JobPool(
             concurrency=kit.settings.concurrency,

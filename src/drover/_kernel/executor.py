@@ -47,6 +47,7 @@ class Executor:
         inflight: InFlight,
         settle: Callable[[Claim, Decision], None],
         logger: logging.Logger,
+        tracebacks: bool = True,
     ) -> None:
         self._chain = chain
         self._async_chain = async_chain
@@ -55,6 +56,7 @@ class Executor:
         self._inflight = inflight
         self._settle = settle
         self._log = logger
+        self._tracebacks = tracebacks
 
     def run(self, claim: Claim) -> None:
         """Run ``claim`` on this thread through the sync chain (what a pool thread calls).
@@ -111,8 +113,8 @@ class Executor:
         row = claim.row
         decision = _UNDECIDED
         try:
-            decision = disposition.decide(row, claim, error, policy=self._policy)
-            disposition.report(self._log, row, decision)
+            decision = disposition.decide(row, claim, error, policy=self._policy, ran=ran)
+            disposition.report(self._log, row, decision, self._tracebacks)
         except BaseException:
             log_job(
                 self._log,

@@ -47,6 +47,7 @@ class Settings:
     rescue_interval: float = 60.0
     retry_policy: RetryPolicy = field(default_factory=ExponentialRetryPolicy)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("drover"))
+    log_tracebacks: bool = True
 
 
 class Events(Protocol):

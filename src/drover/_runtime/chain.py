@@ -117,17 +117,13 @@ def AsyncLogging(logger: logging.Logger) -> AsyncMiddleware:
 
     def middleware(next_handler: AsyncHandler) -> AsyncHandler:
         async def handle(ctx: JobContext, row: JobRow) -> None:
-            verbose = log.isEnabledFor(logging.INFO)
-            if verbose:
-                log.info(JOB + " started", *job_args(row), extra=job_fields(row, "job_started"))
-            started = time.perf_counter()
-            try:
+            if not log.isEnabledFor(logging.INFO):
                 await next_handler(ctx, row)
-            except BaseException as exc:
-                log_execution_end(log, row, started, exc)
-                raise
-            if verbose:
-                log_execution_end(log, row, started)
+                return
+            log.info(JOB + " started", *job_args(row), extra=job_fields(row, "job_started"))
+            started = time.perf_counter()
+            await next_handler(ctx, row)
+            log_execution_end(log, row, started)
 
         return handle
 

@@ -59,6 +59,7 @@ def settings_of(config: Config) -> Settings:
         rescue_interval=config.rescue_interval.total_seconds(),
         retry_policy=config.retry_policy,
         logger=config.logger,
+        log_tracebacks=config.log_tracebacks,
     )
 
 
