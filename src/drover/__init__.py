@@ -59,7 +59,7 @@ from drover.inspector import (
     Throughput,
     WorkerInfo,
 )
-from drover.job import InsertItem, InsertOpts, Job, JobArgs, JobRow, JobState
+from drover.job import InsertItem, InsertOptions, InsertOpts, Job, JobArgs, JobRow, JobState
 from drover.limits import Limit, LimitKey, LimitState, PartitionUse
 from drover.log import JobLogFilter, Logging
 from drover.middleware import (
@@ -126,6 +126,7 @@ __all__ = [
     "InsertBatch",
     "InsertItem",
     "InsertMiddleware",
+    "InsertOptions",
     "InsertOpts",
     "InsertParams",
     "InsertedWorkflow",

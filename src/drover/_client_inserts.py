@@ -16,7 +16,7 @@ belongs to the lifecycle and stays in the client.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import overload
+from typing import Unpack, overload
 
 from drover._db.store import Store
 from drover._insert import tx
@@ -34,7 +34,7 @@ from drover._insert.funnel import (
 from drover._runtime.notifier import Notifier
 from drover.config import Config
 from drover.insert_middleware import InsertMiddleware
-from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
+from drover.job import InsertItem, InsertOptions, InsertOpts, JobArgs, JobRow, with_options
 from drover.workflows import Chain, Group, InsertedWorkflow
 
 __all__ = ["ClientInserts"]
@@ -62,11 +62,16 @@ class ClientInserts:
         raise NotImplementedError
 
     @overload
-    def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
+    def insert(
+        self, args: JobArgs, opts: InsertOpts | None = None, **options: Unpack[InsertOptions]
+    ) -> JobRow: ...
     @overload
     def insert(self, args: Chain | Group, opts: None = None) -> InsertedWorkflow: ...
     def insert(
-        self, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
+        self,
+        args: JobArgs | Chain | Group,
+        opts: InsertOpts | None = None,
+        **options: Unpack[InsertOptions],
     ) -> JobRow | InsertedWorkflow:
         """Insert one job, committed when this returns, and return the stored row.
 
@@ -108,7 +113,7 @@ class ClientInserts:
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        prepared = prepare_one(args, opts, "insert")
+        prepared = prepare_one(args, with_options(opts, options), "insert")
         chain = self._insert_chain
         rows = through(chain, prepared, self._write) if chain else self._write(prepared)
         return rows[0] if prepared.last is None else single_result(prepared, rows)
@@ -136,13 +141,23 @@ class ClientInserts:
         return rows
 
     @overload
-    def insert_tx(self, conn: object, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
+    def insert_tx(
+        self,
+        conn: object,
+        args: JobArgs,
+        opts: InsertOpts | None = None,
+        **options: Unpack[InsertOptions],
+    ) -> JobRow: ...
     @overload
     def insert_tx(
         self, conn: object, args: Chain | Group, opts: None = None
     ) -> InsertedWorkflow: ...
     def insert_tx(
-        self, conn: object, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
+        self,
+        conn: object,
+        args: JobArgs | Chain | Group,
+        opts: InsertOpts | None = None,
+        **options: Unpack[InsertOptions],
     ) -> JobRow | InsertedWorkflow:
         """Insert one job (or a workflow's jobs) inside the caller's open transaction.
 
@@ -164,7 +179,7 @@ class ClientInserts:
             drover.DatabaseError: the statement failed; the caller's transaction
                 is then aborted, as with any failed statement.
         """
-        prepared = prepare_one(args, opts, "insert_tx")
+        prepared = prepare_one(args, with_options(opts, options), "insert_tx")
         writer = self._caller_writer(conn)
         chain = self._insert_chain
         rows = through(chain, prepared, writer) if chain else writer(prepared)

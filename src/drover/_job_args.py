@@ -9,12 +9,12 @@ is re-exported by ``drover.job``, the path callers import from.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from drover._hints import did_you_mean
 from drover.errors import InvalidJobArgs
 from drover.limits import Limit, limits_tuple
 
@@ -232,8 +232,7 @@ def _check_partition_fields(cls: type[JobArgs]) -> None:
     for limit in cls.declared_limits:
         field = limit.partition_by
         if field is not None and field not in fields:
-            close = difflib.get_close_matches(field, sorted(fields), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(field, fields)
             raise InvalidJobArgs(
                 f"{cls.__qualname__} limits: partition_by={field!r} is not one of its fields"
                 f"{hint}; its fields are {', '.join(sorted(fields)) or 'none'}"
@@ -244,8 +243,7 @@ def _unknown_message(cls: type[JobArgs], unknown: list[str], exc: ValidationErro
     accepted = _accepted_names(cls)
     parts = []
     for key in unknown:
-        close = difflib.get_close_matches(key, accepted, n=1)
-        parts.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+        parts.append(repr(key) + did_you_mean(key, accepted))
     noun = "an unknown field" if len(unknown) == 1 else "unknown fields"
     message = (
         f"{cls.__qualname__} got {noun} {', '.join(parts)}; its fields are "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from types import TracebackType
-from typing import Any, Self, overload
+from typing import Any, Self, Unpack, overload
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -26,7 +26,7 @@ from drover._insert.funnel import athrough, prepare_many, prepare_one, single_re
 from drover.config import Config
 from drover.errors import DatabaseError, InvalidArgument
 from drover.insert_middleware import insert_chain
-from drover.job import InsertItem, InsertOpts, JobArgs, JobRow
+from drover.job import InsertItem, InsertOptions, InsertOpts, JobArgs, JobRow, with_options
 from drover.workflows import Chain, Group, InsertedWorkflow
 
 __all__ = ["AsyncClient"]
@@ -125,11 +125,16 @@ class AsyncClient:
         return self._pool
 
     @overload
-    async def insert(self, args: JobArgs, opts: InsertOpts | None = None) -> JobRow: ...
+    async def insert(
+        self, args: JobArgs, opts: InsertOpts | None = None, **options: Unpack[InsertOptions]
+    ) -> JobRow: ...
     @overload
     async def insert(self, args: Chain | Group, opts: None = None) -> InsertedWorkflow: ...
     async def insert(
-        self, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
+        self,
+        args: JobArgs | Chain | Group,
+        opts: InsertOpts | None = None,
+        **options: Unpack[InsertOptions],
     ) -> JobRow | InsertedWorkflow:
         """Insert one job, committed when this returns, and return the stored row.
 
@@ -151,7 +156,7 @@ class AsyncClient:
             drover.DuplicateJob: the unique key is held by a waiting or running job.
             drover.DatabaseError: the database refused or could not be reached.
         """
-        prepared = prepare_one(args, opts, "insert")
+        prepared = prepare_one(args, with_options(opts, options), "insert")
         chain = self._insert_chain
         rows = await (athrough(chain, prepared, self._write) if chain else self._write(prepared))
         return rows[0] if prepared.last is None else single_result(prepared, rows)
@@ -178,14 +183,22 @@ class AsyncClient:
 
     @overload
     async def insert_tx(
-        self, conn: object, args: JobArgs, opts: InsertOpts | None = None
+        self,
+        conn: object,
+        args: JobArgs,
+        opts: InsertOpts | None = None,
+        **options: Unpack[InsertOptions],
     ) -> JobRow: ...
     @overload
     async def insert_tx(
         self, conn: object, args: Chain | Group, opts: None = None
     ) -> InsertedWorkflow: ...
     async def insert_tx(
-        self, conn: object, args: JobArgs | Chain | Group, opts: InsertOpts | None = None
+        self,
+        conn: object,
+        args: JobArgs | Chain | Group,
+        opts: InsertOpts | None = None,
+        **options: Unpack[InsertOptions],
     ) -> JobRow | InsertedWorkflow:
         """Insert one job (or a workflow's jobs) inside the caller's open async transaction.
 
@@ -206,7 +219,7 @@ class AsyncClient:
             drover.DatabaseError: the statement failed; the caller's
                 transaction is then aborted, as with any failed statement.
         """
-        prepared = prepare_one(args, opts, "insert_tx")
+        prepared = prepare_one(args, with_options(opts, options), "insert_tx")
         rows = await athrough(self._insert_chain, prepared, self._caller_writer(conn))
         return single_result(prepared, rows)
 

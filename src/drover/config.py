@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 import warnings
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from drover._address import parse_address
 from drover._db.conninfo import check_conninfo
 from drover._db.namespace import check_schema_name
 from drover._durations import MAX_DURATION, Duration, DurationField, to_seconds
+from drover._hints import did_you_mean
 from drover.errors import ConfigError, InvalidArgument
 from drover.health import HealthThresholds
 from drover.insert_middleware import InsertMiddleware, is_insert_middleware
@@ -305,8 +305,7 @@ class Config:
         if unknown:
             named = []
             for key in sorted(unknown):
-                close = difflib.get_close_matches(key, sorted(_FIELD_NAMES), n=1)
-                named.append(f"{key} (did you mean {close[0]!r}?)" if close else key)
+                named.append(key + did_you_mean(key, _FIELD_NAMES))
             raise ConfigError(f"unknown Config field(s): {', '.join(named)}")
         return super().__new__(cls)
 

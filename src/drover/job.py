@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple, TypedDict
 
-from drover._durations import Duration
+from drover._durations import MAX_DURATION, Duration, to_seconds
+from drover._hints import did_you_mean
 from drover._job_args import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
@@ -29,7 +30,7 @@ from drover._job_args import MAX_QUEUE_LENGTH as MAX_QUEUE_LENGTH
 from drover._job_args import _check_name as _check_name
 from drover._job_exec import Job
 from drover.cancel_request import CancelRequested
-from drover.errors import InvalidArgument, InvalidInsertOpts
+from drover.errors import ConfigError, InvalidArgument, InvalidInsertOpts
 from drover.ledger import LedgerEntry
 from drover.progress import check_tags, encode_meta
 from drover.unique import Unique, check_forms
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "InsertItem",
+    "InsertOptions",
     "InsertOpts",
     "Job",
     "JobArgs",
@@ -207,6 +209,12 @@ class InsertOpts:
     - ``scheduled_at``: a timezone-aware time before which the job is not run.
       The database clock decides: a time in the future stores the job
       ``scheduled``; ``None`` or a time in the past means now (``available``).
+    - ``delay``: run the job no sooner than this long after the insert (a
+      ``timedelta`` or seconds, zero or more, up to ten years): the due time
+      is this process's clock at the insert plus the delay, as if
+      ``scheduled_at=datetime.now(UTC) + delay`` were given then (an
+      ``InsertOpts`` kept and reused counts from each insert). Not with
+      ``scheduled_at``.
     - ``unique_key``: at most one non-terminal job (waiting or running) may hold a
       given ``(queue, kind, unique_key)``; a second insert raises
       ``drover.DuplicateJob``. Empty means not unique.
@@ -249,6 +257,7 @@ class InsertOpts:
 
     queue: str | None = None
     scheduled_at: datetime | None = None
+    delay: Duration | None = None
     unique_key: str | None = None
     max_attempts: int | None = None
     priority: int | None = None
@@ -302,6 +311,8 @@ class InsertOpts:
                 if "\x00" in self.unique_key:
                     raise ValueError("InsertOpts.unique_key must not contain NUL characters")
                 _check_utf8(self.unique_key, "InsertOpts.unique_key")
+            if self.delay is not None:
+                object.__setattr__(self, "delay", _delay(self.delay, self.scheduled_at))
             if self.max_attempts is not None:
                 _check_max_attempts(self.max_attempts, "InsertOpts.max_attempts")
             if self.priority is not None:
@@ -315,10 +326,84 @@ class InsertOpts:
                 throttle=self.throttle,
                 unique_key=self.unique_key,
                 scheduled_at=self.scheduled_at,
+                delay=self.delay,
                 depends_on=self.depends_on,
             )
             object.__setattr__(self, "debounce", debounce)
             object.__setattr__(self, "throttle", throttle)
+
+
+def _delay(value: object, scheduled_at: datetime | None) -> timedelta:
+    """``InsertOpts.delay`` as a ``timedelta``; ``ValueError``/``TypeError`` naming the problem."""
+    try:
+        seconds = to_seconds(value, "InsertOpts.delay")  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise TypeError(str(exc)) from None
+    if seconds < 0:
+        raise ValueError(f"InsertOpts.delay must be zero or more, not {seconds:g} seconds")
+    delay = value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+    if delay > MAX_DURATION:
+        raise ValueError("InsertOpts.delay must be at most ten years; give scheduled_at instead")
+    if scheduled_at is not None:
+        raise ValueError(
+            "InsertOpts takes scheduled_at or delay, not both: delay=D means "
+            "scheduled_at=datetime.now(UTC) + D at the insert"
+        )
+    return delay
+
+
+class InsertOptions(TypedDict, total=False):
+    """The keyword options of ``insert`` and ``insert_tx`` (``Client``, ``AsyncClient``).
+
+    Each is the ``InsertOpts`` field of the same name, with the same rules:
+    ``client.insert(args, priority=5, delay=300)`` is
+    ``client.insert(args, InsertOpts(priority=5, delay=300))``. Given with
+    an ``InsertOpts``, the keywords replace its fields of the same name.
+    """
+
+    queue: str
+    scheduled_at: datetime
+    delay: Duration
+    unique_key: str
+    max_attempts: int
+    priority: int
+    depends_on: Sequence[int | JobRow]
+    tags: Sequence[str]
+    meta: Mapping[str, Any]
+    unique: Unique
+    debounce: Duration
+    throttle: Duration
+
+
+_OPTION_NAMES = tuple(f.name for f in fields(InsertOpts))
+
+
+def with_options(opts: InsertOpts | None, options: Mapping[str, Any]) -> InsertOpts | None:
+    """``opts`` with the keyword ``options`` of an insert applied (``opts`` itself without).
+
+    Raises ``InvalidInsertOpts`` naming an unknown option (with the closest
+    known one) or a bad value, before anything is written.
+    """
+    if not options:
+        return opts
+    unknown = [name for name in options if name not in _OPTION_NAMES]
+    if unknown:
+        named = ", ".join(f"{name!r}{did_you_mean(name, _OPTION_NAMES)}" for name in unknown)
+        raise InvalidInsertOpts(
+            f"unknown insert option {named}; the options are {', '.join(_OPTION_NAMES)}"
+        )
+    if opts is None:
+        return InsertOpts(**options)
+    if not isinstance(opts, InsertOpts):
+        raise InvalidInsertOpts(
+            f"insert options must be a drover.InsertOpts, not {type(opts).__qualname__}"
+        )
+    given = dict(options)
+    if opts.delay is not None and "scheduled_at" in given and "delay" not in given:
+        given["delay"] = None  # a time given now replaces the kept delay
+    if opts.scheduled_at is not None and "delay" in given and "scheduled_at" not in given:
+        given["scheduled_at"] = None
+    return replace(opts, **given)
 
 
 MAX_DEPENDENCIES = 10_000

@@ -31,7 +31,6 @@ each started client runs its own thread for it.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import logging
 import re
@@ -45,6 +44,7 @@ from typing import Any, ClassVar, Self, final
 import psycopg
 
 from drover._durations import MAX_DURATION, Duration, to_seconds
+from drover._hints import did_you_mean
 from drover.errors import ConfigError
 from drover.health import HealthThresholds
 from drover.periodic import PeriodicJob
@@ -235,8 +235,7 @@ class Plugin:
         if unknown and not any_name:
             hints = []
             for key in unknown:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hints.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+                hints.append(repr(key) + did_you_mean(key, known))
             raise ConfigError(f"{label} has no option {', '.join(hints)}")
         return super().__new__(cls)
 

@@ -17,13 +17,13 @@ against ``drover.JobState``.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from drover._durations import Duration, to_seconds
+from drover._hints import did_you_mean
 from drover.errors import ConfigError, InvalidInsertOpts
 
 __all__ = ["STATE_BITS", "Unique", "UniqueIdentity", "check_forms", "state_mask"]
@@ -189,8 +189,7 @@ def _states(value: object) -> tuple[str, ...]:
     for item in value:
         state = str(item.value) if hasattr(item, "value") else item
         if not isinstance(state, str) or state not in STATE_BITS:
-            close = difflib.get_close_matches(str(state), list(STATE_BITS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(state), STATE_BITS)
             raise InvalidInsertOpts(
                 f"Unique.states: {item!r} is not a job state{hint}; the states are "
                 f"{', '.join(STATE_BITS)}"
@@ -214,6 +213,7 @@ def check_forms(
     unique_key: str | None,
     scheduled_at: datetime | None,
     depends_on: Sequence[Any],
+    delay: object = None,
 ) -> tuple[timedelta | None, timedelta | None]:
     """Check how ``InsertOpts``'s uniqueness options combine; return debounce and throttle
     as ``timedelta``. Raises ``InvalidInsertOpts`` naming the conflict."""
@@ -240,9 +240,10 @@ def check_forms(
                 f"InsertOpts.{form} cannot be combined with Unique.states: {form} decides "
                 "which states hold the identity"
             )
-    if debounce_window is not None and scheduled_at is not None:
+    if debounce_window is not None and (scheduled_at is not None or delay is not None):
+        given = "scheduled_at" if scheduled_at is not None else "delay"
         raise InvalidInsertOpts(
-            "InsertOpts.debounce cannot be combined with scheduled_at: a debounced job is due "
+            f"InsertOpts.debounce cannot be combined with {given}: a debounced job is due "
             "one window after its last insert"
         )
     has_form = unique is not None or debounce_window is not None or throttle_window is not None

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "drover.errors",
             "drover._version",
             "drover._durations",
+            "drover._hints",
             "drover._address",
             "drover.context",
             "drover.unique",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from drover._insert.identity import identity_of, needs_identity
@@ -97,12 +98,21 @@ def _apply(defaults: _Defaults, args_json: str, opts: object, where: str) -> Job
         opts.queue or queue,
         args_json,
         opts.max_attempts or max_attempts,
-        opts.scheduled_at,
+        _due(opts),
         opts.unique_key or None,
         priority if opts.priority is None else opts.priority,
         opts.tags,  # type: ignore[arg-type]  # a tuple once InsertOpts checked it
         None if opts.meta is None else _meta(opts.meta, where),
     )
+
+
+def _due(opts: InsertOpts) -> datetime | None:
+    # A delay counts from this insert (InsertOpts keeps it as a timedelta).
+    delay = opts.delay
+    if not delay:
+        return opts.scheduled_at
+    assert isinstance(delay, timedelta)
+    return datetime.now(UTC) + delay
 
 
 def _meta(meta: object, where: str) -> str:

@@ -13,12 +13,12 @@ clock, when the row is written.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from datetime import timedelta
 from typing import Any
 
+from drover._hints import did_you_mean
 from drover._records import Identity, JobInsertParams
 from drover.errors import InvalidInsertOpts
 from drover.job import InsertOpts, JobArgs
@@ -51,8 +51,7 @@ def _check_fields(cls: type[JobArgs], names: tuple[str, ...], where: str) -> Non
     fields = sorted(cls.model_fields)
     for name in names:
         if name not in cls.model_fields:
-            close = difflib.get_close_matches(name, fields, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(name, fields)
             raise InvalidInsertOpts(
                 f"{where}Unique.by_args names {name!r}, which is not a field of "
                 f"{cls.__qualname__}{hint}; its fields are {', '.join(fields) or 'none'}"
