@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar, overload
 
 from drover._job_args import JobArgs
@@ -24,6 +25,7 @@ from drover.results import DEFAULT_MAX_RESULT_BYTES, decode_result, encode_resul
 __all__ = ["Job"]
 
 ArgsT = TypeVar("ArgsT", bound=JobArgs, covariant=True)
+_NO_META: Mapping[str, Any] = MappingProxyType({})
 T = TypeVar("T")
 
 
@@ -33,7 +35,10 @@ class Job(Generic[ArgsT]):
 
     ``attempt`` counts executions including this one (1 on the first run).
     ``context`` carries cancellation (shutdown escalation, timeouts), the
-    deadline if any, and values set by middleware.
+    deadline if any, and values set by middleware. ``priority``,
+    ``scheduled_at``, ``tags`` and ``meta`` are the row's as claimed:
+    ``update_meta`` writes are not reflected in ``meta``. Immutable, so safe to
+    read from any thread the handler starts.
     """
 
     id: int
@@ -44,6 +49,16 @@ class Job(Generic[ArgsT]):
     created_at: datetime
     args: ArgsT
     context: JobContext = field(default_factory=JobContext, compare=False)
+    priority: int = 0
+    """-100 to 100, higher first (``InsertOpts.priority``)."""
+    scheduled_at: datetime | None = None
+    """When this run was due: the insert's time, or a retry's or a snooze's (``None`` for a
+    ``Job`` built by hand without one)."""
+    tags: tuple[str, ...] = ()
+    """The labels given at insert (``InsertOpts.tags``)."""
+    meta: Mapping[str, Any] = field(default_factory=lambda: _NO_META, compare=False)
+    """The job's metadata when it was claimed (``InsertOpts.meta``, earlier runs'
+    ``update_meta``); read-only."""
 
     @property
     def lease(self) -> Lease:

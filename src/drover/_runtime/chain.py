@@ -63,6 +63,10 @@ def prepare_execution(
         created_at=row.created_at,
         args=args,
         context=ctx,
+        priority=row.priority,
+        scheduled_at=row.scheduled_at,
+        tags=row.tags,
+        meta=row.meta,
     )
     return worker, job
 
