@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
+from drover._hints import did_you_mean
 from drover.errors import InvalidArgument
 
 __all__ = ["Schedule"]
@@ -56,7 +57,9 @@ def _zone(timezone: str | ZoneInfo) -> ZoneInfo:
     try:
         return ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidArgument(f"unknown timezone {timezone!r}") from None
+        # Read only here, on the error path: the set of zones is a directory walk.
+        hint = did_you_mean(timezone, available_timezones())
+        raise InvalidArgument(f"unknown timezone {timezone!r}{hint}") from None
 
 
 def _parse_every(text: str, spec: str) -> timedelta:

@@ -1061,6 +1061,14 @@ def app_dir(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     [
         ("nonexistent_module:x", [], "cannot import 'nonexistent_module'"),
         ("cli_app:not_there", [], "'cli_app' has no attribute 'not_there'"),
+        ("cli_app:clinet", [], "'cli_app' has no attribute 'clinet' (did you mean 'client'?)"),
+        (
+            "nonexistent_module:x",
+            [],
+            "run from the directory that holds 'nonexistent_module', or add that directory to "
+            "PYTHONPATH",
+        ),
+        ("drover.contrb:x", [], "No module named 'drover.contrb' (did you mean 'contrib'?)"),
         (
             "cli_app:NOT_A_CLIENT",
             [],

@@ -588,3 +588,29 @@ def test_middleware_index_zero_is_outermost(
     job = client.insert(Task())
     await_job_state(poll, conn, job.id, "completed")
     assert trail == ["a:in", "b:in", "worker", "b:out", "a:out"]
+
+
+class Reciept(drover.JobArgs, kind="send_reciept"):
+    pass
+
+
+class Receipt(drover.JobArgs, kind="send_receipt"):
+    pass
+
+
+def test_a_misspelled_kind_fails_naming_the_registered_kind_it_is_close_to(
+    make_client: MakeClient, conn: Conn, poll: Poll
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def send(job: drover.Job[Receipt]) -> None:
+        pass
+
+    client = _start(make_client, workers, retry_policy=Later())
+    job_id = client.insert(Reciept()).id
+    row = await_job_state(poll, conn, job_id, "retryable")
+    (entry,) = row["errors"]
+    assert entry["error"] == (
+        "no worker registered for kind \"send_reciept\" (did you mean 'send_receipt'?)"
+    )

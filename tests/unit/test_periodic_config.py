@@ -39,6 +39,10 @@ def test_a_periodic_job_keeps_what_it_was_given() -> None:
         ),
         ({"schedule": "@every 0s"}, "PeriodicJob 'p': invalid schedule '@every 0s'"),
         ({"timezone": "Mars/Olympus"}, "PeriodicJob 'p': unknown timezone 'Mars/Olympus'"),
+        (
+            {"timezone": "Europe/Berln"},
+            "PeriodicJob 'p': unknown timezone 'Europe/Berln' (did you mean 'Europe/Berlin'?)",
+        ),
         ({"args": {"day": "x"}}, "PeriodicJob 'p': args must be a drover.JobArgs instance"),
         ({"opts": {"queue": "q"}}, "PeriodicJob 'p': opts must be a drover.InsertOpts"),
         ({"run_on_start": "yes"}, "PeriodicJob 'p': run_on_start must be True or False"),

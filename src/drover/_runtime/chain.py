@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import pydantic
 
+from drover._hints import did_you_mean
 from drover.context import JobContext
 from drover.errors import ArgsDecodeError, UnknownJobKind
 from drover.job import Job, JobRow
@@ -45,7 +46,9 @@ def prepare_execution(
     slot's size limit. Raises ``UnknownJobKind`` or ``ArgsDecodeError``."""
     entry = workers.get(row.kind)
     if entry is None:
-        raise UnknownJobKind(f'no worker registered for kind "{row.kind}"')
+        raise UnknownJobKind(
+            f'no worker registered for kind "{row.kind}"{did_you_mean(row.kind, workers.kinds())}'
+        )
     args_type, worker = entry
     try:
         args = args_type.model_validate(row.args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import importlib
 import os
+import pkgutil
 import posixpath
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import drover
 from drover._db.conninfo import check_conninfo, describe_target
 from drover._db.errors import redact
 from drover._db.namespace import check_schema_name
+from drover._hints import did_you_mean
 from drover.cli import output as out
 from drover.queues import check_queue_name
 
@@ -134,14 +136,34 @@ def load_object(spec: str, what: str) -> Any:
         message = f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
         if hint is not None and isinstance(exc, ImportError):
             message += f" ({what} {hint})"
+        elif isinstance(exc, ModuleNotFoundError):
+            message += _not_found_hint(module_name, exc.name)
         usage(message)
-    try:
-        target: Any = module
-        for part in attribute.split("."):
+    target: Any = module
+    path = module_name
+    for part in attribute.split("."):
+        try:
             target = getattr(target, part)
-    except AttributeError:
-        usage(f"{module_name!r} has no attribute {attribute!r}")
+        except AttributeError:
+            names = [n for n in dir(target) if not n.startswith("_")]
+            usage(f"{path!r} has no attribute {part!r}{did_you_mean(part, names)}")
+        path = f"{path}:{part}" if path == module_name else f"{path}.{part}"
     return target
+
+
+def _not_found_hint(module_name: str, missing: str | None) -> str:
+    """Why the application's module was not found: the wrong directory, or a misspelled part."""
+    if missing == module_name.partition(".")[0]:
+        return (
+            f" (looked in {os.getcwd()} and on sys.path: run from the directory that holds "
+            f"{missing!r}, or add that directory to PYTHONPATH)"
+        )
+    parent, _, last = (missing or "").rpartition(".")
+    if not parent or not module_name.startswith(missing or ""):
+        return ""  # one of the application's own imports is missing: its message says which
+    package = sys.modules.get(parent)
+    siblings = [m.name for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+    return did_you_mean(last, siblings)
 
 
 def describe_object(value: object) -> str:
