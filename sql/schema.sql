@@ -1,7 +1,7 @@
 -- drover's schema, as its migrations leave it. GENERATED: do not edit by hand.
 --
 -- What `drover migrate` builds in an empty database's default schema (public)
--- through migration 0020_claim_health,
+-- through migration 0021_client_kinds,
 -- as pg_dump prints it (schema only; no owners, privileges or tablespaces).
 -- The migrations in sql/migrations stay the source of truth and the only SQL
 -- `drover migrate` runs: this file is for reading and review, the package never
@@ -827,7 +827,8 @@ CREATE TABLE public.drover_clients (
     claim_p50_seconds double precision,
     claim_p99_seconds double precision,
     claim_max_seconds double precision,
-    walk_max_seconds double precision
+    walk_max_seconds double precision,
+    kinds text[]
 );
 
 

@@ -7,7 +7,8 @@
 -- expired row, in one round trip. An upsert, not an update: a client whose
 -- row was reaped while it could not reach the database (or that registers
 -- for the first time) inserts it again, keeping the start time it was first
--- given (%(started_at)s, NULL on the first call). The claim figures are
+-- given (%(started_at)s, NULL on the first call), and the kinds it has
+-- workers for (migration 0021). The claim figures are
 -- the client's claims since its last refresh (ADR 0060; NULL durations: no
 -- claim). Returns the row's start time and how many expired rows were
 -- deleted.
@@ -21,14 +22,14 @@ WITH upserted AS (
     INSERT INTO drover_clients AS c (
         id, client_id, host, pid, version, queues, concurrency, running,
         started_at, heartbeat_at, expires_at, claims, claim_p50_seconds,
-        claim_p99_seconds, claim_max_seconds, walk_max_seconds
+        claim_p99_seconds, claim_max_seconds, walk_max_seconds, kinds
     )
     VALUES (
         %(id)s, %(client_id)s, %(host)s, %(pid)s, %(version)s, %(queues)s::text[],
         %(concurrency)s, %(running)s, COALESCE(%(started_at)s::timestamptz, now()), now(),
         now() + make_interval(secs => %(ttl_seconds)s), %(claims)s,
         %(claim_p50_seconds)s, %(claim_p99_seconds)s, %(claim_max_seconds)s,
-        %(walk_max_seconds)s
+        %(walk_max_seconds)s, %(kinds)s::text[]
     )
     ON CONFLICT (id) DO UPDATE
     SET running = EXCLUDED.running,
@@ -38,7 +39,8 @@ WITH upserted AS (
         claim_p50_seconds = EXCLUDED.claim_p50_seconds,
         claim_p99_seconds = EXCLUDED.claim_p99_seconds,
         claim_max_seconds = EXCLUDED.claim_max_seconds,
-        walk_max_seconds = EXCLUDED.walk_max_seconds
+        walk_max_seconds = EXCLUDED.walk_max_seconds,
+        kinds = EXCLUDED.kinds
     RETURNING c.started_at
 ), reaped AS (
     DELETE FROM drover_clients
@@ -60,7 +62,8 @@ DELETE FROM drover_clients WHERE id = %(id)s;
 -- Every live client (its row not expired), oldest first.
 SELECT client_id, host, pid, version, queues, concurrency, running, started_at,
        heartbeat_at, expires_at, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8,
-       claims, claim_p50_seconds, claim_p99_seconds, claim_max_seconds, walk_max_seconds
+       claims, claim_p50_seconds, claim_p99_seconds, claim_max_seconds, walk_max_seconds,
+       kinds
 FROM drover_clients
 WHERE expires_at >= now()
 ORDER BY started_at, host, pid, client_id;

@@ -341,6 +341,9 @@ class WorkerInfo:
     walk_max_seconds: float | None = None
     """The slowest walk's seconds in that window (a claim reading every priority level
     from its oldest job, ADR 0059); `None` with no walk."""
+    kinds: tuple[str, ...] | None = None
+    """The kinds the client has workers for, sorted; `None` from a client of a release
+    before the registry kept them."""
 
     @property
     def name(self) -> str:

@@ -14,7 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 from clihelp import one_line, run
-from jobdb import table_snapshot
+from jobdb import MakeClient, table_snapshot
+
+import drover
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 CLI_DIR = Path(__file__).resolve().parent
@@ -88,5 +90,42 @@ def test_what_the_app_refuses_is_a_usage_error_that_writes_nothing(
 
 
 def test_without_app_the_queue_is_default_and_the_args_raw(db_url: str) -> None:
-    row = stored(enqueue(db_url, "--kind", "cli_mail"))
+    # No live worker reports its kinds: nothing to check the kind against.
+    result = enqueue(db_url, "--kind", "cli_mail")
+    assert result.returncode == 0, result.stderr
+    row: dict[str, Any] = json.loads(result.stdout)
     assert (row["queue"], row["max_attempts"], row["args"]) == ("default", 25, {})
+    assert result.stderr == ""  # --json: the row alone; the human line says what went unchecked
+
+
+class Mail(drover.JobArgs, kind="cli_mail"):
+    to: str = ""
+
+
+def test_without_app_a_kind_no_live_worker_runs_is_refused_unless_forced(
+    db_url: str, conn: Conn, make_client: MakeClient
+) -> None:
+    workers = drover.Workers()
+
+    @workers.register
+    def send(job: drover.Job[Mail]) -> None:
+        pass
+
+    client = make_client(workers=workers, queues={"elsewhere": 1})
+    client.start()
+    before = table_snapshot(conn)
+    refused = enqueue(db_url, "--kind", "cli_mial", "--args", '{"to": "a@b"}')
+    assert refused.returncode == 1, refused.stderr
+    message = one_line(refused.stderr)
+    assert "no live worker runs kind 'cli_mial' (did you mean 'cli_mail'?)" in message
+    assert "--force" in message and "Nothing was enqueued" in message
+    assert table_snapshot(conn) == before
+    forced = enqueue(db_url, "--kind", "cli_mial", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["kind"] == "cli_mial"
+    known = enqueue(db_url, "--kind", "cli_mail", "--queue", "elsewhere")
+    assert known.returncode == 0, known.stderr
+    # The registry row says which kinds the client runs.
+    with drover.Inspector(db_url) as inspector:
+        (worker,) = inspector.workers()
+    assert worker.kinds == ("cli_mail",)

@@ -39,6 +39,7 @@ class ClientEntry:
     version: str
     queues: tuple[str, ...]
     concurrency: int
+    kinds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,7 @@ def client_refresh(
                 "version": entry.version,
                 "queues": list(entry.queues),
                 "concurrency": entry.concurrency,
+                "kinds": sorted(entry.kinds),
                 "running": running,
                 "started_at": started_at,
                 "ttl_seconds": ttl_seconds,
@@ -144,6 +146,7 @@ def client_list(conn: Connection, *, ns: Namespace = DEFAULT) -> list[WorkerInfo
             claim_p99_seconds=_seconds(p99),
             claim_max_seconds=_seconds(top),
             walk_max_seconds=_seconds(walk),
+            kinds=None if kinds is None else tuple(kinds),
         )
         for (
             client_id,
@@ -162,6 +165,7 @@ def client_list(conn: Connection, *, ns: Namespace = DEFAULT) -> list[WorkerInfo
             p99,
             top,
             walk,
+            kinds,
         ) in rows
     ]
 

@@ -72,6 +72,7 @@ class Registry(IntervalService):
             version=VERSION,
             queues=tuple(wiring.config.queues),
             concurrency=wiring.config.concurrency,
+            kinds=tuple(wiring.config.workers.kinds()),
         )
         self.started_at: datetime | None = None
         """The row's start time (database clock), once written."""

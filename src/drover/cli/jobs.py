@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 import drover
+from drover._hints import did_you_mean
 from drover.cli import output as out
 from drover.cli.common import (
     check_queue,
@@ -203,6 +204,19 @@ def cancel_command(
     emit(g, text + out.job_block(row), out.job_dict(row))
 
 
+def _check_kind_is_run(inspector: drover.Inspector, kind: str, force: bool) -> None:
+    """Refuse (exit 1) a kind that none of the live workers reporting their kinds runs."""
+    reported = [w.kinds for w in inspector.workers() if w.kinds is not None]
+    known = sorted({k for kinds in reported for k in kinds})
+    if not reported or kind in known or force:
+        return
+    fail(
+        f"no live worker runs kind {kind!r}{did_you_mean(kind, known)}; they run "
+        f"{', '.join(known) or 'no kind'}. Nothing was enqueued: --force enqueues it anyway "
+        "(for a worker deployed later), --app checks it against your code"
+    )
+
+
 def enqueue_command(
     ctx: typer.Context,
     kind: str = typer.Option(..., "--kind", help="The job kind (selects the worker)."),
@@ -235,8 +249,18 @@ def enqueue_command(
     meta: str | None = typer.Option(
         None, "--meta", help='Metadata for the job as a JSON object, e.g. \'{"owner": "ops"}\'.'
     ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Enqueue a kind no live worker has registered (one deployed later will run it).",
+    ),
 ) -> None:
-    """Insert a job by kind with JSON args."""
+    """Insert a job by kind with JSON args.
+
+    Without --app the args are not validated (the line printed says so), and
+    the kind is checked against the kinds the live workers registered: one
+    none of them has is refused (exit 1, naming the closest) unless --force.
+    """
     g = get_globals(ctx)
     if queue is not None:
         check_queue(queue)
@@ -283,12 +307,16 @@ def enqueue_command(
             flag = "--meta"
         usage(f"{flag}: {exc}")
     with open_inspector(g, workers) as inspector:
+        if workers is None:
+            _check_kind_is_run(inspector, kind, force)
         try:
             row = inspector.enqueue(kind, args, opts)
         except drover.InvalidJobArgs as exc:
             usage(str(exc))
+    # Without --app nothing checked the args: say so where people read (not in --json).
+    unchecked = "; its args were not validated (no --app)" if workers is None else ""
     emit(
         g,
-        f"enqueued job {row.id} (kind {row.kind}, queue {row.queue}, {row.state.value})",
+        f"enqueued job {row.id} (kind {row.kind}, queue {row.queue}, {row.state.value}){unchecked}",
         out.job_dict(row),
     )
