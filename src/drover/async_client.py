@@ -12,24 +12,40 @@ workers, concurrency and the other settings of ``Config`` apply.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection, Iterable
 from types import TracebackType
-from typing import Any, Self, Unpack, overload
+from typing import Any, Self, TypeVar, Unpack, overload
 
 from psycopg_pool import AsyncConnectionPool
 
-from drover._db.aio import aio_open, aio_pool_from
+from drover._db.aio import aio_open, aio_pool_from, arun
+from drover._db.ledger import get_with_ledger_plan
 from drover._db.namespace import namespace_for
+from drover._db.results import result_plan
+from drover._durations import Duration
 from drover._insert.aio_notifier import AsyncNotifier
 from drover._insert.aio_tx import AsyncCallerWriter, AsyncOwnWriter
 from drover._insert.funnel import athrough, prepare_many, prepare_one, single_result
+from drover._runtime.aio_awaiter import AsyncAwaiter
+from drover._runtime.awaiter import awaited, ended
 from drover.config import Config
-from drover.errors import DatabaseError, InvalidArgument
+from drover.errors import DatabaseError, InvalidArgument, NotFound
 from drover.insert_middleware import insert_chain
-from drover.job import InsertItem, InsertOptions, InsertOpts, JobArgs, JobRow, with_options
+from drover.job import (
+    InsertItem,
+    InsertOptions,
+    InsertOpts,
+    JobArgs,
+    JobRow,
+    check_job_id,
+    with_options,
+)
 from drover.workflows import Chain, Group, InsertedWorkflow
 
 __all__ = ["AsyncClient"]
+
+T = TypeVar("T")
 
 # How long the first insert on the client's own pool waits for a connection.
 _OPEN_TIMEOUT = 10.0
@@ -97,6 +113,14 @@ class AsyncClient:
         self._insert_chain = insert_chain(config.middleware)
         self._write = AsyncOwnWriter(
             self._ready, self._committed, notify=config.notify, ns=self._ns
+        )
+        # Behind a transaction pooler without a session_url nothing can LISTEN: waiters poll.
+        can_listen = config.session_url is not None or config.pgbouncer is not True
+        self._awaiter = AsyncAwaiter(
+            self._ready,
+            listen_to=self._listen_target if can_listen else None,
+            ns=self._ns,
+            logger=config.logger,
         )
 
     @property
@@ -240,8 +264,95 @@ class AsyncClient:
         if self._notifier is not None:
             await self._notifier.committed(queues)
 
+    async def get_job(self, job_id: int) -> JobRow:
+        """The job's row now, with its duplicate ledger (``JobRow.ledger``), as
+        ``Client.get_job``: one statement on a connection of the pool.
+
+        Raises:
+            drover.NotFound: no such job (never inserted, or deleted by retention).
+            drover.InvalidArgument: ``job_id`` is not a valid id.
+            drover.DatabaseError: the database refused or could not be reached.
+        """
+        checked = check_job_id(job_id)
+        row = await self._run(get_with_ledger_plan(checked, ns=self._ns), f"get job {checked}")
+        if row is None:
+            raise NotFound(f"job {checked} does not exist")
+        return row  # type: ignore[no-any-return]
+
+    async def get_result(self, job_id: int) -> Any:
+        """The job's stored result now (``None`` while it has none), without waiting, as
+        ``Client.get_result``.
+
+        Raises ``drover.NotFound`` for no such job and ``drover.InvalidArgument`` for a
+        bad id.
+        """
+        checked = check_job_id(job_id)
+        action = f"read the result of job {checked}"
+        found = await self._run(result_plan(checked, ns=self._ns), action)
+        if found is None:
+            raise NotFound(f"job {checked} does not exist")
+        return found.result
+
+    @overload
+    async def result(
+        self, job: JobRow | int, *, timeout: Duration | None = None, as_type: None = None
+    ) -> Any: ...
+    @overload
+    async def result(
+        self, job: JobRow | int, *, timeout: Duration | None = None, as_type: type[T]
+    ) -> T: ...
+    async def result(
+        self, job: JobRow | int, *, timeout: Duration | None = None, as_type: type[T] | None = None
+    ) -> Any:
+        """Wait until ``job`` (a row or an id) has ended; return its handler's result.
+
+        As ``Client.result``, without a thread: the job is flagged as awaited
+        and the write of its terminal state notifies this client, which keeps
+        one task listening on a dedicated connection (``Config.session_url``
+        when set; none behind a transaction pooler without one), started by
+        the first call and ended by ``close``. The state is read again at
+        least every second, so a lost notification costs a second at most.
+        Any number of tasks may wait at once; cancelling one ends its wait.
+        ``timeout`` (a ``timedelta`` or seconds, ``None`` for no limit) bounds
+        the wait; the job is not changed when it runs out.
+
+        Raises:
+            drover.JobFailed: the job ended ``dead``; ``drover.JobCancelled``
+                (a subclass) when it ended ``cancelled``.
+            drover.ResultTimeout: still not ended when ``timeout`` passed.
+            drover.NotFound: no such job.
+            drover.InvalidResult: the stored result does not validate as ``as_type``.
+            drover.InvalidArgument: a bad ``job`` or ``timeout``, or a closed client.
+        """
+        job_id, seconds = awaited(job, timeout)
+        if self._closed:
+            raise InvalidArgument("this AsyncClient is closed; results need an open client")
+        return ended(await self._awaiter.wait(job_id, seconds), job_id, as_type)
+
+    async def _listen_target(self) -> tuple[str, dict[str, Any]]:
+        # The session to LISTEN on: session_url, else what the pool connects with (a pool's
+        # conninfo and kwargs may be given as functions, called for each connection).
+        pool = self._pool
+        conninfo: Any = self._config.session_url or pool.conninfo
+        kwargs: Any = pool.kwargs or {}
+        if callable(conninfo):
+            conninfo = conninfo()
+        if callable(kwargs):
+            kwargs = kwargs()
+        if inspect.isawaitable(conninfo):
+            conninfo = await conninfo
+        if inspect.isawaitable(kwargs):
+            kwargs = await kwargs
+        return str(conninfo), dict(kwargs)
+
+    async def _run(self, plan: Any, action: str) -> Any:
+        pool = await self._ready(action)
+        async with pool.connection() as conn:
+            return await arun(conn, plan, action)
+
     async def close(self) -> None:
-        """Send pending wake-ups, then close the pool if the client made it; idempotent.
+        """Stop listening for results, send pending wake-ups, then close the pool if the
+        client made it; idempotent.
 
         A pool passed in by the application stays open (and inserts on it
         after ``close`` still work, notifying inline).
@@ -249,6 +360,7 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
+        await self._awaiter.close()
         if self._notifier is not None:
             await self._notifier.stop()
         if self._owned:

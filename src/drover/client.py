@@ -33,7 +33,7 @@ from drover._db.store import Store
 from drover._durations import Duration, to_seconds
 from drover._insert.combiner import Combiner
 from drover._jobs_and_queues import JobsAndQueues
-from drover._runtime.awaiter import Awaiter
+from drover._runtime.awaiter import Awaiter, awaited, ended
 from drover._runtime.cancels import HardCancel
 from drover._runtime.chain import build_chains
 from drover._runtime.engine import Engine
@@ -45,17 +45,14 @@ from drover.errors import (
     ConfigError,
     DroverError,
     InvalidArgument,
-    JobCancelled,
-    JobFailed,
     NotStarted,
 )
 from drover.insert_middleware import insert_chain
-from drover.job import InsertItem, JobRow, JobState, check_job_id
+from drover.job import InsertItem, JobRow
 from drover.middleware import execution_chain
 from drover.ops.metrics import Metrics
 from drover.ops.server import OpsServer
 from drover.queues import QueueState
-from drover.results import decode_result
 
 __all__ = ["Client", "InsertItem"]
 
@@ -368,18 +365,10 @@ class Client(ClientInserts):
             drover.InvalidArgument: a bad ``job`` or ``timeout``;
                 ``drover.DatabaseError`` when the database cannot be reached.
         """
-        job_id = job.id if isinstance(job, JobRow) else check_job_id(job)
-        seconds = None if timeout is None else to_seconds(timeout, "timeout")
-        if seconds is not None and seconds < 0:
-            raise InvalidArgument(f"timeout must not be negative, not {timeout!r}")
+        job_id, seconds = awaited(job, timeout)
         if self._closed:
             raise InvalidArgument("this client is closed; results need an open client")
-        found = self._awaiter.wait(job_id, seconds)
-        if found.state == JobState.CANCELLED.value:
-            raise JobCancelled(job_id, found.state, found.error)
-        if found.state != JobState.COMPLETED.value:
-            raise JobFailed(job_id, found.state, found.error)
-        return decode_result(found.result, as_type, job_id)
+        return ended(self._awaiter.wait(job_id, seconds), job_id, as_type)
 
     def start(self) -> None:
         """Start running jobs; returns as soon as the pool is running.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -335,3 +336,76 @@ def test_get_result_reads_what_is_stored_now_without_waiting(
             inspector.get_result("1")  # type: ignore[arg-type]
     finally:
         inspector.close()
+
+
+# --- AsyncClient.result, get_job, get_result --------------------------------------------------
+
+
+def test_the_async_client_waits_for_results_without_a_thread(
+    make_client: MakeClient, handlers: Handlers, conn: Conn, db_url: str
+) -> None:
+    client = _client(make_client, handlers)
+
+    async def main() -> None:
+        async with drover.AsyncClient(db_url) as aclient:
+            aclient._awaiter._poll = IDLE_POLL  # only the notification can end the wait in time
+            blocked = await aclient.insert(Ask(what="block", n=5))
+            others = [await aclient.insert(Ask(what="dict", n=n)) for n in range(20)]
+            waiting = asyncio.ensure_future(aclient.result(blocked, timeout=15))
+            # Many tasks wait at once on one listening connection.
+            results = await asyncio.gather(*(aclient.result(j, timeout=15) for j in others))
+            assert results == [{"n": n, "tags": ["a", "b"]} for n in range(20)]
+            await asyncio.wait_for(aclient._awaiter.listening.wait(), SAFETY)
+            assert not waiting.done()
+            handlers.release.set()
+            assert await waiting == {"n": 5}
+            assert await aclient.result(blocked.id, timeout=15, as_type=dict) == {"n": 5}
+            model = await aclient.insert(Ask(what="model", n=2))
+            assert await aclient.result(model, timeout=15, as_type=Report) == Report(
+                total=2, names=["x"]
+            )
+            row = await aclient.get_job(blocked.id)
+            assert (row.id, row.state) == (blocked.id, drover.JobState.COMPLETED)
+            assert await aclient.get_result(blocked.id) == {"n": 5}
+        assert aclient._awaiter._task is None  # close ended the listener
+
+    asyncio.run(main())
+    assert client.running
+
+
+def test_the_async_client_raises_what_client_result_raises(
+    make_client: MakeClient, handlers: Handlers, conn: Conn, db_url: str
+) -> None:
+    _client(make_client, handlers)
+
+    async def main() -> None:
+        async with drover.AsyncClient(db_url) as aclient:
+            dead = await aclient.insert(Ask(what="fail"), max_attempts=1)
+            with pytest.raises(drover.JobFailed) as failed:
+                await aclient.result(dead, timeout=15)
+            assert (failed.value.state, failed.value.error) == ("dead", "RuntimeError: it broke")
+            cancelled = await aclient.insert(Ask(what="cancel"))
+            with pytest.raises(drover.JobCancelled):
+                await aclient.result(cancelled, timeout=15)
+            later = await aclient.insert(Ask(what="dict"), delay=3600)
+            with pytest.raises(drover.ResultTimeout):
+                await aclient.result(later, timeout=0.2)
+            with pytest.raises(drover.NotFound):
+                await aclient.result(10**12, timeout=1)
+            with pytest.raises(drover.NotFound):
+                await aclient.get_job(10**12)
+            with pytest.raises(drover.NotFound):
+                await aclient.get_result(10**12)
+            with pytest.raises(drover.InvalidArgument, match="timeout must not be negative"):
+                await aclient.result(later, timeout=-1)
+            with pytest.raises(drover.InvalidArgument):
+                await aclient.get_job(0)
+        with pytest.raises(drover.InvalidArgument, match="closed"):
+            await aclient.result(later, timeout=1)
+
+    asyncio.run(main())
+    # The timed-out job was only flagged as awaited, not changed.
+    assert conn.execute(
+        "SELECT state::text, awaited FROM drover_jobs WHERE kind = 'results_ask'"
+        " AND scheduled_at > now() + interval '1 minute'"
+    ).fetchall() == [("scheduled", True)]

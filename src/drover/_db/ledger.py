@@ -19,6 +19,7 @@ from psycopg.rows import tuple_row
 from drover._db import Connection
 from drover._db.errors import translate
 from drover._db.namespace import DEFAULT, Namespace
+from drover._db.plans import ONE, Execute, Plan, run
 from drover._db.queries import query
 from drover._db.rows import row_from_db
 from drover._records import Outcome, Recorded, WriteResult
@@ -151,9 +152,12 @@ def job_get_with_ledger(
     conn: Connection, job_id: int, *, ns: Namespace = DEFAULT
 ) -> LedgeredRow | None:
     """The job with ``job_id`` and its ledger, or ``None``."""
-    with translate(f"get job {job_id}"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("job_get_with_ledger", ns), {"id": job_id})
-        found = cur.fetchone()
+    return run(conn, get_with_ledger_plan(job_id, ns=ns), f"get job {job_id}")
+
+
+def get_with_ledger_plan(job_id: int, *, ns: Namespace = DEFAULT) -> Plan[LedgeredRow | None]:
+    """``job_get_with_ledger`` as a plan (the asyncio client runs it too)."""
+    found = yield Execute(query("job_get_with_ledger", ns), {"id": job_id}, ONE)
     if found is None:
         return None
     row = LedgeredRow._make(row_from_db(found[:-2]))

@@ -7,21 +7,78 @@ import random
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from drover._db.notify import Listening
 from drover._db.results import StoredResult
 from drover._db.store import Store
+from drover._durations import Duration, to_seconds
 from drover._kernel.service import ThreadService
-from drover.errors import NotFound, ResultTimeout
-from drover.job import TERMINAL_STATES
+from drover.errors import InvalidArgument, JobCancelled, JobFailed, NotFound, ResultTimeout
+from drover.job import TERMINAL_STATES, JobRow, JobState, check_job_id
+from drover.results import decode_result
 
-__all__ = ["Awaiter"]
+__all__ = ["Awaiter", "awaited", "ended", "next_look"]
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 _WAIT = 0.2  # one LISTEN wait, so a stop is noticed
 _FIRST_RETRY = 0.1
 _MAX_RETRY = 5.0
 _LISTEN_GRACE = 1.0  # how long a first waiter waits for the LISTEN before polling alone
+
+
+def next_look(
+    job_id: int,
+    found: StoredResult | None,
+    deadline: float | None,
+    timeout: float | None,
+    *,
+    listening: bool,
+    poll: float,
+) -> StoredResult | float:
+    """A waiter's decision after reading its job: the result, when the job has ended, else
+    how long to wait for a notification before reading it again (``poll`` while the
+    listener runs, a quarter second at most without one, never past ``deadline``, a
+    ``time.monotonic()`` reading). Shared by ``Client.result`` and ``AsyncClient.result``.
+
+    Raises ``drover.NotFound`` (no such job) and ``drover.ResultTimeout`` (past ``deadline``).
+    """
+    if found is None:
+        raise NotFound(f"no job with id {job_id}")
+    if found.state in _TERMINAL:
+        return found
+    pause = poll if listening else min(poll, 0.25)
+    if deadline is not None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ResultTimeout(job_id, found.state, timeout or 0.0)
+        pause = min(pause, remaining)
+    return pause
+
+
+def awaited(job: JobRow | int, timeout: Duration | None) -> tuple[int, float | None]:
+    """``result``'s arguments checked: the job's id and the timeout in seconds (``None``: none).
+
+    Raises ``drover.InvalidArgument`` for a bad id or a negative timeout.
+    """
+    job_id = job.id if isinstance(job, JobRow) else check_job_id(job)
+    seconds = None if timeout is None else to_seconds(timeout, "timeout")
+    if seconds is not None and seconds < 0:
+        raise InvalidArgument(f"timeout must not be negative, not {timeout!r}")
+    return job_id, seconds
+
+
+def ended(found: StoredResult, job_id: int, as_type: type[Any] | None) -> Any:
+    """What ``result`` returns for an ended job: its decoded result, or the error its end is.
+
+    Raises ``drover.JobCancelled`` (ended cancelled), ``drover.JobFailed`` (dead) and
+    ``drover.InvalidResult`` (the result does not validate as ``as_type``).
+    """
+    if found.state == JobState.CANCELLED.value:
+        raise JobCancelled(job_id, found.state, found.error)
+    if found.state != JobState.COMPLETED.value:
+        raise JobFailed(job_id, found.state, found.error)
+    return decode_result(found.result, as_type, job_id)
 
 
 class Awaiter(ThreadService):
@@ -79,17 +136,13 @@ class Awaiter(ThreadService):
             self._store.operator.mark_awaited(job_id)
             while True:
                 found = self._store.operator.job_result(job_id)
-                if found is None:
-                    raise NotFound(f"no job with id {job_id}")
-                if found.state in _TERMINAL:
-                    return found
-                pause = self._poll if self.listening.is_set() else min(self._poll, 0.25)
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise ResultTimeout(job_id, found.state, timeout or 0.0)
-                    pause = min(pause, remaining)
-                event.wait(pause)
+                step = next_look(
+                    job_id, found, deadline, timeout, listening=self.listening.is_set(),
+                    poll=self._poll,
+                )  # fmt: skip
+                if isinstance(step, StoredResult):
+                    return step
+                event.wait(step)
                 event.clear()
         finally:
             with self._waiters_lock:

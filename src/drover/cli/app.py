@@ -103,12 +103,17 @@ def stats_command(ctx: typer.Context) -> None:
     g = get_globals(ctx)
     with open_inspector(g) as inspector:
         stats = inspector.stats()
-    human = out.table(
-        ["QUEUE", "STATE", "COUNT"], [(d.queue, d.state, d.count) for d in stats.depths]
-    )
-    human += "\n\n" + out.table(
-        ["QUEUE", "OLDEST_AGE_SECONDS"], [(a.queue, f"{a.age_seconds:.3f}") for a in stats.oldest]
-    )
+    if stats.depths:
+        human = out.table(
+            ["QUEUE", "STATE", "COUNT"], [(d.queue, d.state, d.count) for d in stats.depths]
+        )
+    else:
+        human = "no job waits or runs in any queue"
+    if stats.oldest:
+        human += "\n\n" + out.table(
+            ["QUEUE", "OLDEST_AGE_SECONDS"],
+            [(a.queue, f"{a.age_seconds:.3f}") for a in stats.oldest],
+        )
     if stats.paused:
         human += "\n\npaused queues: " + ", ".join(stats.paused)
     emit(g, human, out.stats_dict(stats))
