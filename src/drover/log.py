@@ -207,24 +207,40 @@ def Logging(logger: logging.Logger | None = None) -> Middleware:
             log.info(JOB + " started", *job_args(row), extra=job_fields(row, "job_started"))
             started = time.perf_counter()
             next_handler(ctx, row)
-            log_execution_end(log, row, started)
+            log_execution_end(log, row, started, ctx)
 
         return handle
 
     return middleware
 
 
-def log_execution_end(log: logging.Logger, row: JobRow, started: float) -> None:
+def log_execution_end(
+    log: logging.Logger, row: JobRow, started: float, ctx: JobContext | None = None
+) -> None:
     """Write the record that ends a successful execution, for both forms of ``Logging``.
 
-    ``started`` is the ``time.perf_counter()`` reading at its start. Nothing
-    is formatted when INFO is off.
+    ``started`` is the ``time.perf_counter()`` reading at its start. A handler
+    that returned although its context was cancelled (an operator's cancel,
+    a deadline) is said to have returned after it was asked to stop, with
+    the reason (``cancel_reason``): what its write then records is the
+    outcome's to say. Nothing is formatted when INFO is off.
     """
     if not log.isEnabledFor(logging.INFO):
         return
     seconds = time.perf_counter() - started
     extra = {**job_fields(row, "job_finished"), "duration_ms": round(seconds * 1000, 3)}
-    log.info(JOB + " finished in %s", *job_args(row), human_duration(seconds), extra=extra)
+    reason = None if ctx is None else ctx.reason
+    if reason is None:
+        log.info(JOB + " finished in %s", *job_args(row), human_duration(seconds), extra=extra)
+        return
+    extra["cancel_reason"] = reason
+    log.info(
+        JOB + " returned in %s after it was asked to stop (%s)",
+        *job_args(row),
+        human_duration(seconds),
+        reason,
+        extra=extra,
+    )
 
 
 def human_duration(seconds: float) -> str:

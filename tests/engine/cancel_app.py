@@ -135,7 +135,7 @@ def make_client() -> drover.Client:
 
 
 def main(url: str, mode: str, lease: str = "3") -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
     client = drover.Client(url, config(notify=mode == "notify", lease=float(lease)))
     client.run()
 

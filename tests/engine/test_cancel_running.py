@@ -189,6 +189,16 @@ def test_a_handler_that_ignores_the_signal_finishes_and_is_recorded_cancelled(
     _cancelled_with(inspector, job.id, "not needed")
     code, err = _stop(worker)
     assert code == 0, err
+    # The log tells one story: asked to stop, returned anyway, recorded cancelled.
+    (returned,) = [
+        line for line in err.splitlines() if f"job {job.id} (" in line and "returned" in line
+    ]
+    assert returned.startswith("INFO drover ")
+    assert returned.endswith(" after it was asked to stop (cancelled by operator: not needed)")
+    assert not [
+        line for line in err.splitlines() if f"job {job.id} (" in line and " finished in " in line
+    ]
+    assert "ended cancelled: an operator asked to cancel it while it ran" in err
 
 
 def test_a_handler_that_raises_after_the_request_is_cancelled_not_retried(

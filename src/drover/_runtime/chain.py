@@ -130,7 +130,7 @@ def AsyncLogging(logger: logging.Logger) -> AsyncMiddleware:
             log.info(JOB + " started", *job_args(row), extra=job_fields(row, "job_started"))
             started = time.perf_counter()
             await next_handler(ctx, row)
-            log_execution_end(log, row, started)
+            log_execution_end(log, row, started, ctx)
 
         return handle
 
