@@ -104,8 +104,11 @@ DROP DATABASE {name} WITH (FORCE);
 
 -- name: stats_kinds
 -- Per kind over the last %(minutes)s minutes (database clock): jobs that
--- completed and went dead in the window (cancelled rows are read and not counted), attempts that failed in it (error
--- entries stamped in the window, whatever the job's state now), and the
+-- completed, went dead and ended cancelled in the window, attempts that
+-- failed in it (error entries stamped in the window, whatever the job's
+-- state now, of attempts that ran: not the entry of a job cancelled before
+-- it ran, because a dependency ended badly or an operator cancelled it, nor
+-- a cancellation, which the cancelled count has), and the
 -- 50th and 95th percentile run time of the completed ones (their last
 -- attempt: claim to completion; jobs never claimed by a worker have no
 -- attempted_at and are left out). Reads only the window's rows and the
@@ -122,6 +125,7 @@ WITH finished AS (
     SELECT kind,
            count(*) FILTER (WHERE state = 'completed') AS completed,
            count(*) FILTER (WHERE state = 'dead') AS dead,
+           count(*) FILTER (WHERE state = 'cancelled') AS cancelled,
            percentile_cont(0.5) WITHIN GROUP (ORDER BY run)
                FILTER (WHERE state = 'completed' AND run IS NOT NULL) AS p50,
            percentile_cont(0.95) WITHIN GROUP (ORDER BY run)
@@ -147,10 +151,14 @@ WITH finished AS (
     FROM failing f
     CROSS JOIN LATERAL jsonb_array_elements(f.errors) AS e(value)
     WHERE (e.value->>'at')::timestamptz >= now() - make_interval(mins => %(minutes)s)
+      AND (e.value->>'attempt')::integer > 0
+      AND e.value->>'error' NOT LIKE 'drover: job cancelled by operator%%'
+      AND e.value->>'error' NOT LIKE 'job cancelled by handler%%'
+      AND e.value->>'error' NOT LIKE 'dependency %% so this job will not run'
     GROUP BY f.kind
 )
 SELECT COALESCE(p.kind, f.kind), COALESCE(p.completed, 0), COALESCE(f.failed, 0),
-       COALESCE(p.dead, 0), p.p50, p.p95
+       COALESCE(p.dead, 0), p.p50, p.p95, COALESCE(p.cancelled, 0)
 FROM per_kind p
 FULL JOIN failures f ON f.kind = p.kind
 ORDER BY 1;

@@ -355,12 +355,14 @@ class WorkerInfo:
 class KindStats:
     """One job kind's outcomes over a recent window (`drover.Inspector.kinds`).
 
-    `completed` and `dead` count jobs that finished in the window; `failed`
-    counts failed attempts in the window (each error recorded: a retry, a
-    final failure or a cancellation from the handler), whatever became of the
-    job since. `p50_seconds` and `p95_seconds` are the run times of the
-    window's completed jobs (their last attempt, from claim to completion),
-    `None` when none has one.
+    `completed`, `dead` and `cancelled` count jobs that ended so in the
+    window; `failed` counts attempts that ran and failed in the window (each
+    error recorded: a retry or a final failure, a lease that expired),
+    whatever became of the job since: not cancellations (the handler's, an
+    operator's, or a dependency's that kept a job from running), which
+    `cancelled` counts. `p50_seconds` and `p95_seconds` are the run times of
+    the window's completed jobs (their last attempt, from claim to
+    completion), `None` when none has one.
     """
 
     kind: str
@@ -369,3 +371,5 @@ class KindStats:
     dead: int
     p50_seconds: float | None
     p95_seconds: float | None
+    cancelled: int = 0
+    """Jobs that ended cancelled in the window (0 from a caller building one by hand)."""

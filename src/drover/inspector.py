@@ -499,9 +499,10 @@ class Inspector:
     def kinds(self, minutes: int = 60) -> list[KindStats]:
         """Per job kind over the last ``minutes`` (1..1440), by kind, database clock.
 
-        For each kind seen in the window: jobs that completed and went dead
-        in it, attempts that failed in it (every error recorded, retried or
-        final; snoozes are not errors), and the 50th and 95th percentile run
+        For each kind seen in the window: jobs that completed, went dead and
+        ended cancelled in it, attempts that ran and failed in it (every error
+        recorded, retried or final; snoozes and cancellations are not
+        failures, nor a job cancelled before it ever ran), and the 50th and 95th percentile run
         time of the completed jobs (their last attempt, from claim to
         completion). One statement over the same indexes as `throughput`; jobs
         retention already deleted are not counted.

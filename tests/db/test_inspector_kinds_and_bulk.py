@@ -79,7 +79,23 @@ def test_kinds_count_outcomes_and_failed_attempts_in_the_window_with_run_time_pe
     _plant(conn, "report", "dead", run=1.0, errors_ago=(90, 60, 30))
     _plant(conn, "report", "dead", run=1.0, finished_ago=7200, errors_ago=(7300,))  # too old
     _plant(conn, "mail", "retryable", errors_ago=(7200, 10))  # one failure in the window
-    _plant(conn, "mail", "cancelled", errors_ago=(5,))  # a handler's cancellation, just now
+    _plant(conn, "mail", "cancelled", errors_ago=(5,))  # ended cancelled after a failure
+    # Cancelled without a failed attempt: a dependent that never ran, an operator's
+    # cancel, a handler's Cancel. Each counts as cancelled, none as a failed attempt.
+    never_ran = _plant(conn, "mail", "cancelled")
+    conn.execute(
+        "UPDATE drover_jobs SET attempt = 0, errors = jsonb_build_array(jsonb_build_object("
+        "'attempt', 0, 'at', now(), 'error', 'dependency 7 ended dead, so this job will not run'))"
+        " WHERE id = %s",
+        (never_ran,),
+    )
+    for text in ("drover: job cancelled by operator: not needed", "job cancelled by handler: no"):
+        cancelled = _plant(conn, "mail", "cancelled")
+        conn.execute(
+            "UPDATE drover_jobs SET errors = jsonb_build_array(jsonb_build_object("
+            "'attempt', 1, 'at', now(), 'error', %s::text)) WHERE id = %s",
+            (text, cancelled),
+        )
 
     kinds = {k.kind: k for k in inspector.kinds(60)}
     assert list(kinds) == ["mail", "report"]
@@ -89,7 +105,8 @@ def test_kinds_count_outcomes_and_failed_attempts_in_the_window_with_run_time_pe
     runs = sorted([*range(1, 21), 2])
     assert report.p50_seconds == pytest.approx(runs[10])
     assert report.p95_seconds == pytest.approx(runs[19])  # position 0.95 * 20, exactly
-    assert (mail.completed, mail.failed, mail.dead) == (0, 2, 0)
+    assert (mail.completed, mail.failed, mail.dead, mail.cancelled) == (0, 2, 0, 4)
+    assert report.cancelled == 0
     assert mail.p50_seconds is None and mail.p95_seconds is None
     assert {k.kind for k in inspector.kinds(1)} == {"mail", "report"}  # 10 s and 5 s ago...
     assert inspector.kinds(1)[1].completed == 2  # ...and the two finished just now

@@ -86,6 +86,7 @@ def kind_stats(conn: Connection, minutes: int, *, ns: Namespace = DEFAULT) -> li
             dead=int(dead),
             p50_seconds=None if p50 is None else float(p50),
             p95_seconds=None if p95 is None else float(p95),
+            cancelled=int(cancelled),
         )
-        for kind, completed, failed, dead, p50, p95 in rows
+        for kind, completed, failed, dead, p50, p95, cancelled in rows
     ]
