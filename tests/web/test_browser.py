@@ -252,7 +252,8 @@ def test_the_workers_view_and_the_overview_show_live_clients(
         flag = page.locator("p.flag")
         assert "Queue mail has waiting jobs and no live worker" in flag.inner_text()
         kinds = page.locator("#kinds tbody tr", has=page.locator("text=report"))
-        assert kinds.locator("td").all_inner_texts()[1:4] == ["30", "0", "0"]
+        # completed, failed attempts, dead, cancelled
+        assert kinds.locator("td").all_inner_texts()[1:5] == ["30", "0", "0", "0"]
         _shot(page, "overview")
 
         page.get_by_role("link", name="Workers", exact=True).click()
