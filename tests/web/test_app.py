@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from werkzeug.test import Client, TestResponse
 
 import drover
 from drover.web import make_app
-from drover.web.app import CSP
+from drover.web.app import CSP, relative
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 HOST = "status.example"
@@ -512,7 +513,7 @@ def test_the_overview_shows_outcomes_and_run_times_per_kind(browser: Client, con
     row = re.search(r">report</a></td>.*?</tr>", page, re.S)
     assert row is not None
     cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', row.group(0))
-    assert cells == ["3", "0", "1", "400 ms", "2.74 s"]
+    assert cells == ["3", "0", "1", "0", "400 ms", "2.74 s"]  # ..., dead, cancelled, p50, p95
 
 
 # --- job list: args, bulk -----------------------------------------------------------------------
@@ -530,7 +531,10 @@ def test_the_job_list_shows_truncated_args_searches_them_and_shows_when_jobs_die
     assert ids == [ada] and bob not in ids
     assert 'value="{&#34;to&#34;: &#34;ada@example.com&#34;}"' in found.text  # kept as typed
     died = re.search(
-        rf'href="/jobs/{ada}".*?<span class="state-dead">died</span> ([^<]+)</td>', page, re.S
+        rf'href="/jobs/{ada}".*?<span class="state-dead">died</span> '
+        r'<time [^>]*title="([^"]+) UTC">',
+        page,
+        re.S,
     )
     assert died is not None and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", died.group(1))
     bad = get(browser, "/jobs?args=[1]")
@@ -642,3 +646,41 @@ def test_tracebacks_fold_drovers_frames_and_show_the_users(browser: Client, conn
     shown = page.replace(folded.group(0), "")
     assert '  File "/srv/app/jobs.py", line 12, in work' in shown.replace("&#34;", '"')
     assert "SMTPError: 550 &lt;b&gt;unavailable&lt;/b&gt;" in shown and "<b>" not in page
+
+
+# --- finding a job, reading times -----------------------------------------------------------------
+
+
+def test_the_jump_box_goes_to_a_jobs_page_and_refuses_what_is_no_id(
+    browser: Client, conn: Conn
+) -> None:
+    job_id = plant(conn, "scheduled")
+    for typed in (str(job_id), f"#{job_id}", f"  {job_id} "):
+        response = get(browser, "/jump?" + urlencode({"id": typed}))
+        assert response.status_code == 303 and response.headers["Location"] == f"/jobs/{job_id}"
+    page = get(browser, f"/jobs/{job_id}")
+    assert page.status_code == 200
+    assert 'action="/jump"' in page.text  # the box is on every page
+    for typed in ("abc", "0", "-3", str(2**63), "\uff11\uff12"):  # fullwidth 12: not ASCII
+        refused = get(browser, "/jump?" + urlencode({"id": typed}))
+        assert refused.status_code == 400 and "is not a job id" in refused.text
+
+
+def test_times_read_relative_with_the_utc_time_on_hover(browser: Client, conn: Conn) -> None:
+    job_id = plant(conn, "scheduled")  # due in an hour
+    page = get(browser, f"/jobs/{job_id}").text
+    due = re.search(
+        r"<dt>Due</dt><dd><time datetime=\"([^\"]+)\" title=\"([^\"]+) UTC\">([^<]+)</time>", page
+    )
+    assert due is not None, page
+    assert due.group(3) in ("in 59 min", "in 1 h")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", due.group(2))
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.2, "just now"), (42, "42 s ago"), (185, "3 min ago"), (7300, "2 h ago"),
+     (200_000, "2 d ago"), (-180, "in 3 min"), (-3, "in 3 s")],
+)  # fmt: skip
+def test_relative_times(seconds: float, text: str) -> None:
+    assert relative(seconds) == text

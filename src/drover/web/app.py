@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from werkzeug.wrappers import Request, Response
 
 from drover._durations import Duration, to_seconds
@@ -103,6 +104,7 @@ class StatusPage:
             lstrip_blocks=True,
         )
         self._env.filters["when"] = _when
+        self._env.filters["ago"] = _ago
         self._env.filters["compact_json"] = _compact_json
         self._env.filters["seconds"] = _seconds
         self._env.filters["period"] = period_text
@@ -149,6 +151,8 @@ class StatusPage:
                 return self._limits(request)
             if path == "/health":
                 return self._health(request)
+            if path == "/jump":
+                return self._jump(request)
             if path.startswith("/static/"):
                 return self._static(request, path.removeprefix("/static/"))
             job = _JOB.match(path)
@@ -374,6 +378,17 @@ class StatusPage:
             **workflow_context(workflow, self._base(request)),
         )
 
+    def _jump(self, request: Request) -> Response:
+        """The header's box: a job id (``#`` and spaces allowed) goes to that job's page."""
+        text = request.args.get("id", "").strip().removeprefix("#").strip()
+        if not text.isascii() or not text.isdigit() or not 1 <= int(text) < 2**63:
+            return self._error(
+                request, 400, "Not a job id", f"{text[:40]!r} is not a job id (1 or more)."
+            )
+        response = Response("", status=303)
+        response.headers["Location"] = f"{self._base(request)}/jobs/{int(text)}"
+        return response
+
     def _error(self, request: Request, status: int, title: str, message: str) -> Response:
         return self._render(
             request, "error.html", status=status, ask=False, title=title, message=message
@@ -536,6 +551,33 @@ def _when(value: datetime | None) -> str:
     if value is None:
         return "\u2013"  # an en dash, as the templates show a missing value
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _ago(value: datetime | None, now: datetime | None = None) -> Markup:
+    """A timestamp as people read it (``3 min ago``, ``in 2 h``), the UTC time on hover.
+
+    ``now`` is this process's clock by default: close enough for reading a page.
+    """
+    if value is None:
+        return Markup("\u2013")
+    moment = value.astimezone(UTC)
+    delta = ((now or datetime.now(UTC)) - moment).total_seconds()
+    return Markup('<time datetime="{}" title="{} UTC">{}</time>').format(
+        moment.isoformat(), moment.strftime("%Y-%m-%d %H:%M:%S"), relative(delta)
+    )
+
+
+def relative(seconds: float) -> str:
+    """``seconds`` since a moment (negative: until it) as ``just now``, ``42 s ago``,
+    ``3 min ago``, ``5 h ago``, ``2 d ago``, or ``in 3 min``."""
+    past, span = seconds >= 0, abs(seconds)
+    if span < 1:
+        return "just now"
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1)):
+        if span >= size:
+            text = f"{int(span // size)} {unit}"
+            return f"{text} ago" if past else f"in {text}"
+    raise AssertionError(span)  # pragma: no cover - span >= 1 matched "s"
 
 
 def _compact_json(value: object) -> str:
