@@ -146,3 +146,25 @@ def test_a_handler_on_the_drover_logger_counts_and_a_null_handler_does_not() -> 
         logging.getLogger("drover").addHandler(logging.StreamHandler(io.StringIO()))
         assert app_configured_logging()
     assert drover.__version__
+
+
+def test_a_record_a_handler_below_the_root_wrote_is_not_written_again() -> None:
+    # Django's default logging puts a console handler on the "django" logger only:
+    # `manage.py drover worker` then installs the root handler, and django.tasks'
+    # records, propagating, were printed twice.
+    stream, console = io.StringIO(), io.StringIO()
+    own = logging.StreamHandler(console)
+    django = logging.getLogger("drover_test_django")
+    try:
+        django.addHandler(own)
+        with clean_logging():
+            assert configure_logging(LoggingChoice(None, None), stream)
+            logging.getLogger("drover_test_django.tasks").info("Task t enqueued")
+            logging.getLogger("drover").info("a drover record")
+            own.setLevel(logging.ERROR)  # below its handler's level: the root writes it
+            logging.getLogger("drover_test_django.tasks").warning("not the console's")
+    finally:
+        django.removeHandler(own)
+    assert console.getvalue() == "Task t enqueued\n"
+    lines = stream.getvalue().splitlines()
+    assert [line.rsplit("] ", 1)[1] for line in lines] == ["a drover record", "not the console's"]

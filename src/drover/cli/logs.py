@@ -119,6 +119,22 @@ class _Redacting(logging.Formatter):
         return redact(self._inner.format(record))
 
 
+class _NotHandledBelow(logging.Filter):
+    """Drops a record that a handler of its own logger, or of an ancestor below the root,
+    has already written (Django's `django` loggers print on a console of their own): the
+    root handler then adds nothing, instead of printing it a second time."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        logger: logging.Logger | None = logging.getLogger(record.name)
+        while logger is not None and logger.parent is not None:  # the root has no parent
+            if any(_real(h) and record.levelno >= h.level for h in logger.handlers):
+                return False
+            if not logger.propagate:
+                return True
+            logger = logger.parent
+        return True
+
+
 def configure_logging(choice: LoggingChoice, stream: TextIO | None = None) -> bool:
     """Set logging up for a long-running command unless the application did; True if it did.
 
@@ -131,6 +147,8 @@ def configure_logging(choice: LoggingChoice, stream: TextIO | None = None) -> bo
     With one, handlers and formats are the application's: an explicit
     `--log-level` only sets the level of the `drover` logger, and an explicit
     `--log-format` is ignored with a warning on the `drover.cli` logger.
+    A record some handler below the root already wrote (Django's `django`
+    loggers have a console handler of their own) is not written again.
     """
     if app_configured_logging():
         if choice.level is not None:
@@ -148,6 +166,7 @@ def configure_logging(choice: LoggingChoice, stream: TextIO | None = None) -> bo
     handler.setFormatter(_Redacting(inner))
     if choice.format == "json":
         handler.addFilter(JobLogFilter())  # an application's records inside a job name it
+    handler.addFilter(_NotHandledBelow())
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)
