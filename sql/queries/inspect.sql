@@ -74,6 +74,15 @@ WHERE e.job_id = %(id)s AND p.state IN ({{states:unsuccessful}})
 ORDER BY p.id
 LIMIT 1;
 
+-- name: job_count_dead_of_kind
+-- How many dead jobs of one kind (optionally one queue) there are: what the
+-- status page asks the operator to confirm before job_retry_dead_of_kind
+-- (which may redrive fewer: it skips held unique keys and locked rows).
+SELECT count(*)
+FROM drover_jobs
+WHERE state = 'dead' AND kind = %(kind)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text);
+
 -- name: job_retry_dead_of_kind
 -- Redrive every dead job of one kind (optionally one queue) at once. A dead
 -- job whose unique key is held again by a waiting or running job stays dead

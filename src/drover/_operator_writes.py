@@ -190,13 +190,21 @@ class OperatorWrites:
 
     def retry_dead(self, kind: str, queue: str | None = None) -> int:
         """Redrive the dead jobs of ``kind``; how many (see ``Inspector.retry_dead``)."""
-        try:
-            checked_kind = _check_name(kind, "kind", MAX_KIND_LENGTH)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(str(exc)) from None
-        if queue is not None:
-            check_queue_name(queue)
-        return self._store.operator.retry_dead(checked_kind, queue)
+        return self._store.operator.retry_dead(*_kind_and_queue(kind, queue))
+
+    def count_dead(self, kind: str, queue: str | None = None) -> int:
+        """How many dead jobs of ``kind`` there are (see ``Inspector.count_dead``)."""
+        return self._store.operator.count_dead(*_kind_and_queue(kind, queue))
+
+
+def _kind_and_queue(kind: str, queue: str | None) -> tuple[str, str | None]:
+    try:
+        checked_kind = _check_name(kind, "kind", MAX_KIND_LENGTH)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(str(exc)) from None
+    if queue is not None:
+        check_queue_name(queue)
+    return checked_kind, queue
 
 
 def _meta_json(meta: object) -> str:

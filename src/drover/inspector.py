@@ -346,6 +346,15 @@ class Inspector:
         """
         return self._writes.retry_dead(kind, queue)
 
+    def count_dead(self, kind: str, queue: str | None = None) -> int:
+        """How many dead jobs of ``kind`` (on ``queue`` if given) there are now.
+
+        One count; what ``retry_dead`` would consider (it may redrive fewer:
+        held unique keys and rows a concurrent operator holds are skipped).
+        The status page asks the operator to confirm this number first.
+        """
+        return self._writes.count_dead(kind, queue)
+
     def rights(self) -> OperatorRights:
         """Which operator writes this role may make, asked of PostgreSQL without trying one.
 

@@ -271,8 +271,22 @@ def test_retry_all_dead_of_a_kind_and_pause_resume_a_queue(
     dead = [plant(conn, "dead", kind="report") for _ in range(3)]
     other = plant(conn, "dead", kind="mail")
     csrf = token(browser)
+    # The first post asks: how many it would touch, and a button that confirms.
+    asked = post(browser, "/jobs/retry-dead", {"csrf": csrf, "kind": "report", "queue": ""})
+    assert asked.status_code == 200
+    assert "3 dead job(s) of kind report would go back to the queue" in asked.text
+    assert 'name="confirm" value="yes"' in asked.text and "Retry 3 job(s)" in asked.text
+    assert {state_of(conn, j) for j in dead} == {"dead"}  # nothing changed yet
+    nothing = post(browser, "/jobs/retry-dead", {"csrf": csrf, "kind": "nope", "queue": ""})
+    assert "No job of kind nope is dead now" in nothing.text
+    assert 'name="confirm"' not in nothing.text
     message = flash_after(
-        browser, post(browser, "/jobs/retry-dead", {"csrf": csrf, "kind": "report", "queue": ""})
+        browser,
+        post(
+            browser,
+            "/jobs/retry-dead",
+            {"csrf": csrf, "kind": "report", "queue": "", "confirm": "yes"},
+        ),
     )
     assert message == "Retried 3 dead job(s) of kind report."
     assert {state_of(conn, j) for j in dead} == {"available"} and state_of(conn, other) == "dead"

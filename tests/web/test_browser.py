@@ -235,6 +235,35 @@ def test_an_operator_retries_selected_dead_jobs_in_bulk_without_javascript(
         assert "args is not valid JSON" in page.locator("main").inner_text()
 
 
+def test_retry_all_dead_of_a_kind_asks_first_and_the_jump_box_finds_a_job(
+    db_url: str, conn: Conn, open_page: Callable[..., Any]
+) -> None:
+    page = open_page(javascript=False)
+    dead = [_plant(conn, "dead", "send_sms") for _ in range(3)]
+    with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "0") as (url, _):
+        page.goto(f"{url}jobs?kind=send_sms&state=dead")
+        page.get_by_role("button", name="Retry all dead send_sms jobs").click()
+        asked = page.locator("#confirm-what")
+        asked.wait_for()
+        assert asked.inner_text().startswith("3 dead job(s) of kind send_sms would go back")
+        assert [_state(conn, j) for j in dead] == ["dead"] * 3  # nothing yet
+        _shot(page, "retry-dead-confirm")
+        page.get_by_role("button", name="Retry 3 job(s)").click()
+        flash = page.locator("p.flash")
+        flash.wait_for()
+        assert flash.inner_text() == "Retried 3 dead job(s) of kind send_sms."
+        assert [_state(conn, j) for j in dead] == ["available"] * 3
+
+        # Any page: type a job's id in the header's box, press Enter, land on the job.
+        page.get_by_role("textbox", name="Job id").fill(f"#{dead[1]}")
+        page.get_by_role("textbox", name="Job id").press("Enter")
+        page.wait_for_url(f"**/jobs/{dead[1]}")
+        assert page.locator("h1").inner_text().startswith(f"Job {dead[1]}")
+        due = page.locator("dt:text('Due') + dd time")
+        assert due.get_attribute("title", timeout=5_000) is not None  # the UTC time on hover
+        assert due.inner_text() == "just now" or due.inner_text().endswith(" ago")
+
+
 def test_the_workers_view_and_the_overview_show_live_clients(
     db_url: str, conn: Conn, page: Any, make_client: MakeClient
 ) -> None:

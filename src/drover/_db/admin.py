@@ -105,6 +105,17 @@ def job_retry_dead_of_kind(
     return int(row[0])
 
 
+def job_count_dead_of_kind(
+    conn: Connection, kind: str, queue: str | None, *, ns: Namespace = DEFAULT
+) -> int:
+    """How many dead jobs of ``kind`` (on ``queue``) there are."""
+    with translate(f"count dead jobs of kind {kind!r}"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("job_count_dead_of_kind", ns), {"kind": kind, "queue": queue})
+        row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def job_lease_holder(
     conn: Connection, job_id: int, *, ns: Namespace = DEFAULT
 ) -> tuple[bool, str | None]:

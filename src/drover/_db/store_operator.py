@@ -133,6 +133,11 @@ class OperatorStore:
         with borrow(self._pool, "retry dead jobs") as conn:
             return admin.job_retry_dead_of_kind(conn, kind, queue, ns=self._ns)
 
+    def count_dead(self, kind: str, queue: str | None) -> int:
+        """How many dead jobs of ``kind`` (on ``queue``) there are."""
+        with borrow(self._pool, "count dead jobs") as conn:
+            return admin.job_count_dead_of_kind(conn, kind, queue, ns=self._ns)
+
     def cancel_jobs(self, ids: Sequence[int]) -> list[int]:
         """Cancel every listed waiting or dead job in one statement; the ids cancelled."""
         with borrow(self._pool, "cancel jobs") as conn:

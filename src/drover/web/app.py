@@ -427,6 +427,8 @@ class StatusPage:
                 )
             kind = request.form.get("kind", "")
             queue_filter = request.form.get("queue") or None
+            if request.form.get("confirm") != "yes":
+                return self._confirm_retry_dead(request, back, kind, queue_filter)
             count = self.inspector.retry_dead(kind, queue_filter)
             return _redirect(back, flash="retried_dead", count=count, kind_name=kind)
         except (InvalidArgument, InvalidInsertOpts) as exc:
@@ -437,6 +439,32 @@ class StatusPage:
             return self._error(request, 403, "Not permitted", str(exc))
         except DroverError as exc:
             return self._error(request, 500, "The database refused", str(exc))
+
+    def _confirm_retry_dead(
+        self, request: Request, back: str, kind: str, queue: str | None
+    ) -> Response:
+        """The step before a retry of every dead job of a kind: how many it will touch."""
+        count = self.inspector.count_dead(kind, queue)
+        where = f" in queue {queue}" if queue else ""
+        message = (
+            f"{count} dead job(s) of kind {kind}{where} would go back to the queue, each "
+            "with its attempts counted from zero. Jobs that die before you confirm are "
+            "retried too."
+            if count
+            else f"No job of kind {kind}{where} is dead now: there is nothing to retry."
+        )
+        return self._render(
+            request,
+            "confirm.html",
+            title=f"Retry the dead {kind} jobs?",
+            message=message,
+            path="/jobs/retry-dead",
+            action_label=f"Retry {count} job(s)",
+            fields={"kind": kind, "queue": queue or "", "confirm": "yes"},
+            back=back,
+            danger=False,
+            count=count,
+        )
 
     def _refused(self, path: str) -> str | None:
         """Why the page's role may not make this write, or ``None`` when it may."""
