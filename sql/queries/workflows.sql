@@ -89,3 +89,30 @@ ORDER BY j.id;
 
 -- name: job_workflow_id
 SELECT workflow_id FROM drover_jobs WHERE id = %(id)s;
+
+-- name: workflow_list
+-- The newest workflows (ids below %(before)s, when given), newest first, with
+-- their first job's kind, when they were inserted, and their jobs by state.
+-- The ids come from the workflow index read backwards, stopping after the
+-- %(limit)s newest (a Unique over an index-only scan, whatever the history);
+-- then only those workflows' rows are counted.
+WITH newest AS (
+    SELECT DISTINCT workflow_id AS id
+    FROM drover_jobs
+    WHERE workflow_id IS NOT NULL
+      AND (%(before)s::bigint IS NULL OR workflow_id < %(before)s::bigint)
+    ORDER BY workflow_id DESC
+    LIMIT %(limit)s
+)
+SELECT n.id, min(j.created_at),
+       (SELECT f.kind FROM drover_jobs f WHERE f.id = n.id),
+       count(*),
+       count(*) FILTER (WHERE j.state = 'completed'),
+       count(*) FILTER (WHERE j.state = 'running'),
+       count(*) FILTER (WHERE j.state IN ({{states:waiting}}) OR j.state = 'pending'),
+       count(*) FILTER (WHERE j.state = 'dead'),
+       count(*) FILTER (WHERE j.state = 'cancelled')
+FROM newest n
+JOIN drover_jobs j ON j.workflow_id = n.id
+GROUP BY n.id
+ORDER BY n.id DESC;

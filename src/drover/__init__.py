@@ -91,6 +91,7 @@ from drover.workflows import (
     InsertedWorkflow,
     Workflow,
     WorkflowJob,
+    WorkflowSummary,
     chain,
     group,
 )
@@ -191,6 +192,7 @@ __all__ = [
     "Workers",
     "Workflow",
     "WorkflowJob",
+    "WorkflowSummary",
     "__version__",
     "chain",
     "group",

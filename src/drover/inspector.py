@@ -44,7 +44,7 @@ from drover.progress import check_tags
 from drover.queues import QueueState, QueueSummary
 from drover.unique import UniqueIdentity
 from drover.worker import Workers
-from drover.workflows import Workflow
+from drover.workflows import Workflow, WorkflowSummary
 
 __all__ = [
     "Inspector",
@@ -574,6 +574,22 @@ class Inspector:
             raise NotFound(f"job {checked} does not exist or belongs to no workflow")
         workflow_id, jobs = found
         return Workflow(workflow_id, tuple(jobs))
+
+    def workflows(self, limit: int = 50, before: int | None = None) -> list[WorkflowSummary]:
+        """The newest workflows, newest first: each one's id, insert time, first kind and
+        jobs by state (``WorkflowSummary``); ``before`` pages (ids below it).
+
+        One statement that reads the workflow index backwards and stops after
+        ``limit`` (1..1000) workflows, then counts only their jobs: its cost
+        does not grow with the history. Workflows retention deleted are gone.
+
+        Raises:
+            drover.InvalidArgument: a bad ``limit`` or ``before``.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidArgument(f"limit must be an int between 1 and 1000, not {limit!r}")
+        checked = None if before is None else check_job_id(before)
+        return self._store.workflows(limit, checked)
 
     def limits(self) -> list[LimitState]:
         """Every cluster-wide limit, by scope, target and partition field, with its use now.

@@ -13,6 +13,7 @@ This module only describes and flattens workflows; it does no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple, TypeAlias
 
 from drover.errors import InvalidArgument, InvalidInsertOpts, InvalidJobArgs
@@ -28,6 +29,7 @@ __all__ = [
     "Step",
     "Workflow",
     "WorkflowJob",
+    "WorkflowSummary",
     "chain",
     "flatten",
     "group",
@@ -136,6 +138,31 @@ class Workflow(NamedTuple):
         if states <= {JobState.COMPLETED}:
             return "completed"
         if states & {JobState.DEAD, JobState.CANCELLED}:
+            return "failed"
+        return "running"
+
+
+class WorkflowSummary(NamedTuple):
+    """One workflow as ``Inspector.workflows`` lists it: its id (its first job's), when it
+    was inserted, its first job's kind (``None`` once retention deleted it), and its jobs
+    by state (``waiting`` includes ``pending``)."""
+
+    id: int
+    created_at: datetime
+    first_kind: str | None
+    jobs: int
+    completed: int
+    running: int
+    waiting: int
+    dead: int
+    cancelled: int
+
+    @property
+    def state(self) -> str:
+        """``completed``, ``failed`` or ``running``, as ``Workflow.state`` says it."""
+        if self.completed == self.jobs:
+            return "completed"
+        if self.dead or self.cancelled:
             return "failed"
         return "running"
 

@@ -260,3 +260,25 @@ def test_kinds_reads_the_window_through_indexes_not_the_history(conn: Conn) -> N
     assert scans and all(node != "Seq Scan" for node, _ in scans), scans
     indexes = {n.get("Index Name") for n in _plan_nodes(plan[0]["Plan"])}
     assert "drover_jobs_finalized_idx" in indexes, indexes
+
+
+def test_the_workflows_index_reads_the_newest_workflows_not_the_history(conn: Conn) -> None:
+    # 5,000 workflows of 3 jobs each: listing the newest 50 must read the workflow
+    # index backwards and stop, not scan the table or count every workflow.
+    conn.execute(
+        "INSERT INTO drover_jobs (id, kind, state, workflow_id) OVERRIDING SYSTEM VALUE "
+        "SELECT g, 'k', 'completed', g - (g - 1) % 3 FROM generate_series(1, 15000) g"
+    )
+    conn.execute("SELECT setval('drover_jobs_id_seq', 15000)")
+    conn.execute("ANALYZE drover_jobs")
+    [(plan,)] = conn.execute(
+        "EXPLAIN (FORMAT JSON) " + query("workflow_list"), {"limit": 50, "before": None}
+    ).fetchall()
+    nodes = list(_plan_nodes(plan[0]["Plan"]))
+    scans = [(n["Node Type"], n.get("Index Name")) for n in nodes if n.get("Relation Name")]
+    assert all(node != "Seq Scan" for node, _ in scans), scans
+    assert any(index == "drover_jobs_workflow_idx" for _, index in scans), scans
+    with drover.Inspector(conn.info.dsn) as inspector:
+        listed = inspector.workflows(limit=50)
+    assert [w.id for w in listed] == list(range(14998, 14998 - 150, -3))
+    assert all((w.jobs, w.completed, w.state) == (3, 3, "completed") for w in listed)

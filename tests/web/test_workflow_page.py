@@ -184,3 +184,46 @@ def test_a_large_workflow_draws_its_first_jobs_and_says_how_many_more(
         "(the table lists them)."
     )
     assert len(re.findall(r'<tr><td class="num"><a href="/jobs/', text)) == 1000
+
+
+# --- the workflows index ----------------------------------------------------------------------
+
+
+def test_the_workflows_index_lists_the_newest_with_their_jobs_by_state_and_pages(
+    browser: Client, inspector: drover.Inspector, make_client: MakeClient, conn: Conn
+) -> None:
+    assert "No workflow" in get(browser, "/workflows").text
+    done = _insert(make_client, drover.chain(Step(name="a"), Step(name="b")))
+    for job_id in done:
+        _complete(conn, job_id, "1")
+    broken = _insert(make_client, drover.chain(Step(name="c"), Step(name="d"), Step(name="e")))
+    conn.execute(
+        "UPDATE drover_jobs SET state = 'dead', finalized_at = now() WHERE id = %s", (broken[0],)
+    )
+    running = _insert(make_client, drover.group(Step(name="f"), Step(name="g")))
+    plant(conn, "available")  # a job of no workflow: not listed
+
+    listed = inspector.workflows()
+    assert [w.id for w in listed] == [running[0], broken[0], done[0]]
+    fresh, dead, finished = listed
+    assert (finished.jobs, finished.completed, finished.state) == (2, 2, "completed")
+    assert (dead.jobs, dead.dead, dead.waiting, dead.state) == (3, 1, 2, "failed")
+    assert (fresh.jobs, fresh.waiting, fresh.state, fresh.first_kind) == (
+        2,
+        2,
+        "running",
+        "wfweb_step",
+    )
+    assert [w.id for w in inspector.workflows(limit=1, before=broken[0])] == [done[0]]
+    with pytest.raises(drover.InvalidArgument, match="limit must be an int"):
+        inspector.workflows(limit=0)
+
+    page = get(browser, "/workflows")
+    assert page.status_code == 200
+    rows = re.findall(r'<a href="/workflows/(\d+)">', page.text)
+    assert [int(r) for r in rows] == [running[0], broken[0], done[0]]
+    assert '<td class="state-failed">failed</td>' in page.text
+    assert 'href="/workflows"' in get(browser, "/").text  # in the header of every page
+    older = get(browser, f"/workflows?before={broken[0]}")
+    assert [int(r) for r in re.findall(r'<a href="/workflows/(\d+)">', older.text)] == [done[0]]
+    assert get(browser, "/workflows?before=abc").status_code == 400

@@ -17,7 +17,7 @@ from drover._db.rows import decode_json, new_row, row_from_db
 from drover._records import EncodedGraph
 from drover.errors import InvalidInsertOpts
 from drover.job import JobRow, JobState
-from drover.workflows import WorkflowJob
+from drover.workflows import WorkflowJob, WorkflowSummary
 
 __all__ = [
     "GRAPH_ACTION",
@@ -171,3 +171,14 @@ def workflow_jobs(
             for r in cur.fetchall()
         ]
     return workflow_id, jobs
+
+
+def workflow_list(
+    conn: Connection, limit: int, before: int | None, *, ns: Namespace = DEFAULT
+) -> list[WorkflowSummary]:
+    """The ``limit`` newest workflows (ids below ``before``), newest first, with their jobs
+    counted by state."""
+    with translate("list workflows"), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(query("workflow_list", ns), {"limit": limit, "before": before})
+        rows = cur.fetchall()
+    return [WorkflowSummary(int(r[0]), r[1], r[2], *(int(n) for n in r[3:])) for r in rows]

@@ -47,7 +47,7 @@ from drover._db.store_operator import OperatorStore
 from drover._records import EncodedBatch, EncodedGraph, Identity, JobInsertParams
 from drover.errors import CannotClaim
 from drover.job import JobRow
-from drover.workflows import WorkflowJob
+from drover.workflows import WorkflowJob, WorkflowSummary
 
 __all__ = ["Store"]
 
@@ -283,6 +283,11 @@ class Store(EngineOps):
         """The workflow of job ``job_id`` (or with that id), or ``None``."""
         with borrow(self._pool, "read a workflow") as conn:
             return graph.workflow_jobs(conn, job_id, ns=self._ns)
+
+    def workflows(self, limit: int, before: int | None) -> list[WorkflowSummary]:
+        """The ``limit`` newest workflows (ids below ``before``), newest first."""
+        with borrow(self._pool, "list workflows") as conn:
+            return graph.workflow_list(conn, limit, before, ns=self._ns)
 
     def notify_now(self, queues: Sequence[str], *, timeout: float) -> None:
         """Wake the listeners of ``queues`` now, waiting at most ``timeout`` for a connection."""

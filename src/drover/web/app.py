@@ -69,6 +69,8 @@ HEALTH_HISTORY = timedelta(hours=6)
 # Cancel is offered on running jobs too: the worker is asked to stop (ADR 0030).
 _CANCEL_BUTTON = frozenset({*(s.value for s in CANCELLABLE_STATES), JobState.RUNNING.value})
 _JOB_ACTION = re.compile(r"^/jobs/([0-9]{1,19})/(retry|cancel)$")
+_WORKFLOWS_PAGE = 50
+"""Workflows per page of the workflows index."""
 _JOB = re.compile(r"^/jobs/([0-9]{1,19})$")
 _WORKFLOW = re.compile(r"^/workflows/([0-9]{1,19})$")
 _MAX_ID = 2**63 - 1
@@ -153,6 +155,8 @@ class StatusPage:
                 return self._health(request)
             if path == "/jump":
                 return self._jump(request)
+            if path == "/workflows":
+                return self._workflows(request)
             if path.startswith("/static/"):
                 return self._static(request, path.removeprefix("/static/"))
             job = _JOB.match(path)
@@ -254,6 +258,27 @@ class StatusPage:
             title="Workers",
             workers=self.inspector.workers(),
             refresh_url=self._refresh_url(request, "/workers"),
+            live_seconds=self._live_seconds,
+        )
+
+    def _workflows(self, request: Request) -> Response:
+        before_text = request.args.get("before", "")
+        before = None
+        if before_text:
+            if not before_text.isascii() or not before_text.isdigit():
+                return self._error(request, 400, "Bad filter: before", "before must be a job id.")
+            before = int(before_text)
+        try:
+            rows = self.inspector.workflows(_WORKFLOWS_PAGE, before)
+        except InvalidArgument as exc:
+            return self._error(request, 400, "Bad filter: before", str(exc))
+        return self._render(
+            request,
+            "workflows.html",
+            title="Workflows",
+            workflows=rows,
+            older=rows[-1].id if len(rows) == _WORKFLOWS_PAGE else None,
+            refresh_url=self._refresh_url(request, "/workflows"),
             live_seconds=self._live_seconds,
         )
 
