@@ -229,23 +229,34 @@ SELECT leased_by FROM drover_jobs WHERE id = %(id)s;
 
 -- name: stats_throughput
 -- Per minute over the last %(minutes)s minutes (database clock): jobs that
--- completed, attempts that failed (error entries stamped in the minute) and
--- jobs that went dead. A failure inside the window belongs to a job that is
--- still waiting or running, or finished after it, so only those rows are read:
--- the waiting and running partial indexes and drover_jobs_finalized_idx.
+-- completed, attempts that ran and failed (error entries stamped in the
+-- minute; not cancellations, nor the entry of a job cancelled before it ran,
+-- as stats_kinds counts them) and jobs that went dead; of one kind and one
+-- queue when %(kind)s and %(queue)s are given. A failure inside the window
+-- belongs to a job that is still waiting or running, or finished after it, so
+-- only those rows are read: the waiting and running partial indexes and
+-- drover_jobs_finalized_idx.
 WITH bounds AS (
     SELECT date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1) AS since
 ), finished AS (
     SELECT date_trunc('minute', j.finalized_at) AS minute, j.state::text AS state
     FROM drover_jobs j, bounds b
     WHERE (j.state = 'completed' OR j.state = 'dead') AND j.finalized_at >= b.since
+      AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
 ), failures AS (
     SELECT date_trunc('minute', (e.value->>'at')::timestamptz) AS minute
     FROM bounds b, drover_jobs j
     CROSS JOIN LATERAL jsonb_array_elements(j.errors) AS e(value)
     WHERE (j.state IN ({{states:active}}) OR (j.finalized_at IS NOT NULL AND j.finalized_at >= b.since))
       AND j.errors <> '[]'::jsonb
+      AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (e.value->>'at')::timestamptz >= b.since
+      AND (e.value->>'attempt')::integer > 0
+      AND e.value->>'error' NOT LIKE 'drover: job cancelled by operator%%'
+      AND e.value->>'error' NOT LIKE 'job cancelled by handler%%'
+      AND e.value->>'error' NOT LIKE 'dependency %% so this job will not run'
 )
 SELECT minute, 'completed', count(*) FROM finished WHERE state = 'completed' GROUP BY minute
 UNION ALL

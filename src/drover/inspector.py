@@ -535,16 +535,27 @@ class Inspector:
             raise NotFound(f"job {checked} does not exist")
         return holder
 
-    def throughput(self, minutes: int = 60) -> list[Throughput]:
-        """Per minute, oldest first, over the last ``minutes`` (1..1440), database clock.
+    def throughput(
+        self, minutes: int = 60, *, kind: str | None = None, queue: str | None = None
+    ) -> list[Throughput]:
+        """Per minute, oldest first, over the last ``minutes`` (1..1440), database clock;
+        only ``kind``'s jobs and ``queue``'s when given.
 
-        Each minute counts jobs that completed, attempts that failed (snoozes
-        excluded, cancellations included) and jobs that went dead. Completed
-        and dead jobs already deleted by retention are no longer counted.
+        Each minute counts jobs that completed, attempts that ran and failed
+        (snoozes and cancellations excluded, as ``kinds`` counts them) and
+        jobs that went dead. Completed and dead jobs already deleted by
+        retention are no longer counted.
         """
         if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 1440:
             raise InvalidArgument(f"minutes must be an int between 1 and 1440, not {minutes!r}")
-        since, counts = self._store.operator.throughput(minutes)
+        if kind is not None:
+            try:
+                _check_name(kind, "kind", MAX_KIND_LENGTH)
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(str(exc)) from None
+        if queue is not None:
+            InsertOpts(queue=queue)  # same rules as everywhere a queue is named
+        since, counts = self._store.operator.throughput(minutes, kind, queue)
         return [
             Throughput(
                 minute=minute,

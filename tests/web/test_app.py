@@ -698,3 +698,34 @@ def test_times_read_relative_with_the_utc_time_on_hover(browser: Client, conn: C
 )  # fmt: skip
 def test_relative_times(seconds: float, text: str) -> None:
     assert relative(seconds) == text
+
+
+def test_a_kinds_page_and_a_queues_page_show_their_own_throughput_and_state(
+    browser: Client, conn: Conn
+) -> None:
+    for _ in range(3):
+        plant(conn, "completed", kind="report", queue="mail & co")
+    plant(conn, "dead", kind="report", queue="mail & co")
+    plant(conn, "completed", kind="other")
+    plant(conn, "available", kind="report", queue="mail & co")
+    overview = get(browser, "/").text
+    assert 'href="/kind/report"' in overview and 'href="/queue/mail%20%26%20co"' in overview
+
+    kind = get(browser, "/kind/report")
+    assert kind.status_code == 200 and "<h1>Kind report</h1>" in kind.text
+    assert '<p id="totals">3 completed, 0 failed attempt(s), 1 dead.</p>' in kind.text
+    cells = re.findall(r"<td class=\"num[^\"]*\">([^<]*)</td>", kind.text.split('id="kind"')[1])
+    assert cells[:4] == ["3", "0", "1", "0"]
+    assert 'href="/jobs?kind=report&amp;state=dead"' in kind.text
+    day = get(browser, "/kind/report?window=day").text
+    assert "Throughput, last day (UTC)" in day and "3 completed" in day
+
+    queue = get(browser, "/queue/mail%20%26%20co")
+    assert queue.status_code == 200 and "<h1>Queue mail &amp; co</h1>" in queue.text
+    assert '<p id="totals">3 completed, 0 failed attempt(s), 1 dead.</p>' in queue.text
+    assert 'name="queue" value="mail &amp; co"' in queue.text  # its pause button
+    assert "other" not in queue.text.split("<main>")[1]
+
+    quiet = get(browser, "/queue/nothing-here").text
+    assert "No job of queue nothing-here waits" in quiet
+    assert get(browser, "/kind/" + "x" * 300).status_code == 400

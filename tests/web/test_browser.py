@@ -492,3 +492,27 @@ def test_the_health_page_draws_dead_tuples_and_claim_times_over_time(
         legend = " ".join(page.locator("#claims-chart text").all_text_contents())
         assert "claim p99 (12)" in legend and "slowest walk (30)" in legend
         _shot(page, "health")
+
+
+def test_the_overview_links_each_kind_and_queue_to_its_own_page(
+    db_url: str, conn: Conn, open_page: Callable[..., Any]
+) -> None:
+    page = open_page(javascript=False)
+    for _ in range(4):
+        _plant(conn, "completed", "send_receipt")
+    _plant(conn, "dead", "send_receipt")
+    with drover_web(db_url, "--listen", "127.0.0.1:0", "--refresh", "0") as (url, _):
+        page.goto(url)
+        page.locator("#kinds").get_by_role("link", name="send_receipt").click()
+        page.wait_for_url("**/kind/send_receipt")
+        # _plant gives every job one failed attempt (its SMTPError), the completed ones too.
+        assert page.locator("#totals").inner_text() == "4 completed, 5 failed attempt(s), 1 dead."
+        _shot(page, "kind-page")
+        page.get_by_role("link", name="last day").click()
+        page.wait_for_url("**/kind/send_receipt?window=day")
+        page.goto(url)
+        page.locator("#queues").get_by_role("link", name="mail").click()
+        page.wait_for_url("**/queue/mail")
+        assert page.locator("#queue tbody td").first.inner_text() is not None
+        assert "Pause" in page.locator("#queue").inner_text()
+        _shot(page, "queue-page")

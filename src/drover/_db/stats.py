@@ -63,11 +63,18 @@ def queue_stats(
 
 
 def throughput(
-    conn: Connection, minutes: int, *, ns: Namespace = DEFAULT
+    conn: Connection,
+    minutes: int,
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+    ns: Namespace = DEFAULT,
 ) -> tuple[datetime, dict[tuple[datetime, str], int]]:
-    """``(first minute, {(minute, "completed"/"failed"/"dead"): count})``, database clock."""
+    """``(first minute, {(minute, "completed"/"failed"/"dead"): count})``, database clock;
+    of ``kind`` and ``queue`` when given."""
     with translate("read throughput"), conn.cursor(row_factory=tuple_row) as cur:
-        cur.execute(query("stats_throughput", ns), {"minutes": minutes})
+        params = {"minutes": minutes, "kind": kind, "queue": queue}
+        cur.execute(query("stats_throughput", ns), params)
         rows = cur.fetchall()
     since = next(m for m, what, _ in rows if what == "since")
     return since, {(m, what): int(n) for m, what, n in rows if what != "since"}

@@ -207,10 +207,13 @@ class OperatorStore:
         with borrow(self._pool, action) as conn:
             return stats.queue_stats(conn, ns=self._ns), queues.queue_list(conn, ns=self._ns)
 
-    def throughput(self, minutes: int) -> tuple[datetime, dict[tuple[datetime, str], int]]:
-        """Per-minute completions, failures and deaths over the last ``minutes``."""
+    def throughput(
+        self, minutes: int, kind: str | None = None, queue: str | None = None
+    ) -> tuple[datetime, dict[tuple[datetime, str], int]]:
+        """Per-minute completions, failures and deaths over the last ``minutes`` (of ``kind``
+        and ``queue`` when given)."""
         with borrow(self._pool, "read throughput") as conn:
-            return stats.throughput(conn, minutes, ns=self._ns)
+            return stats.throughput(conn, minutes, kind=kind, queue=queue, ns=self._ns)
 
     def kind_stats(self, minutes: int) -> list[KindStats]:
         """Per kind over the last ``minutes``: outcomes and run-time percentiles."""

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -157,6 +157,10 @@ class StatusPage:
                 return self._jump(request)
             if path == "/workflows":
                 return self._workflows(request)
+            # Singular: /queues/pause and /queues/resume are the pause buttons' routes.
+            for prefix, what in (("/kind/", "kind"), ("/queue/", "queue")):
+                if path.startswith(prefix) and len(path) > len(prefix):
+                    return self._scope(request, what, path.removeprefix(prefix))
             if path.startswith("/static/"):
                 return self._static(request, path.removeprefix("/static/"))
             job = _JOB.match(path)
@@ -258,6 +262,44 @@ class StatusPage:
             title="Workers",
             workers=self.inspector.workers(),
             refresh_url=self._refresh_url(request, "/workers"),
+            live_seconds=self._live_seconds,
+        )
+
+    def _scope(self, request: Request, what: str, name: str) -> Response:
+        """A kind's or a queue's page: its throughput over the last hour or day, its run
+        times (a kind) or its counts, workers and pause button (a queue)."""
+        window = "day" if request.args.get("window") == "day" else "hour"
+        minutes = 1440 if window == "day" else 60
+        try:
+            if what == "kind":
+                points = self.inspector.throughput(minutes, kind=name)
+            else:
+                points = self.inspector.throughput(minutes, queue=name)
+        except InvalidArgument as exc:
+            return self._error(request, 400, f"Bad {what}", str(exc))
+        kind = queue = None
+        consumers = 0
+        if what == "kind":
+            kind = next((k for k in self.inspector.kinds(minutes) if k.kind == name), None)
+        else:
+            queue = next((q for q in self.inspector.queues() if q.name == name), None)
+            consumers = sum(1 for w in self.inspector.workers() if name in w.queues)
+        page = f"/{what}/{quote(name, safe='')}"
+        return self._render(
+            request,
+            "scope.html",
+            title=f"{what.capitalize()} {name}",
+            what=what,
+            name=name,
+            window=window,
+            here_path=self._base(request) + page,
+            chart=throughput_svg(points),
+            totals={series: sum(getattr(p, series) for p in points) for series, _ in SERIES},
+            kind=kind,
+            queue=queue,
+            consumers=consumers,
+            states=[s.value for s in PUBLISHED_STATES],
+            refresh_url=self._refresh_url(request, page),
             live_seconds=self._live_seconds,
         )
 
