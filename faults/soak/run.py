@@ -107,7 +107,8 @@ class Soak:
     threads_floor: float = 2.0
     connections_per_100k: float = 2.0
     connections_floor: float = 10.0
-    """A client's pool may grow from its minimum to its maximum (10) at any time: not a leak."""
+    """Per worker process: a client's pool may grow from its minimum (1) to its maximum (10)
+    at any time, which is not a leak; the fleet's floor is this times ``workers``."""
     table_factor: float = 1.5
     latency_tolerance: float = 0.2
     latency_floor: float = 0.001
@@ -272,7 +273,7 @@ def _verdicts(soak: Soak, samples: list[fig.Sample], extra: list[fig.Verdict]) -
         fig.SlopeBound("threads", "observed worker threads", soak.threads_per_100k,
                        soak.threads_floor, 1, "threads"),
         fig.SlopeBound("connections", "workers' connections", soak.connections_per_100k,
-                       soak.connections_floor, 1, "conns"),
+                       soak.connections_floor * soak.workers, 1, "conns"),
     ]  # fmt: skip
     found = [fig.slope_verdict(steady, b) for b in slopes]
     found.append(

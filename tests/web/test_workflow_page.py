@@ -227,3 +227,4 @@ def test_the_workflows_index_lists_the_newest_with_their_jobs_by_state_and_pages
     older = get(browser, f"/workflows?before={broken[0]}")
     assert [int(r) for r in re.findall(r'<a href="/workflows/(\d+)">', older.text)] == [done[0]]
     assert get(browser, "/workflows?before=abc").status_code == 400
+    assert get(browser, "/workflows?before=" + "9" * 5000).status_code == 400

@@ -307,7 +307,7 @@ class StatusPage:
         before_text = request.args.get("before", "")
         before = None
         if before_text:
-            if not before_text.isascii() or not before_text.isdigit():
+            if not _digits(before_text):
                 return self._error(request, 400, "Bad filter: before", "before must be a job id.")
             before = int(before_text)
         try:
@@ -448,7 +448,7 @@ class StatusPage:
     def _jump(self, request: Request) -> Response:
         """The header's box: a job id (``#`` and spaces allowed) goes to that job's page."""
         text = request.args.get("id", "").strip().removeprefix("#").strip()
-        if not text.isascii() or not text.isdigit() or not 1 <= int(text) < 2**63:
+        if not _digits(text) or not 1 <= int(text) < 2**63:
             return self._error(
                 request, 400, "Not a job id", f"{text[:40]!r} is not a job id (1 or more)."
             )
@@ -630,6 +630,11 @@ def _safe_next(value: str, base: str) -> str:
     ):
         return value
     return base + "/"
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits, short enough to be a job id (``int`` refuses very long ones)."""
+    return 0 < len(text) <= 19 and text.isascii() and text.isdigit()
 
 
 def _redirect(back: str, **flash: object) -> Response:
