@@ -256,11 +256,14 @@ def test_a_worker_out_of_connections_backs_off_is_not_ready_loses_nothing_and_re
         assert "too many connections for role" in body and "s3cret" not in body
         # The completer's retries pace the window: its fifth failure comes
         # after its waits of 0.05 + 0.2 + 0.5 + 1 s.
-        poll(lambda: _errors(client, "completer", "connection") >= 5, timeout=15)
+        poll(lambda: _errors(client, "completer", "connection") >= 5, timeout=30)
         # No busy loop: in those ~1.75 s the fetcher's failed rounds backed off
         # (50 ms doubling: about six tries), where polling on would try ~35 times.
+        # It may also have spent the window waiting for a pool connection (no
+        # failure counted then): one CI run of six saw 0 tries, and another the
+        # completer's fifth failure after 15 s; the bound that matters is the upper one.
         fetcher_tries = _errors(client, "fetcher", "connection")
-        assert 3 <= fetcher_tries <= 10, fetcher_tries
+        assert fetcher_tries <= 10, fetcher_tries
         assert _state(conn, gated) == ("running", 1)
         assert all(_state(conn, i)[0] == "available" for i in ids)
     finally:
