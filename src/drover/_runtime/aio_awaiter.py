@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,13 +24,9 @@ from drover._db.aio import arun
 from drover._db.namespace import Namespace
 from drover._db.queries import query
 from drover._db.results import StoredResult, mark_awaited_plan, result_plan
-from drover._runtime.awaiter import next_look
+from drover._runtime.awaiter import FIRST_RETRY, LISTEN_GRACE, listen_failed, next_look
 
 __all__ = ["AsyncAwaiter"]
-
-_FIRST_RETRY = 0.1
-_MAX_RETRY = 5.0
-_LISTEN_GRACE = 1.0  # how long a first waiter waits for the LISTEN before polling alone
 
 
 class AsyncAwaiter:
@@ -78,7 +73,7 @@ class AsyncAwaiter:
         if self._listen_to is not None and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._listen())
         if self._task is not None and not self.listening.is_set():
-            grace = _LISTEN_GRACE if timeout is None else min(_LISTEN_GRACE, timeout)
+            grace = LISTEN_GRACE if timeout is None else min(LISTEN_GRACE, timeout)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.listening.wait(), grace)
         event = asyncio.Event()
@@ -120,7 +115,7 @@ class AsyncAwaiter:
 
     async def _listen(self) -> None:
         assert self._listen_to is not None
-        retry, failures, delay = _FIRST_RETRY, 0, _FIRST_RETRY
+        retry, failures, delay = FIRST_RETRY, 0, FIRST_RETRY
         while True:
             try:
                 conninfo, kwargs = await self._listen_to()
@@ -133,7 +128,7 @@ class AsyncAwaiter:
                     if failures:
                         self._log.info("listening for job results again")
                         self._wake()  # what was notified meanwhile is lost: look once
-                    retry, failures = _FIRST_RETRY, 0
+                    retry, failures = FIRST_RETRY, 0
                     async for notice in conn.notifies():
                         with contextlib.suppress(ValueError):
                             self._wake([int(notice.payload)])
@@ -141,19 +136,10 @@ class AsyncAwaiter:
                 raise
             except Exception as exc:
                 failures += 1
-                delay = retry * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
-                self._log.log(
-                    logging.ERROR if failures == 1 else logging.WARNING,
-                    "listen for job results failed (%s); waiters poll meanwhile, "
-                    "reconnecting in %.2fs",
-                    exc,
-                    delay,
-                    extra={"retry_in": delay, "attempts": failures},
-                )
-                retry = min(retry * 2, _MAX_RETRY)
+                delay, retry = listen_failed(self._log, exc, failures, retry)
             finally:
                 self.listening.clear()
-            await asyncio.sleep(delay if failures else _FIRST_RETRY)
+            await asyncio.sleep(delay if failures else FIRST_RETRY)
 
     async def close(self) -> None:
         """Stop listening (the waiters still running poll until they end or time out)."""

@@ -18,13 +18,21 @@ from drover.errors import InvalidArgument, JobCancelled, JobFailed, NotFound, Re
 from drover.job import TERMINAL_STATES, JobRow, JobState, check_job_id
 from drover.results import decode_result
 
-__all__ = ["Awaiter", "awaited", "ended", "next_look"]
+__all__ = [
+    "FIRST_RETRY",
+    "LISTEN_GRACE",
+    "Awaiter",
+    "awaited",
+    "ended",
+    "listen_failed",
+    "next_look",
+]
 
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATES)
 _WAIT = 0.2  # one LISTEN wait, so a stop is noticed
-_FIRST_RETRY = 0.1
+FIRST_RETRY = 0.1
 _MAX_RETRY = 5.0
-_LISTEN_GRACE = 1.0  # how long a first waiter waits for the LISTEN before polling alone
+LISTEN_GRACE = 1.0  # how long a first waiter waits for the LISTEN before polling alone
 
 
 def next_look(
@@ -81,6 +89,24 @@ def ended(found: StoredResult, job_id: int, as_type: type[Any] | None) -> Any:
     return decode_result(found.result, as_type, job_id)
 
 
+def listen_failed(
+    log: logging.Logger, exc: BaseException, failures: int, retry: float
+) -> tuple[float, float]:
+    """Log a failed LISTEN for results (ERROR with the traceback the first time in a row,
+    WARNING after); the jittered wait before reconnecting, and the next retry (doubled,
+    capped). Shared by ``Awaiter`` and ``AsyncAwaiter``."""
+    delay = retry * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
+    log.log(
+        logging.ERROR if failures == 1 else logging.WARNING,
+        "listen for job results failed (%s); waiters poll meanwhile, reconnecting in %.2fs",
+        exc,
+        delay,
+        extra={"retry_in": delay, "attempts": failures},
+        exc_info=exc if failures == 1 else None,
+    )
+    return delay, min(retry * 2, _MAX_RETRY)
+
+
 class Awaiter(ThreadService):
     """Tells waiting callers when the jobs they wait for reach a terminal state.
 
@@ -128,7 +154,7 @@ class Awaiter(ThreadService):
         if self._listens:
             self.start()
         if self._listens and not self.listening.is_set():
-            self.listening.wait(_LISTEN_GRACE if timeout is None else min(_LISTEN_GRACE, timeout))
+            self.listening.wait(LISTEN_GRACE if timeout is None else min(LISTEN_GRACE, timeout))
         event = threading.Event()
         with self._waiters_lock:
             self._waiters.setdefault(job_id, []).append(event)
@@ -182,7 +208,7 @@ class Awaiter(ThreadService):
         return self._notify(conn.wait(_WAIT))
 
     def _loop(self) -> None:
-        retry = _FIRST_RETRY
+        retry = FIRST_RETRY
         failures = 0
         while not self._stopping.is_set():
             try:
@@ -192,7 +218,7 @@ class Awaiter(ThreadService):
                     self._log.info("listening for job results again")
                     self._wake_all()  # what was notified meanwhile is lost: look once
                 failures = 0
-                retry = _FIRST_RETRY
+                retry = FIRST_RETRY
                 while not self._stopping.is_set():
                     self.run_once()
             except Exception as exc:
@@ -201,18 +227,8 @@ class Awaiter(ThreadService):
                 if self._stopping.is_set():
                     break
                 failures += 1
-                delay = retry * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not a secret
-                self._log.log(
-                    logging.ERROR if failures == 1 else logging.WARNING,
-                    "listen for job results failed (%s); waiters poll meanwhile, "
-                    "reconnecting in %.2fs",
-                    exc,
-                    delay,
-                    extra={"retry_in": delay, "attempts": failures},
-                    exc_info=failures == 1,
-                )
+                delay, retry = listen_failed(self._log, exc, failures, retry)
                 self._stopping.wait(delay)
-                retry = min(retry * 2, _MAX_RETRY)
             finally:
                 self.listening.clear()
                 self._close()
